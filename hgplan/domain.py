@@ -1,0 +1,283 @@
+"""Frozen domain objects. Units are in the names: *_gib, *_gbps (Gbit/s), *_gbytes_per_s, *_s, *_ms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Precision(StrEnum):
+    BF16 = "bf16"
+    """bfloat16 compute, fp32 main gradients and master weights (Megatron default)."""
+    FP16 = "fp16"
+    """float16 compute with loss scaling, fp32 master weights."""
+
+
+class Transport(StrEnum):
+    INFINIBAND = "infiniband"
+    ROCE = "roce"
+    ETHERNET = "ethernet"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchEfficiency:
+    """The per-architecture constants of the cost model (profiles/architectures.yaml)."""
+
+    gemm_efficiency: float
+    attention_efficiency: float
+    hbm_efficiency: float
+    collective_efficiency: float
+    kernel_overhead_us: float
+    bf16: bool
+    fp8: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransportProfile:
+    name: str
+    efficiency: float
+    latency_us: float
+    rdma: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuType:
+    id: str
+    vendor: str
+    arch: str
+    form_factor: str
+    bf16_tflops: float | None
+    fp16_tflops: float | None
+    fp8_tflops: float | None
+    hbm_gib: float
+    hbm_gbytes_per_s: float
+    intra_node_kind: str
+    intra_node_gbytes_per_s: float
+    tdp_w: float | None
+    source: str
+    eff: ArchEfficiency
+
+    def peak_tflops(self, precision: Precision) -> float | None:
+        if precision is Precision.BF16:
+            return self.bf16_tflops if self.eff.bf16 else None
+        return self.fp16_tflops
+
+    def supports(self, precision: Precision) -> bool:
+        return self.peak_tflops(precision) is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeGroup:
+    site: str
+    name: str
+    num_nodes: int
+    gpu: GpuType
+    gpus_per_node: int
+    intra_node_kind: str
+    intra_node_gbytes_per_s: float
+    nic_transport: Transport
+    nic_gbps: float
+    nic_count: int
+    gpu_hour_usd: float | None
+    order: int
+    """Position in the cluster file (file order), used by the Megatron-default baseline."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.site}/{self.name}"
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def node_nic_gbps(self) -> float:
+        return self.nic_gbps * self.nic_count
+
+    @property
+    def nic_gbps_per_gpu(self) -> float:
+        return self.node_nic_gbps / self.gpus_per_node
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Link:
+    """A link between two sites (scope 'site') or two node groups of one site (scope 'group')."""
+
+    scope: str
+    a: str
+    b: str
+    gbps: float
+    latency_ms: float
+    transport: Transport
+    egress_usd_per_gb: float | None
+
+    def joins(self, x: str, y: str) -> bool:
+        return {self.a, self.b} == {x, y}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NetPath:
+    """How traffic flows between two node groups."""
+
+    kind: str
+    """'same_group', 'same_fabric' (same site and transport), 'group_link' or 'site_link'."""
+    gbps: float
+    """Bandwidth available to the whole crossing (shared by all flows on it), Gbit/s."""
+    per_gpu_gbps: float
+    """NIC bandwidth of one GPU at the slower end, Gbit/s."""
+    latency_s: float
+    transport: Transport
+    efficiency: float
+    shared: bool
+    """True when the bandwidth is one link that all concurrent flows share."""
+    link: Link | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fleet:
+    name: str
+    groups: tuple[NodeGroup, ...]
+    links: tuple[Link, ...]
+    transports: dict[str, TransportProfile] = field(hash=False, compare=False)
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for g in self.groups:
+            if g.site not in seen:
+                seen.append(g.site)
+        return tuple(seen)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(g.num_gpus for g in self.groups)
+
+    def group(self, key: str) -> NodeGroup:
+        for g in self.groups:
+            if g.key == key:
+                return g
+        raise KeyError(key)
+
+    def find_group(self, ref: str) -> NodeGroup | None:
+        """Resolve 'site/group' or a bare group name that is unique in the fleet."""
+        if "/" in ref:
+            return next((g for g in self.groups if g.key == ref), None)
+        hits = [g for g in self.groups if g.name == ref]
+        return hits[0] if len(hits) == 1 else None
+
+    def _link(self, scope: str, x: str, y: str) -> Link | None:
+        return next((lk for lk in self.links if lk.scope == scope and lk.joins(x, y)), None)
+
+    def path(self, a: NodeGroup, b: NodeGroup) -> NetPath | None:
+        """The network path between two groups, or None when they cannot reach each other directly."""
+        per_gpu = min(a.nic_gbps_per_gpu, b.nic_gbps_per_gpu)
+        if a.key == b.key:
+            tp = self.transports[a.nic_transport]
+            return NetPath(kind="same_group", gbps=a.node_nic_gbps * a.num_nodes, per_gpu_gbps=per_gpu,
+                           latency_s=tp.latency_us * 1e-6, transport=a.nic_transport, efficiency=tp.efficiency,
+                           shared=False)
+        if a.site == b.site:
+            lk = self._link("group", a.name, b.name)
+            if lk is None:
+                if a.nic_transport != b.nic_transport:
+                    return None
+                tp = self.transports[a.nic_transport]
+                return NetPath(kind="same_fabric", gbps=min(a.node_nic_gbps * a.num_nodes, b.node_nic_gbps * b.num_nodes),
+                               per_gpu_gbps=per_gpu, latency_s=tp.latency_us * 1e-6, transport=a.nic_transport,
+                               efficiency=tp.efficiency, shared=False)
+            kind = "group_link"
+        else:
+            lk = self._link("site", a.site, b.site)
+            if lk is None:
+                return None
+            kind = "site_link"
+        tp = self.transports[lk.transport]
+        return NetPath(kind=kind, gbps=lk.gbps, per_gpu_gbps=per_gpu, latency_s=lk.latency_ms * 1e-3,
+                       transport=lk.transport, efficiency=tp.efficiency, shared=True, link=lk)
+
+
+ACTIVATION_FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelArch:
+    """A dense decoder-only transformer (Megatron-LM naming)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    kv_channels: int
+    vocab_size: int
+    make_vocab_size_divisible_by: int
+    max_position_embeddings: int
+    position_embedding_type: str
+    activation: str
+    normalization: str
+    add_bias_linear: bool
+    untie_embeddings_and_output_weights: bool
+    embedding_layernorm: bool
+    hidden_dropout: float
+    attention_dropout: float
+    source: str = ""
+    published_params_b: float | None = None
+    published_params_decimals: int | None = None
+
+    @property
+    def gated(self) -> bool:
+        return self.activation == "swiglu"
+
+    @property
+    def query_dim(self) -> int:
+        """q = heads x head dim."""
+        return self.num_attention_heads * self.kv_channels
+
+    @property
+    def kv_dim(self) -> int:
+        """g x head dim (one of K or V)."""
+        return self.num_query_groups * self.kv_channels
+
+    def padded_vocab(self, tp: int) -> int:
+        """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP."""
+        m = self.make_vocab_size_divisible_by * tp
+        return -(-self.vocab_size // m) * m
+
+    @property
+    def norm_params(self) -> int:
+        return 2 * self.hidden_size if self.normalization == "LayerNorm" else self.hidden_size
+
+    def layer_params(self) -> int:
+        """Parameters of one transformer layer."""
+        h, q, kv, f = self.hidden_size, self.query_dim, self.kv_dim, self.ffn_hidden_size
+        n_mat = ACTIVATION_FFN_MATRICES[self.activation]
+        attn = h * (q + 2 * kv) + q * h
+        mlp = n_mat * h * f
+        bias = (q + 2 * kv + h + (n_mat - 1) * f + h) if self.add_bias_linear else 0
+        return attn + mlp + bias + 2 * self.norm_params
+
+    def embedding_params(self, vocab: int | None = None) -> int:
+        """Input embedding (+ learned positions, + embedding norm)."""
+        v = self.vocab_size if vocab is None else vocab
+        pos = self.max_position_embeddings * self.hidden_size if self.position_embedding_type == "learned_absolute" else 0
+        return v * self.hidden_size + pos + (self.norm_params if self.embedding_layernorm else 0)
+
+    def output_params(self, vocab: int | None = None) -> int:
+        """Final norm and, when untied, the output projection."""
+        v = self.vocab_size if vocab is None else vocab
+        head = v * self.hidden_size if self.untie_embeddings_and_output_weights else 0
+        return self.norm_params + head
+
+    def num_params(self) -> int:
+        """Total parameters with the unpadded vocabulary (comparable with published counts)."""
+        return self.num_layers * self.layer_params() + self.embedding_params() + self.output_params()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingSettings:
+    seq_length: int
+    global_batch_size: int
+    precision: Precision = Precision.BF16
+    optimizer: str = "adam"
+    attention: str = "flash"

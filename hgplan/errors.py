@@ -1,0 +1,39 @@
+"""Error types shared by the library. The CLI maps them to exit codes (docs/inputs.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputIssue:
+    """One problem in a user's input, located as precisely as we can."""
+
+    source: str
+    """File name (or '<preset:NAME>', '<cli>')."""
+    line: int | None
+    path: str
+    """Dotted key path inside the document, e.g. 'sites.0.node_groups.1.count'."""
+    message: str
+
+    def render(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line is not None else self.source
+        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+
+
+class InputError(ValueError):
+    """Bad usage or bad input (exit 2). Carries every issue found in one pass."""
+
+    def __init__(self, issues: list[InputIssue] | str):
+        if isinstance(issues, str):
+            issues = [InputIssue(source="<input>", line=None, path="", message=issues)]
+        self.issues = list(issues)
+        super().__init__("\n".join(i.render() for i in self.issues))
+
+
+class PlanningError(Exception):
+    """A planning finding (exit 1): nothing fits, a target cannot express a plan, a regression."""
+
+
+class NoAnswerError(Exception):
+    """The search hit its time limit without finding any plan (exit 3)."""

@@ -1,0 +1,443 @@
+"""Turn parsed documents into domain objects, collecting every problem in one pass.
+
+Pure functions: texts and dicts in, domain objects or an InputError out. File reading lives in
+hgplan.io; this module never touches the file system.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from hgplan.domain import (ArchEfficiency, Fleet, GpuType, Link, ModelArch, NodeGroup, Precision,
+                           TrainingSettings, Transport, TransportProfile)
+from hgplan.errors import InputError, InputIssue
+from hgplan.schema import MOE_KEYS, ClusterSpec, GpuSpec, ModelSpec, TrainingSpec
+from hgplan.yamlio import Path_, dotted, line_for, parse_yaml
+
+
+# --------------------------------------------------------------------------- catalog
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Catalog:
+    """Everything shipped in profiles/: GPUs, architecture constants, transports, presets, example fleets."""
+
+    gpus: dict[str, GpuSpec]
+    archs: dict[str, ArchEfficiency]
+    transports: dict[str, TransportProfile]
+    model_texts: dict[str, str]
+    """Preset name -> YAML text."""
+    cluster_texts: dict[str, str]
+    """Example fleet name -> YAML text."""
+
+    def gpu_type(self, spec: GpuSpec) -> GpuType:
+        base = self.archs[spec.arch]
+        eff = base if spec.gemm_efficiency is None else ArchEfficiency(
+            gemm_efficiency=spec.gemm_efficiency, attention_efficiency=base.attention_efficiency,
+            hbm_efficiency=base.hbm_efficiency, collective_efficiency=base.collective_efficiency,
+            kernel_overhead_us=base.kernel_overhead_us, bf16=base.bf16, fp8=base.fp8)
+        return GpuType(id=spec.id, vendor=spec.vendor, arch=spec.arch, form_factor=spec.form_factor,
+                       bf16_tflops=spec.bf16_tflops, fp16_tflops=spec.fp16_tflops, fp8_tflops=spec.fp8_tflops,
+                       hbm_gib=spec.hbm_gib, hbm_gbytes_per_s=spec.hbm_gbytes_per_s,
+                       intra_node_kind=spec.intra_node.kind, intra_node_gbytes_per_s=spec.intra_node.gbytes_per_s,
+                       tdp_w=spec.tdp_w, source=spec.source, eff=eff)
+
+
+def build_catalog(*, gpus_text: str, archs_text: str, nics_text: str,
+                  model_texts: dict[str, str], cluster_texts: dict[str, str]) -> Catalog:
+    """Build the catalog from the texts of the profile files. Shipped data must be valid."""
+    gpus_doc, _ = parse_yaml(gpus_text, "profiles/gpus.yaml")
+    archs_doc, _ = parse_yaml(archs_text, "profiles/architectures.yaml")
+    nics_doc, _ = parse_yaml(nics_text, "profiles/nics.yaml")
+    archs = {k: ArchEfficiency(**v) for k, v in archs_doc["architectures"].items()}
+    gpus = {}
+    for entry in gpus_doc["gpus"]:
+        spec = GpuSpec.model_validate(entry)
+        if spec.arch not in archs:
+            raise InputError(f"profiles/gpus.yaml: GPU {spec.id} names unknown arch {spec.arch!r}")
+        gpus[spec.id] = spec
+    transports = {k: TransportProfile(name=k, **v) for k, v in nics_doc["transports"].items()}
+    return Catalog(gpus=gpus, archs=archs, transports=transports,
+                   model_texts=dict(sorted(model_texts.items())), cluster_texts=dict(sorted(cluster_texts.items())))
+
+
+# --------------------------------------------------------------------------- pydantic errors
+
+def _model_classes(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    out: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        out.extend(_model_classes(arg))
+    return out
+
+
+def _fields_at(root: type[BaseModel], loc: tuple) -> list[str]:
+    """Field names of the model that sits at loc inside root (for 'did you mean')."""
+    cur: type[BaseModel] | None = root
+    for part in loc:
+        if cur is None:
+            return []
+        if isinstance(part, int):
+            continue
+        if part == "GpuSpec":
+            cur = GpuSpec
+            continue
+        field = cur.model_fields.get(part)
+        if field is None:
+            return []
+        found = _model_classes(field.annotation)
+        cur = found[0] if found else None
+    return list(cur.model_fields) if cur is not None else []
+
+
+_UNION_TAGS = {"str", "GpuSpec"}
+
+
+def _value_at(data: Any, loc: tuple) -> Any:
+    cur = data
+    for part in loc:
+        try:
+            cur = cur[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return cur
+
+
+def pydantic_issues(exc: ValidationError, *, data: Any, lines: dict[Path_, int], source: str,
+                    root: type[BaseModel]) -> list[InputIssue]:
+    issues: list[InputIssue] = []
+    seen: set[tuple[str, str]] = set()
+    for err in exc.errors(include_url=False):
+        raw_loc = tuple(err["loc"])
+        tag_positions = [i for i, p in enumerate(raw_loc) if p in _UNION_TAGS]
+        if tag_positions:
+            i = tag_positions[0]
+            value = _value_at(data, raw_loc[:i])
+            tag = raw_loc[i]
+            if isinstance(value, dict) and tag == "str":
+                continue
+            if isinstance(value, str) and tag == "GpuSpec":
+                continue
+            if not isinstance(value, (str, dict)):
+                if tag == "GpuSpec":
+                    continue
+                err = {**err, "type": "gpu_type", "msg": "expected a catalog GPU id or an inline GPU spec mapping"}
+        loc = tuple(p for p in raw_loc if p not in _UNION_TAGS)
+        etype, ctx, got = err["type"], err.get("ctx", {}), err.get("input")
+        if etype == "extra_forbidden":
+            key = str(loc[-1])
+            allowed = _fields_at(root, raw_loc[:-1])
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            msg = f"unknown key '{key}'"
+            msg += f"; did you mean '{close[0]}'?" if close else ""
+            msg += f" (allowed keys: {', '.join(allowed)})" if allowed else ""
+        elif etype == "missing":
+            msg = f"missing required key '{loc[-1]}'"
+            loc = loc[:-1] + (loc[-1],)
+        elif etype in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+            op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[etype]
+            bound = next(iter(ctx.values()))
+            bound_txt = f"{bound:g}" if isinstance(bound, (int, float)) else str(bound)
+            msg = f"must be {op} {bound_txt} (got {got!r})"
+        elif etype == "too_short":
+            msg = f"needs at least {ctx.get('min_length')} item(s) (got {ctx.get('actual_length')})"
+            if loc and loc[-1] == "node_groups":
+                msg = "site has no nodes: add at least one entry under node_groups"
+            elif loc == ("sites",):
+                msg = "the fleet has no sites: add at least one site with node_groups"
+        elif etype == "literal_error":
+            msg = f"must be one of {ctx.get('expected')} (got {got!r})"
+        elif etype == "string_pattern_mismatch":
+            msg = f"invalid name {got!r}: use letters, digits, '_', '.', '-' and start with a letter or digit"
+        elif etype in ("model_type", "dict_type"):
+            msg = f"expected a mapping of keys (got {type(got).__name__} {got!r})"
+        elif etype == "list_type":
+            msg = f"expected a list (got {type(got).__name__} {got!r})"
+        else:
+            msg = f"{err['msg']} (got {got!r})"
+        key = (dotted(loc), msg)
+        if key in seen:
+            continue
+        seen.add(key)
+        issues.append(InputIssue(source=source, line=line_for(lines, loc), path=dotted(loc), message=msg))
+    return issues
+
+
+def _require_mapping(data: Any, source: str, what: str, hint: str) -> None:
+    if data is None:
+        raise InputError([InputIssue(source=source, line=1, path="", message=f"the file is empty; expected a {what} ({hint})")])
+    if not isinstance(data, dict):
+        raise InputError([InputIssue(source=source, line=1, path="",
+                                     message=f"expected a {what} mapping at the top level (got {type(data).__name__})")])
+
+
+# --------------------------------------------------------------------------- cluster
+
+def _suggest(name: str, known: list[str]) -> str:
+    prefix = [k for k in known if k.lower().startswith(name.lower())]
+    close = (prefix + [c for c in difflib.get_close_matches(name, known, n=3, cutoff=0.4) if c not in prefix])[:3]
+    return f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+
+
+def _cluster_semantics(data: dict, lines: dict[Path_, int], source: str, catalog: Catalog) -> tuple[list[InputIssue], list[str]]:
+    """Cross-reference checks that pydantic cannot do. Works on raw data, tolerating bad structure."""
+    issues: list[InputIssue] = []
+    warnings: list[str] = []
+
+    def add(path: Path_, message: str) -> None:
+        issues.append(InputIssue(source=source, line=line_for(lines, path), path=dotted(path), message=message))
+
+    sites = data.get("sites") if isinstance(data.get("sites"), list) else []
+    site_names: list[str] = []
+    site_transports: dict[str, dict[str, str]] = {}
+    for si, site in enumerate(sites):
+        if not isinstance(site, dict):
+            continue
+        sname = site.get("name")
+        if isinstance(sname, str):
+            if sname in site_names:
+                add(("sites", si, "name"), f"duplicate site name '{sname}': site names must be unique")
+            site_names.append(sname)
+        groups = site.get("node_groups") if isinstance(site.get("node_groups"), list) else []
+        gtrans: dict[str, str] = {}
+        for gi, grp in enumerate(groups):
+            if not isinstance(grp, dict):
+                continue
+            gname = grp.get("name")
+            if isinstance(gname, str):
+                if gname in gtrans:
+                    add(("sites", si, "node_groups", gi, "name"),
+                        f"duplicate node group name '{gname}' in site '{sname}'")
+                nics = grp.get("nics")
+                gtrans[gname] = nics.get("transport") if isinstance(nics, dict) else None
+            gpu = grp.get("gpu")
+            gpath = ("sites", si, "node_groups", gi, "gpu")
+            if isinstance(gpu, str):
+                if gpu not in catalog.gpus:
+                    known = sorted(catalog.gpus)
+                    add(gpath, f"unknown GPU id '{gpu}'; {_suggest(gpu, known)}known ids: {', '.join(known)} "
+                               "(or give an inline GPU spec; see `hgplan profiles list gpus`)")
+                else:
+                    spec = catalog.gpus[gpu]
+                    if spec.bf16_tflops is None and spec.fp16_tflops is None:
+                        add(gpath, f"GPU '{gpu}' has no published tensor TFLOP/s in the catalog ({spec.source}); "
+                                   "give an inline GPU spec with bf16_tflops/fp16_tflops from a source you trust")
+            elif isinstance(gpu, dict):
+                arch = gpu.get("arch")
+                if isinstance(arch, str) and arch not in catalog.archs:
+                    add((*gpath, "arch"), f"unknown arch '{arch}'; {_suggest(arch, sorted(catalog.archs))}"
+                                          f"known: {', '.join(sorted(catalog.archs))}")
+                if gpu.get("bf16_tflops") is None and gpu.get("fp16_tflops") is None:
+                    add(gpath, "inline GPU spec needs bf16_tflops or fp16_tflops")
+        site_transports[sname if isinstance(sname, str) else f"#{si}"] = gtrans
+        # links between node groups of this site
+        glinks = site.get("links") if isinstance(site.get("links"), list) else []
+        linked: set[frozenset[str]] = set()
+        for li, lk in enumerate(glinks):
+            if not isinstance(lk, dict) or not isinstance(lk.get("between"), (list, tuple)):
+                continue
+            pair = [x for x in lk["between"] if isinstance(x, str)]
+            for k, x in enumerate(pair):
+                if x not in gtrans:
+                    add(("sites", si, "links", li, "between", k),
+                        f"unknown node group '{x}' in site '{sname}'; {_suggest(x, list(gtrans))}"
+                        f"groups here: {', '.join(gtrans) or '(none)'}")
+            if len(pair) == 2 and pair[0] == pair[1]:
+                add(("sites", si, "links", li, "between"), f"a link must join two different node groups (got '{pair[0]}' twice)")
+            if len(pair) == 2:
+                if frozenset(pair) in linked:
+                    add(("sites", si, "links", li, "between"), f"duplicate link between '{pair[0]}' and '{pair[1]}'")
+                linked.add(frozenset(pair))
+        names = [n for n in gtrans]
+        for i, x in enumerate(names):
+            for y in names[i + 1:]:
+                tx, ty = gtrans[x], gtrans[y]
+                if tx and ty and tx != ty and frozenset((x, y)) not in linked:
+                    add(("sites", si, "node_groups"),
+                        f"node groups '{x}' ({tx}) and '{y}' ({ty}) in site '{sname}' have no link: different "
+                        f"transports cannot share one fabric; add under sites[{si}].links: "
+                        f"{{between: [{x}, {y}], gbps: ..., latency_ms: ..., transport: ethernet}}")
+    # links between sites
+    links = data.get("links") if isinstance(data.get("links"), list) else []
+    site_pairs: set[frozenset[str]] = set()
+    for li, lk in enumerate(links):
+        if not isinstance(lk, dict) or not isinstance(lk.get("between"), (list, tuple)):
+            continue
+        pair = [x for x in lk["between"] if isinstance(x, str)]
+        for k, x in enumerate(pair):
+            if x not in site_names:
+                add(("links", li, "between", k), f"unknown site '{x}'; {_suggest(x, site_names)}"
+                                                 f"sites: {', '.join(site_names) or '(none)'}")
+        if len(pair) == 2 and pair[0] == pair[1]:
+            add(("links", li, "between"), f"a link must join two different sites (got '{pair[0]}' twice)")
+        elif len(pair) == 2 and all(x in site_names for x in pair):
+            if frozenset(pair) in site_pairs:
+                add(("links", li, "between"), f"duplicate link between '{pair[0]}' and '{pair[1]}'")
+            site_pairs.add(frozenset(pair))
+    if len(site_names) > 1 and not issues:
+        reach = {site_names[0]}
+        frontier = [site_names[0]]
+        while frontier:
+            s = frontier.pop()
+            for p in site_pairs:
+                if s in p:
+                    (other,) = p - {s}
+                    if other not in reach:
+                        reach.add(other)
+                        frontier.append(other)
+        unreached = [s for s in site_names if s not in reach]
+        if unreached:
+            add(("links",), f"sites {', '.join(unreached)} are not linked to '{site_names[0]}': add a links entry "
+                            "{between: [A, B], gbps: ..., latency_ms: ...} so every site is reachable")
+        for i, x in enumerate(site_names):
+            for y in site_names[i + 1:]:
+                if frozenset((x, y)) not in site_pairs and not unreached:
+                    warnings.append(f"no link between sites '{x}' and '{y}': pipeline stages on them are never "
+                                    "placed next to each other")
+    return issues, warnings
+
+
+def load_cluster(text: str, source: str, catalog: Catalog) -> tuple[Fleet, list[str]]:
+    """Parse and check a cluster file. Returns the fleet and warnings; raises InputError with every issue."""
+    data, lines = parse_yaml(text, source)
+    _require_mapping(data, source, "cluster", "top-level key 'sites' with node_groups")
+    issues: list[InputIssue] = []
+    spec: ClusterSpec | None = None
+    try:
+        spec = ClusterSpec.model_validate(data)
+    except ValidationError as exc:
+        issues.extend(pydantic_issues(exc, data=data, lines=lines, source=source, root=ClusterSpec))
+    sem, warnings = _cluster_semantics(data, lines, source, catalog)
+    issues.extend(sem)
+    if issues or spec is None:
+        raise InputError(sorted(issues, key=lambda i: (i.line or 0, i.path)))
+    return build_fleet(spec, catalog, name=spec.name or source), warnings
+
+
+def build_fleet(spec: ClusterSpec, catalog: Catalog, *, name: str) -> Fleet:
+    groups: list[NodeGroup] = []
+    for site in spec.sites:
+        for g in site.node_groups:
+            gspec = catalog.gpus[g.gpu] if isinstance(g.gpu, str) else g.gpu
+            gpu = catalog.gpu_type(gspec)
+            intra = g.intra_node or gspec.intra_node
+            groups.append(NodeGroup(site=site.name, name=g.name, num_nodes=g.count, gpu=gpu, gpus_per_node=g.gpus_per_node,
+                                    intra_node_kind=intra.kind, intra_node_gbytes_per_s=intra.gbytes_per_s,
+                                    nic_transport=Transport(g.nics.transport), nic_gbps=g.nics.gbps,
+                                    nic_count=g.nics.count, gpu_hour_usd=g.gpu_hour_usd, order=len(groups)))
+    links: list[Link] = []
+    for site in spec.sites:
+        for lk in site.links:
+            links.append(Link(scope="group", a=lk.between[0], b=lk.between[1], gbps=lk.gbps, latency_ms=lk.latency_ms,
+                              transport=Transport(lk.transport), egress_usd_per_gb=lk.egress_usd_per_gb))
+    for lk in spec.links:
+        links.append(Link(scope="site", a=lk.between[0], b=lk.between[1], gbps=lk.gbps, latency_ms=lk.latency_ms,
+                          transport=Transport(lk.transport), egress_usd_per_gb=lk.egress_usd_per_gb))
+    return Fleet(name=name, groups=tuple(groups), links=tuple(links), transports=catalog.transports)
+
+
+# --------------------------------------------------------------------------- model
+
+def default_ffn(hidden: int, gated: bool) -> int:
+    """Megatron-LM's default: 4h, or int((4h * 2/3) / 64) * 64 with swiglu (arguments.py)."""
+    return int((4 * hidden * 2 / 3) / 64) * 64 if gated else 4 * hidden
+
+
+def load_model(text: str, source: str) -> ModelArch:
+    data, lines = parse_yaml(text, source)
+    _require_mapping(data, source, "model", "keys such as num_layers, hidden_size, num_attention_heads")
+    issues: list[InputIssue] = []
+
+    def add(path: Path_, message: str) -> None:
+        issues.append(InputIssue(source=source, line=line_for(lines, path), path=dotted(path), message=message))
+
+    for key in sorted(set(data) & MOE_KEYS):
+        add((key,), f"mixture-of-experts models are not supported yet ('{key}'); hgplan plans dense models only")
+    clean = {k: v for k, v in data.items() if k not in MOE_KEYS}
+    spec: ModelSpec | None = None
+    try:
+        spec = ModelSpec.model_validate(clean)
+    except ValidationError as exc:
+        issues.extend(pydantic_issues(exc, data=clean, lines=lines, source=source, root=ModelSpec))
+
+    def pos_int(key: str) -> int | None:
+        v = clean.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    heads, groups, hidden, kvc = (pos_int("num_attention_heads"), pos_int("num_query_groups"),
+                                  pos_int("hidden_size"), pos_int("kv_channels"))
+    if heads and groups and heads % groups:
+        add(("num_query_groups",), f"num_attention_heads ({heads}) must be divisible by num_query_groups ({groups}); "
+                                   f"choose num_query_groups among {[d for d in range(1, heads + 1) if heads % d == 0]}")
+    if heads and hidden and kvc is None and hidden % heads:
+        add(("hidden_size",), f"hidden_size ({hidden}) must be divisible by num_attention_heads ({heads}) "
+                              "unless kv_channels is given")
+    act, swiglu = clean.get("activation"), clean.get("swiglu")
+    if swiglu is True and act not in (None, "swiglu"):
+        add(("swiglu",), f"swiglu: true contradicts activation: {act}; keep one of them")
+    if swiglu is False and act == "swiglu":
+        add(("swiglu",), "swiglu: false contradicts activation: swiglu; keep one of them")
+    if clean.get("group_query_attention") is False and groups and heads and groups != heads:
+        add(("group_query_attention",), "group_query_attention: false but num_query_groups differs from the heads")
+    if issues or spec is None:
+        raise InputError(sorted(issues, key=lambda i: (i.line or 0, i.path)))
+    activation = spec.activation or ("swiglu" if spec.swiglu else "gelu")
+    n_groups = spec.num_query_groups or spec.num_attention_heads
+    kv_channels = spec.kv_channels or spec.hidden_size // spec.num_attention_heads
+    return ModelArch(
+        name=spec.name or source, num_layers=spec.num_layers, hidden_size=spec.hidden_size,
+        ffn_hidden_size=spec.ffn_hidden_size or default_ffn(spec.hidden_size, activation == "swiglu"),
+        num_attention_heads=spec.num_attention_heads, num_query_groups=n_groups, kv_channels=kv_channels,
+        vocab_size=spec.vocab_size, make_vocab_size_divisible_by=spec.make_vocab_size_divisible_by,
+        max_position_embeddings=spec.max_position_embeddings, position_embedding_type=spec.position_embedding_type,
+        activation=activation, normalization=spec.normalization, add_bias_linear=spec.add_bias_linear,
+        untie_embeddings_and_output_weights=spec.untie_embeddings_and_output_weights,
+        embedding_layernorm=spec.embedding_layernorm, hidden_dropout=spec.hidden_dropout,
+        attention_dropout=spec.attention_dropout, source=spec.source or "",
+        published_params_b=spec.published_params_b, published_params_decimals=spec.published_params_decimals)
+
+
+# --------------------------------------------------------------------------- training
+
+def load_training(text: str, source: str) -> dict[str, Any]:
+    """Parse a training YAML into the keyword form accepted by make_training (CLI flags override it)."""
+    data, lines = parse_yaml(text, source)
+    _require_mapping(data, source, "training", "keys seq_length, global_batch_size, precision")
+    try:
+        TrainingSpec.model_validate(data)
+    except ValidationError as exc:
+        real = [e for e in exc.errors(include_url=False) if e["type"] != "missing"]
+        if real:
+            only = ValidationError.from_exception_data(exc.title, real)  # type: ignore[arg-type]
+            raise InputError(pydantic_issues(only, data=data, lines=lines, source=source, root=TrainingSpec)) from None
+    return dict(data)
+
+
+def make_training(values: dict[str, Any], model: ModelArch, source: str = "<cli>") -> TrainingSettings:
+    """Validate training settings (from flags and/or a file) against the model."""
+    try:
+        spec = TrainingSpec.model_validate(values)
+    except ValidationError as exc:
+        issues = []
+        for e in exc.errors(include_url=False):
+            key = str(e["loc"][-1]) if e["loc"] else ""
+            flag = {"seq_length": "--seq-len", "global_batch_size": "--global-batch", "precision": "--precision"}.get(key, key)
+            if e["type"] == "missing":
+                issues.append(InputIssue(source=source, line=None, path=key,
+                                         message=f"missing: give {flag} on the command line or '{key}' in --training"))
+            else:
+                issues.append(InputIssue(source=source, line=None, path=key, message=f"{e['msg']} (got {e.get('input')!r})"))
+        raise InputError(issues) from None
+    if spec.seq_length > model.max_position_embeddings:
+        raise InputError([InputIssue(source=source, line=None, path="seq_length",
+                                     message=f"seq_length ({spec.seq_length}) exceeds the model's max_position_embeddings "
+                                             f"({model.max_position_embeddings}); Megatron asserts seq_length <= "
+                                             "max_position_embeddings: shorten the sequence or raise the limit")])
+    return TrainingSettings(seq_length=spec.seq_length, global_batch_size=spec.global_batch_size,
+                            precision=Precision(spec.precision), optimizer=spec.optimizer, attention=spec.attention)

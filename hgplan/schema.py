@@ -1,0 +1,132 @@
+"""Input schemas for cluster, model and training files (the user-facing contract).
+
+These pydantic models check structure and types only and reject unknown keys. Cross-references
+(GPU ids, site names, divisibility rules) are checked in hgplan.inputs so that every problem in a
+file is reported in one pass. `hgplan schema cluster|model|training` prints their JSON Schema.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=64,
+                            description="Letters, digits, '_', '.', '-'; starts with a letter or digit.")]
+PosInt = Annotated[int, Field(gt=0)]
+PosFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+Transport = Literal["infiniband", "roce", "ethernet"]
+IntraKind = Literal["nvlink", "pcie", "xgmi", "roce"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntraNodeSpec(_Strict):
+    kind: IntraKind = Field(description="GPU-to-GPU path inside a node.")
+    gbytes_per_s: PosFloat = Field(description="Bidirectional per-GPU bandwidth in GB/s (decimal), as vendors quote it.")
+
+
+class GpuSpec(_Strict):
+    """A GPU type: a catalog entry, or an inline spec in a cluster file."""
+
+    id: Name = Field(description="Identifier, e.g. H100-SXM5-80GB.")
+    vendor: str = Field(description="NVIDIA, AMD, Intel, ...")
+    arch: str = Field(description="Architecture key in profiles/architectures.yaml (e.g. ampere, hopper, cdna3).")
+    form_factor: str = ""
+    bf16_tflops: PosFloat | None = Field(None, description="Dense bf16 tensor TFLOP/s (no sparsity).")
+    fp16_tflops: PosFloat | None = Field(None, description="Dense fp16 tensor TFLOP/s (no sparsity).")
+    fp8_tflops: PosFloat | None = Field(None, description="Dense fp8 tensor TFLOP/s (informational).")
+    hbm_gib: PosFloat = Field(description="Device memory in GiB.")
+    hbm_gbytes_per_s: PosFloat = Field(description="Device memory bandwidth, GB/s (decimal).")
+    intra_node: IntraNodeSpec
+    tdp_w: PosFloat | None = None
+    gemm_efficiency: Fraction | None = Field(None, description="Override of the architecture's achievable-matmul fraction.")
+    source: str = Field("", description="Where the figures come from.")
+
+
+class NicSpec(_Strict):
+    transport: Transport = Field(description="infiniband, roce or ethernet (TCP sockets).")
+    gbps: PosFloat = Field(description="Line rate of one NIC in Gbit/s.")
+    count: PosInt = Field(1, description="NICs per node used for training traffic.")
+
+
+class NodeGroupSpec(_Strict):
+    name: Name
+    count: PosInt = Field(description="Number of nodes.")
+    gpu: str | GpuSpec = Field(description="Catalog GPU id, or an inline GPU spec.")
+    gpus_per_node: PosInt = Field(description="GPUs in each node.")
+    intra_node: IntraNodeSpec | None = Field(None, description="Override of the GPU's default intra-node link.")
+    nics: NicSpec
+    gpu_hour_usd: NonNegFloat | None = Field(None, description="Price per GPU-hour (for cost objectives).")
+
+
+class LinkSpec(_Strict):
+    between: tuple[Name, Name] = Field(description="Two site names (top level) or two node-group names (inside a site).")
+    gbps: PosFloat = Field(description="Bandwidth of the link in Gbit/s, shared by all traffic crossing it.")
+    latency_ms: NonNegFloat = Field(description="One-way latency in milliseconds.")
+    transport: Transport = Field("ethernet", description="Transport on this link.")
+    egress_usd_per_gb: NonNegFloat | None = Field(None, description="Price per GB sent across the link.")
+
+
+class SiteSpec(_Strict):
+    name: Name
+    node_groups: list[NodeGroupSpec] = Field(min_length=1, description="At least one node group.")
+    links: list[LinkSpec] = Field(default_factory=list, description="Links between node groups of this site.")
+
+
+class ClusterSpec(_Strict):
+    """A fleet: sites with node groups, and the links between them."""
+
+    name: str | None = None
+    description: str | None = None
+    sites: list[SiteSpec] = Field(min_length=1)
+    links: list[LinkSpec] = Field(default_factory=list, description="Links between sites.")
+
+
+class ModelSpec(_Strict):
+    """A dense decoder-only transformer, with Megatron-LM argument names in snake_case."""
+
+    name: str | None = None
+    source: str | None = Field(None, description="Citation for the architecture numbers.")
+    published_params_b: PosFloat | None = Field(None, description="Published total parameters, in billions.")
+    published_params_decimals: int | None = Field(None, ge=0, description="Decimals the published figure was rounded to.")
+    num_layers: PosInt
+    hidden_size: PosInt
+    ffn_hidden_size: PosInt | None = Field(None, description="Default 4*hidden, or Megatron's swiglu rule.")
+    num_attention_heads: PosInt
+    group_query_attention: bool | None = None
+    num_query_groups: PosInt | None = Field(None, description="KV groups (GQA); default num_attention_heads.")
+    kv_channels: PosInt | None = Field(None, description="Head dimension; default hidden_size / num_attention_heads.")
+    vocab_size: PosInt
+    make_vocab_size_divisible_by: PosInt = 128
+    max_position_embeddings: PosInt
+    position_embedding_type: Literal["learned_absolute", "rope", "alibi", "none"] = "learned_absolute"
+    swiglu: bool | None = None
+    activation: Literal["gelu", "swiglu", "relu", "squared_relu"] | None = None
+    normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
+    add_bias_linear: bool = True
+    untie_embeddings_and_output_weights: bool = False
+    embedding_layernorm: bool = False
+    hidden_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    attention_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
+
+
+class TrainingSpec(_Strict):
+    """Training settings that are not plan decisions."""
+
+    seq_length: PosInt = Field(description="Tokens per sequence.")
+    global_batch_size: PosInt = Field(description="Sequences per iteration.")
+    precision: Literal["bf16", "fp16"] = "bf16"
+    optimizer: Literal["adam"] = Field("adam", description="Adam with fp32 master weights.")
+    attention: Literal["flash", "unfused"] = Field(
+        "flash", description="flash: fused attention that never stores the s x s scores; unfused: Megatron's "
+        "pre-2022 path that materialises them.")
+
+
+MOE_KEYS = frozenset({"num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+                      "expert_model_parallel_size", "moe_layer_freq", "moe_router_load_balancing_type"})

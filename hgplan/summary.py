@@ -1,0 +1,38 @@
+"""Fleet summary for `hgplan validate`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hgplan.domain import Fleet, ModelArch, Precision
+
+
+def fleet_summary(fleet: Fleet, warnings: list[str], model: ModelArch | None = None) -> dict[str, Any]:
+    by_type: dict[str, int] = {}
+    for g in fleet.groups:
+        by_type[g.gpu.id] = by_type.get(g.gpu.id, 0) + g.num_gpus
+    precision = Precision.BF16 if all(g.gpu.supports(Precision.BF16) for g in fleet.groups) else Precision.FP16
+    peak = sum(g.num_gpus * (g.gpu.peak_tflops(precision) or 0.0) for g in fleet.groups)
+    out: dict[str, Any] = {
+        "name": fleet.name,
+        "sites": list(fleet.sites),
+        "num_gpus": fleet.num_gpus,
+        "num_nodes": sum(g.num_nodes for g in fleet.groups),
+        "gpus_by_type": dict(sorted(by_type.items())),
+        "common_precision": precision.value,
+        "peak_pflops": round(peak / 1000, 3),
+        "hbm_tib": round(sum(g.num_gpus * g.gpu.hbm_gib for g in fleet.groups) / 1024, 3),
+        "node_groups": [
+            {"key": g.key, "nodes": g.num_nodes, "gpu": g.gpu.id, "gpus_per_node": g.gpus_per_node, "gpus": g.num_gpus,
+             "intra_node": f"{g.intra_node_kind} {g.intra_node_gbytes_per_s:g} GB/s",
+             "nics": f"{g.nic_count} x {g.nic_gbps:g} Gbit/s {g.nic_transport.value}",
+             "peak_pflops": round(g.num_gpus * (g.gpu.peak_tflops(precision) or 0.0) / 1000, 3),
+             "hbm_tib": round(g.num_gpus * g.gpu.hbm_gib / 1024, 3)}
+            for g in fleet.groups],
+        "links": [{"scope": lk.scope, "between": [lk.a, lk.b], "gbps": lk.gbps, "latency_ms": lk.latency_ms,
+                   "transport": lk.transport.value} for lk in fleet.links],
+        "warnings": warnings,
+    }
+    if model is not None:
+        out["model"] = {"name": model.name, "params_b": round(model.num_params() / 1e9, 3)}
+    return out

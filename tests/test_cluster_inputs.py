@@ -1,0 +1,171 @@
+"""Issue 2: cluster files are validated in one pass; each bad input gets a precise message and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from hgplan.io import catalog
+
+GOOD = """\
+sites:
+  - name: a
+    node_groups:
+      - name: h100
+        count: 2
+        gpu: H100-SXM5-80GB
+        gpus_per_node: 8
+        nics: {transport: infiniband, gbps: 400, count: 8}
+  - name: b
+    node_groups:
+      - name: a100
+        count: 2
+        gpu: A100-SXM4-80GB
+        gpus_per_node: 8
+        nics: {transport: roce, gbps: 200, count: 4}
+links:
+  - between: [a, b]
+    gbps: 100
+    latency_ms: 20
+"""
+
+
+def test_good_file_validates(cli, write):
+    r = cli("validate", write(GOOD), "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["num_gpus"] == 32
+    assert doc["gpus_by_type"] == {"A100-SXM4-80GB": 16, "H100-SXM5-80GB": 16}
+    # 16 x 989.5 + 16 x 312 TFLOP/s
+    assert doc["peak_pflops"] == pytest.approx((16 * 989.5 + 16 * 312) / 1000, abs=1e-3)
+    assert doc["links"][0]["between"] == ["a", "b"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("sites: [\n  - name: a\n", "YAML syntax error"),
+    (GOOD.replace("gpus_per_node: 8\n        nics: {transport: infiniband",
+                  "gpus_per_nod: 8\n        gpus_per_node: 8\n        nics: {transport: infiniband"),
+     ":7: sites.0.node_groups.0.gpus_per_nod: unknown key 'gpus_per_nod'; did you mean 'gpus_per_node'?"),
+    (GOOD.replace("count: 2\n        gpu: H100", "count: two\n        gpu: H100"),
+     "sites.0.node_groups.0.count: Input should be a valid integer"),
+    (GOOD.replace("count: 2\n        gpu: H100", "count: 0\n        gpu: H100"),
+     ":5: sites.0.node_groups.0.count: must be > 0 (got 0)"),
+    (GOOD.replace("count: 2\n        gpu: A100", "count: -3\n        gpu: A100"),
+     "sites.1.node_groups.0.count: must be > 0 (got -3)"),
+    (GOOD.replace("gpu: H100-SXM5-80GB", "gpu: H100"),
+     "sites.0.node_groups.0.gpu: unknown GPU id 'H100'; did you mean 'H100-PCIe-80GB', 'H100-SXM5-80GB'"),
+    (GOOD.replace("gbps: 400, count: 8", "gbps: 0, count: 8"), "sites.0.node_groups.0.nics.gbps: must be > 0 (got 0)"),
+    (GOOD.replace("transport: roce", "transport: rocev2"),
+     "sites.1.node_groups.0.nics.transport: must be one of 'infiniband', 'roce' or 'ethernet' (got 'rocev2')"),
+    (GOOD.replace("""    node_groups:
+      - name: a100
+        count: 2
+        gpu: A100-SXM4-80GB
+        gpus_per_node: 8
+        nics: {transport: roce, gbps: 200, count: 4}
+""", "    node_groups: []\n"), "sites.1.node_groups: site has no nodes"),
+    (GOOD.replace("between: [a, b]", "between: [a, c]"), "links.0.between.1: unknown site 'c'; sites: a, b"),
+    (GOOD.replace("between: [a, b]", "between: [a, a]"), "a link must join two different sites"),
+    (GOOD.replace("latency_ms: 20", "latency_ms: -1"), "links.0.latency_ms: must be >= 0 (got -1)"),
+    (GOOD.replace("links:\n  - between: [a, b]\n    gbps: 100\n    latency_ms: 20\n", ""),
+     "sites b are not linked to 'a'"),
+    (GOOD.replace("gpu: A100-SXM4-80GB", "gpu: A10G"), "GPU 'A10G' has no published tensor TFLOP/s"),
+    ("- just\n- a list\n", "expected a cluster mapping at the top level"),
+    ("sites: 3\n", "sites: expected a list"),
+])
+def test_bad_cluster(cli, write, text, expected):
+    r = cli("validate", write(text))
+    assert r.code == 2
+    assert expected in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_every_error_in_one_pass(cli, write):
+    text = GOOD.replace("count: 2\n        gpu: H100", "count: 0\n        gpu: H100") \
+               .replace("gpu: A100-SXM4-80GB", "gpu: B100").replace("between: [a, b]", "between: [a, z]")
+    r = cli("validate", write(text))
+    assert r.code == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 3, r.stderr
+    assert all(":" in ln.split()[1] for ln in lines)  # file:line: prefix on each
+
+
+def test_empty_file_and_directory(cli, write, tmp_path):
+    r = cli("validate", write("", "empty.yaml"))
+    assert r.code == 2 and "empty.yaml:1: the file is empty" in r.stderr
+    r = cli("validate", tmp_path)
+    assert r.code == 2 and "is a directory; expected a cluster YAML file" in r.stderr
+    r = cli("validate", tmp_path / "missing.yaml")
+    assert r.code == 2 and "no such cluster file" in r.stderr
+    r = cli("validate", "no-such-example")
+    assert r.code == 2 and "neither a file nor an example fleet" in r.stderr
+
+
+def test_islands_of_different_transport_need_a_link(cli, write):
+    text = """\
+sites:
+  - name: lab
+    node_groups:
+      - {name: ib, count: 1, gpu: A100-SXM4-80GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 200, count: 8}}
+      - {name: eth, count: 1, gpu: A100-SXM4-80GB, gpus_per_node: 8, nics: {transport: ethernet, gbps: 100, count: 1}}
+"""
+    r = cli("validate", write(text))
+    assert r.code == 2
+    assert "'ib' (infiniband) and 'eth' (ethernet) in site 'lab' have no link" in r.stderr
+    fixed = text + "    links:\n      - {between: [ib, eth], gbps: 25, latency_ms: 0.1}\n"
+    assert cli("validate", write(fixed)).code == 0
+
+
+def test_missing_site_pair_is_a_warning_not_silent(cli, write):
+    three = GOOD.replace("links:", """  - name: c
+    node_groups:
+      - {name: x, count: 1, gpu: L40S, gpus_per_node: 8, nics: {transport: ethernet, gbps: 100, count: 2}}
+links:
+  - between: [b, c]
+    gbps: 10
+    latency_ms: 5""")
+    r = cli("validate", write(three))
+    assert r.code == 0, r.stderr
+    assert "no link between sites 'a' and 'c'" in r.stderr
+
+
+def test_inline_gpu_spec(cli, write):
+    text = GOOD.replace("gpu: A100-SXM4-80GB", """gpu:
+          id: MyAccel
+          vendor: Acme
+          arch: hopper
+          bf16_tflops: 500
+          hbm_gib: 64
+          hbm_gbytes_per_s: 2000
+          intra_node: {kind: pcie, gbytes_per_s: 64}""")
+    r = cli("validate", write(text), "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["gpus_by_type"]["MyAccel"] == 16
+    bad = text.replace("arch: hopper", "arch: hoper").replace("hbm_gib: 64", "hbm_gb: 64")
+    r = cli("validate", write(bad))
+    assert r.code == 2
+    assert "unknown arch 'hoper'; did you mean 'hopper'" in r.stderr
+    assert "unknown key 'hbm_gb'; did you mean 'hbm_gib'" in r.stderr
+    assert "missing required key 'hbm_gib'" in r.stderr
+
+
+@pytest.mark.parametrize("name", sorted(catalog().cluster_texts))
+def test_every_example_fleet_validates(cli, name):
+    r = cli("validate", name, "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["num_gpus"] > 0
+
+
+def test_example_fleets_match_the_issue():
+    from hgplan.inputs import load_cluster
+    cat = catalog()
+    fleets = {n: load_cluster(t, n, cat)[0] for n, t in cat.cluster_texts.items()}
+    two = fleets["two-site"]
+    assert [(g.gpu.id, g.num_nodes, g.nic_transport, g.nic_gbps, g.nic_count) for g in two.groups] == [
+        ("H100-SXM5-80GB", 16, "infiniband", 400, 8), ("A100-SXM4-80GB", 32, "roce", 200, 4)]
+    assert (two.links[0].gbps, two.links[0].latency_ms) == (100, 20)
+    mixed = fleets["mixed-nic"]
+    assert {g.nic_transport for g in mixed.groups} == {"infiniband", "roce"} and mixed.links[0].gbps == 25
+    assert {g.gpu.arch for g in fleets["three-generations"].groups} == {"volta", "ampere", "hopper"}
+    assert {g.gpu.vendor for g in fleets["mixed-vendor"].groups} == {"AMD", "NVIDIA"}
+    large = fleets["large"]
+    assert large.num_gpus >= 4096 and len(large.sites) >= 3 and len({g.gpu.id for g in large.groups}) >= 4

@@ -1,0 +1,82 @@
+"""Issue 2: model presets and model files."""
+
+from __future__ import annotations
+
+import pytest
+
+from hgplan.inputs import load_model
+from hgplan.io import catalog
+
+PRESETS = sorted(catalog().model_texts)
+REQUIRED = {"gpt-1.7b", "gpt-3.6b", "gpt-7.5b", "gpt-18.4b", "gpt-39.1b", "gpt-76.1b", "gpt-145.6b", "gpt-310.1b",
+            "gpt-529.6b", "gpt-1t", "gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b",
+            "llama3.1-70b", "llama3.1-405b", "opt-175b", "bloom-176b"}
+
+
+def test_all_required_presets_exist():
+    assert REQUIRED <= set(PRESETS)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_parameter_count_matches_publication(name):
+    """Computed from the architecture, the count matches the published total within 1%.
+
+    Published figures rounded to a stated number of decimals (SC'21 Table 1 prints "1.7" for 1.652 B)
+    also pass when the computed count rounds to the same figure.
+    """
+    m = load_model(catalog().model_texts[name], name)
+    assert m.source, "every preset cites its source"
+    computed_b = m.num_params() / 1e9
+    published = m.published_params_b
+    assert published is not None
+    within = abs(computed_b - published) / published <= 0.01
+    rounds = m.published_params_decimals is not None and round(computed_b, m.published_params_decimals) == published
+    assert within or rounds, f"{name}: computed {computed_b:.4f} B vs published {published} B"
+
+
+def test_llama2_7b_exact():
+    m = load_model(catalog().model_texts["llama2-7b"], "x")
+    assert m.num_params() == 6_738_415_616  # released checkpoint
+
+
+MODEL = """\
+num_layers: 32
+hidden_size: 4096
+num_attention_heads: 32
+num_query_groups: 8
+vocab_size: 32000
+max_position_embeddings: 4096
+swiglu: true
+normalization: RMSNorm
+"""
+
+
+def test_model_defaults(write, cli):
+    m = load_model(MODEL, "m.yaml")
+    assert m.ffn_hidden_size == 10880  # int((4*4096*2/3)/64)*64 = 170*64, Megatron swiglu default
+    assert m.kv_channels == 128 and m.activation == "swiglu"
+    r = cli("validate", "two-site", "--model", write(MODEL), "--json")
+    assert r.code == 0, r.stderr
+
+
+@pytest.mark.parametrize("text, expected", [
+    (MODEL.replace("num_query_groups: 8", "num_query_groups: 6"),
+     "num_attention_heads (32) must be divisible by num_query_groups (6)"),
+    (MODEL.replace("hidden_size: 4096", "hidden_size: 4100"),
+     "hidden_size (4100) must be divisible by num_attention_heads (32)"),
+    (MODEL + "num_experts: 8\n", "mixture-of-experts models are not supported yet ('num_experts')"),
+    (MODEL + "activation: gelu\n", "swiglu: true contradicts activation: gelu"),
+    (MODEL.replace("num_layers: 32", "num_layer: 32"), "unknown key 'num_layer'; did you mean 'num_layers'?"),
+    (MODEL.replace("num_layers: 32", "num_layers: 0"), "num_layers: must be > 0 (got 0)"),
+    (MODEL.replace("normalization: RMSNorm", "normalization: rmsnorm"), "must be one of 'LayerNorm' or 'RMSNorm'"),
+    ("", "the file is empty"),
+])
+def test_bad_model(write, cli, text, expected):
+    r = cli("validate", "two-site", "--model", write(text, "model.yaml"))
+    assert r.code == 2
+    assert expected in r.stderr, r.stderr
+
+
+def test_unknown_preset_lists_choices(cli):
+    r = cli("validate", "two-site", "--model", "llama3-70b")
+    assert r.code == 2 and "did you mean" in r.stderr and "llama3.1-70b" in r.stderr
