@@ -30,6 +30,8 @@ class ArchEfficiency:
     kernel_overhead_us: float
     bf16: bool
     fp8: bool
+    sustained_clock_fraction: float = 1.0
+    """Tensor throughput sustained over a long multi-GPU run relative to short matmul benchmarks (power cap)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,3 +283,13 @@ class TrainingSettings:
     precision: Precision = Precision.BF16
     optimizer: str = "adam"
     attention: str = "flash"
+    runtime: str = "megatron"
+    """Training framework whose behaviour is modelled: megatron, deepspeed or fsdp (docs/cost-model.md)."""
+
+
+RUNTIME_EFFICIENCY = {"megatron": 1.0, "deepspeed": 0.80, "fsdp": 0.85}
+"""Share of GPU time a framework spends in useful kernels, relative to Megatron-LM's fused path.
+
+PyTorch-eager FSDP (FULL_SHARD with autocast) loses time to per-module hooks, dtype casts, unfused
+element-wise kernels and allocator synchronisation. 0.85 is the one constant estimated from the whole
+MosaicML llm-foundry family of the calibration set (124 rows); see docs/cost-model.md."""

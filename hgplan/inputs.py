@@ -40,7 +40,8 @@ class Catalog:
         eff = base if spec.gemm_efficiency is None else ArchEfficiency(
             gemm_efficiency=spec.gemm_efficiency, attention_efficiency=base.attention_efficiency,
             hbm_efficiency=base.hbm_efficiency, collective_efficiency=base.collective_efficiency,
-            kernel_overhead_us=base.kernel_overhead_us, bf16=base.bf16, fp8=base.fp8)
+            kernel_overhead_us=base.kernel_overhead_us, bf16=base.bf16, fp8=base.fp8,
+            sustained_clock_fraction=base.sustained_clock_fraction)
         return GpuType(id=spec.id, vendor=spec.vendor, arch=spec.arch, form_factor=spec.form_factor,
                        bf16_tflops=spec.bf16_tflops, fp16_tflops=spec.fp16_tflops, fp8_tflops=spec.fp8_tflops,
                        hbm_gib=spec.hbm_gib, hbm_gbytes_per_s=spec.hbm_gbytes_per_s,
@@ -440,4 +441,5 @@ def make_training(values: dict[str, Any], model: ModelArch, source: str = "<cli>
                                              f"({model.max_position_embeddings}); Megatron asserts seq_length <= "
                                              "max_position_embeddings: shorten the sequence or raise the limit")])
     return TrainingSettings(seq_length=spec.seq_length, global_batch_size=spec.global_batch_size,
-                            precision=Precision(spec.precision), optimizer=spec.optimizer, attention=spec.attention)
+                            precision=Precision(spec.precision), optimizer=spec.optimizer, attention=spec.attention,
+                            runtime=spec.runtime)

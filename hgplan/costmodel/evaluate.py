@@ -1,0 +1,258 @@
+"""Evaluate a plan: per-stage compute, communication and memory, then the pipeline schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hgplan.costmodel.comm import allreduce_s, group_busbw_gbytes_per_s, half_collective_s, intra_node_busbw_gbytes_per_s, nic_gbytes_per_s
+from hgplan.costmodel.compute import BYTES, LayerTime, embedding_time, hbm_s, head_time, layer_time
+from hgplan.costmodel.flops import megatron_model_flops
+from hgplan.costmodel.memory import StageMemory, stage_memory
+from hgplan.costmodel.pipeline import Op, PipelineResult, closed_form, simulate
+from hgplan.domain import Fleet, ModelArch, NetPath, NodeGroup, Precision, TrainingSettings
+from hgplan.plan import ParallelConfig, Plan, Recompute
+
+OPTIMIZER_BYTES_PER_PARAM = 4 + 12 + 12 + 2
+"""Adam step: read fp32 grad and master/m/v, write master/m/v and the 16-bit weight."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StagePrediction:
+    index: int
+    node_group: str
+    site: str
+    gpu: str
+    gpus: int
+    layers: int
+    fwd_s: float
+    """One micro-batch forward through the stage (all its chunks)."""
+    bwd_s: float
+    compute_s: float
+    """Forward + backward over all micro-batches of the iteration."""
+    p2p_s: float
+    """Time this stage spends sending activations and gradients over the iteration."""
+    dp_sync_s: float
+    """Exposed data-parallel (and tied-embedding) synchronisation after the pipeline flush."""
+    optimizer_s: float
+    memory: StageMemory
+    memory_capacity_gib: float
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory.total_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.total_gib <= self.memory_capacity_gib
+
+    @property
+    def headroom_gib(self) -> float:
+        return self.memory_capacity_gib - self.memory.total_gib
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prediction:
+    iteration_time_s: float
+    pipeline_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    """Megatron's logged figure: model FLOPs / (iteration time x world size)."""
+    hardware_tflops_per_gpu: float
+    mfu: float
+    """Model FLOPs / (iteration time x sum of the used GPUs' peaks)."""
+    hfu: float
+    bubble_fraction: float
+    num_microbatches: int
+    bottleneck_stage: int
+    method: str
+    stages: tuple[StagePrediction, ...]
+    boundaries: tuple[dict, ...]
+    ops: tuple[Op, ...] = field(default=(), repr=False)
+
+    @property
+    def fits(self) -> bool:
+        return all(s.fits for s in self.stages)
+
+
+def _tp_bandwidth(group: NodeGroup, cfg: ParallelConfig, fleet: Fleet) -> tuple[float, float]:
+    if cfg.tp <= group.gpus_per_node:
+        return intra_node_busbw_gbytes_per_s(group.gpu, group.intra_node_gbytes_per_s), 15e-6
+    transport = fleet.transports[group.nic_transport]
+    return nic_gbytes_per_s(group, transport), transport.latency_us * 1e-6
+
+
+def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *, msg_bytes: float,
+                crossings: int) -> tuple[float, float, NetPath | None]:
+    """(sender-busy seconds, latency seconds, path) for one activation message between two stages.
+
+    Every GPU of a stage sends its 1/TP shard at once; on a shared link (between islands or sites) all
+    TP x CP x DP flows of the boundary, times the boundaries that cross the same link, share its bandwidth.
+    """
+    path = fleet.path(a, b)
+    if path is None:
+        return float("inf"), float("inf"), None
+    if path.kind == "same_group" and cfg.gpus_per_stage < a.gpus_per_node:
+        bw = intra_node_busbw_gbytes_per_s(a.gpu, a.intra_node_gbytes_per_s)
+        return msg_bytes / (bw * 1e9), 5e-6, path
+    per_gpu = path.per_gpu_gbps / 8.0 * path.efficiency * 1e9
+    t = msg_bytes / per_gpu
+    if path.shared:
+        flows = cfg.gpus_per_stage * crossings
+        t = max(t, msg_bytes * flows / (path.gbps / 8.0 * path.efficiency * 1e9))
+    return t, path.latency_s, path
+
+
+def _tensors_per_layer(model: ModelArch) -> int:
+    """Parameter tensors of one layer: QKV, output, MLP weights (+ biases), two norms (weight, + bias)."""
+    mats = 2 + (3 if model.gated else 2)
+    norms = 2 * (2 if model.normalization == "LayerNorm" else 1)
+    return mats * (2 if model.add_bias_linear else 1) + norms
+
+
+def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
+             use_simulator: bool = False, keep_ops: bool = False) -> Prediction:
+    """Predict iteration time, throughput and per-stage memory. The plan must have passed validate_plan."""
+    cfg = plan.config
+    p, v, t, c, d = cfg.pp, cfg.vpp, cfg.tp, cfg.cp, cfg.dp
+    m = cfg.num_microbatches(train.global_batch_size)
+    groups = [fleet.group(st.node_group) for st in plan.stages]
+    flash = train.attention == "flash"
+    grad_bytes = 4.0 if train.precision is Precision.BF16 else 2.0
+    tok = cfg.micro_batch_size * train.seq_length / c
+    # --- per-stage compute
+    fwd, bwd, layer_times, params = [], [], [], []
+    memories = []
+    cache: dict[str, LayerTime] = {}
+    for i, (st, g) in enumerate(zip(plan.stages, groups)):
+        if g.key not in cache:
+            busbw, lat = _tp_bandwidth(g, cfg, fleet)
+            cache[g.key] = layer_time(model, g.gpu, cfg, train, tp_busbw_gbytes_per_s=busbw, tp_latency_s=lat)
+        lt = cache[g.key]
+        f_l, b_l = lt.fwd_s, lt.bwd_s
+        if c > 1:
+            transport = fleet.transports[g.nic_transport]
+            cp_bw, cp_lat = group_busbw_gbytes_per_s(g, transport, members=c, stride=t)
+            kv_step = cfg.micro_batch_size * (train.seq_length / c) * 2 * model.kv_dim / t * BYTES
+            cp_f = (c - 1) * (kv_step / (cp_bw * 1e9) + cp_lat)
+            f_l += max(0.0, cp_f - lt.attention_fwd_s)
+            b_l += max(0.0, 2 * cp_f - 2.5 * lt.attention_fwd_s)
+        f_s, b_s = st.num_layers * f_l, st.num_layers * b_l
+        if i == 0:
+            ef, eb = embedding_time(model, g.gpu, cfg, train)
+            f_s, b_s = f_s + ef, b_s + eb
+        if i == p - 1:
+            hf, hb = head_time(model, g.gpu, cfg, train)
+            f_s, b_s = f_s + hf, b_s + hb
+            if cfg.recompute is Recompute.FULL:
+                b_s += hf
+        mem = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length, num_microbatches=m,
+                           stage=i, layers=st.num_layers, flash=flash)
+        if cfg.zero_stage >= 3 and d * c > 1:
+            transport = fleet.transports[g.nic_transport]
+            bw, lat = group_busbw_gbytes_per_s(g, transport, members=d * c, stride=t)
+            # Megatron-FSDP and PyTorch FSDP gather one flat buffer per layer; DeepSpeed ZeRO-3 one per module
+            # (each parameter tensor), each paying the ring's n - 1 step latency.
+            calls = max(1, st.num_layers) * (1 if train.runtime != "deepspeed" else _tensors_per_layer(model))
+            gather = half_collective_s(mem.params * BYTES, d * c, bw, latency_s=0.0) + calls * (
+                half_collective_s(1, d * c, 1e9, latency_s=lat))
+            scatter = half_collective_s(mem.params * grad_bytes, d * c, bw, latency_s=0.0) + calls * (
+                half_collective_s(1, d * c, 1e9, latency_s=lat))
+            recompute_gather = gather if cfg.recompute is Recompute.FULL and train.runtime == "deepspeed" else 0.0
+            if train.runtime == "deepspeed":
+                f_s += gather
+                b_s += gather + scatter + recompute_gather
+            else:
+                first_layer = gather / max(1, st.num_layers)
+                f_s += max(first_layer, gather - f_s)
+                b_s += max(first_layer, gather + scatter - b_s)
+        fwd.append(f_s)
+        bwd.append(b_s)
+        layer_times.append(lt)
+        params.append(mem.params)
+        memories.append(mem)
+    # --- point-to-point between stages
+    msg = tok * model.hidden_size * BYTES / t
+    n_bound = p if v > 1 else p - 1
+    pairs = [(k, (k + 1) % p) for k in range(n_bound)]
+    link_use: dict[int, int] = {}
+    for a_i, b_i in pairs:
+        path = fleet.path(groups[a_i], groups[b_i])
+        if path is not None and path.link is not None:
+            link_use[id(path.link)] = link_use.get(id(path.link), 0) + 1
+    xf = [0.0] * p
+    xb = [0.0] * p
+    lat = [0.0] * p
+    boundaries = []
+    for k, (a_i, b_i) in enumerate(pairs):
+        path = fleet.path(groups[a_i], groups[b_i])
+        crossings = link_use.get(id(path.link), 1) if path is not None and path.link is not None else 1
+        busy, latency, path = p2p_seconds(fleet, groups[a_i], groups[b_i], cfg, msg_bytes=msg, crossings=crossings)
+        xf[k] = xb[k] = busy
+        lat[k] = latency
+        boundaries.append({"from_stage": a_i, "to_stage": b_i, "path": path.kind if path else "none",
+                           "transport": path.transport.value if path else None, "send_s": busy, "latency_s": latency,
+                           "message_mib": msg / 2 ** 20})
+    # --- pipeline
+    ops: list[Op] = []
+    if use_simulator:
+        pipe, ops = simulate(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v, keep_ops=keep_ops)
+        method = "simulator"
+    else:
+        pipe = closed_form(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v)
+        method = "closed_form"
+    # --- data-parallel sync and optimizer, after each stage's last backward
+    stages = []
+    ends = []
+    tied_sync = 0.0
+    if p > 1 and not model.untie_embeddings_and_output_weights:
+        emb_bytes = model.padded_vocab(t) * model.hidden_size / t * grad_bytes
+        busy, latency, _ = p2p_seconds(fleet, groups[0], groups[-1], cfg, msg_bytes=emb_bytes, crossings=1)
+        tied_sync = 2 * busy + 2 * latency
+    for i, (st, g) in enumerate(zip(plan.stages, groups)):
+        transport = fleet.transports[g.nic_transport]
+        members = d * c
+        bw, lat_dp = group_busbw_gbytes_per_s(g, transport, members=members, stride=t)
+        grads = params[i] * grad_bytes
+        if cfg.zero_stage == 0:
+            reduce = allreduce_s(grads, members, bw, latency_s=lat_dp)
+            gather = 0.0
+        elif cfg.zero_stage < 3:
+            reduce = half_collective_s(grads, members, bw, latency_s=lat_dp)
+            gather = half_collective_s(params[i] * BYTES, members, bw, latency_s=lat_dp)
+        else:
+            reduce = gather = 0.0  # ZeRO-3 traffic is per micro-batch, inside fwd/bwd above
+        if cfg.overlap_grad_reduce and st.num_layers:
+            window = bwd[i] / v * (st.num_layers - 1) / st.num_layers
+            exposed = max(reduce / st.num_layers, reduce - window) + max(0.0, gather - fwd[i] / v)
+        else:
+            exposed = reduce + gather
+        if i in (0, p - 1):
+            exposed += tied_sync
+        shard = params[i] / (members if cfg.zero_stage >= 1 else 1)
+        opt = hbm_s(g.gpu, shard * OPTIMIZER_BYTES_PER_PARAM)
+        ends.append(pipe.finish_s[i] + exposed + opt)
+        stages.append(StagePrediction(
+            index=i, node_group=g.key, site=g.site, gpu=g.gpu.id, gpus=cfg.gpus_per_stage, layers=st.num_layers,
+            fwd_s=fwd[i], bwd_s=bwd[i], compute_s=m * (fwd[i] + bwd[i]),
+            p2p_s=m * v * ((xf[i] if (i < p - 1 or v > 1) else 0.0) + (xb[i - 1] if i > 0 else (xb[p - 1] if v > 1 else 0.0))),
+            dp_sync_s=exposed, optimizer_s=opt, memory=memories[i], memory_capacity_gib=g.gpu.hbm_gib))
+    iteration = max(max(ends), pipe.iteration_s)
+    # --- metrics
+    model_flops = megatron_model_flops(model, global_batch_size=train.global_batch_size, seq_length=train.seq_length)
+    extra = 0.0
+    for st, lt in zip(plan.stages, layer_times):
+        recomputed = {Recompute.FULL: lt.fwd_flops, Recompute.SELECTIVE: lt.attention_fwd_flops,
+                      Recompute.NONE: 0.0}[cfg.recompute]
+        extra += recomputed * st.num_layers * m * cfg.gpus_per_stage
+    world = cfg.world_size
+    peak_sum = sum(g.gpu.peak_tflops(train.precision) for g in groups) * cfg.gpus_per_stage * 1e12
+    tokens = train.global_batch_size * train.seq_length
+    return Prediction(
+        iteration_time_s=iteration, pipeline_s=pipe.iteration_s, tokens_per_s=tokens / iteration,
+        model_tflops_per_gpu=model_flops / (iteration * world * 1e12),
+        hardware_tflops_per_gpu=(model_flops + extra) / (iteration * world * 1e12),
+        mfu=model_flops / (iteration * peak_sum), hfu=(model_flops + extra) / (iteration * peak_sum),
+        bubble_fraction=pipe.bubble_fraction, num_microbatches=m, bottleneck_stage=pipe.bottleneck_stage,
+        method=method, stages=tuple(stages), boundaries=tuple(boundaries), ops=tuple(ops))
+
+

@@ -1,0 +1,137 @@
+"""Per-GPU memory of one pipeline stage: weights, gradients, optimizer state, activations, overhead.
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+Models", Sec. 4), generalised from (MHA, F = 4h, GELU) to GQA, any FFN size and gated MLPs; with
+MHA, F = 4h and dropout they reduce exactly to the paper's sbh(34 + 5as/h) and its TP/SP variants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hgplan.domain import ACTIVATION_FFN_MATRICES, ModelArch, Precision
+from hgplan.plan import ParallelConfig, Recompute
+
+GIB = 1024 ** 3
+FRAMEWORK_OVERHEAD_GIB = 2.0
+"""CUDA context, NCCL buffers and allocator reserve (measured CUDA contexts are 0.5-1 GiB; NCCL adds ~0.5 GiB)."""
+FRAGMENTATION = 1.05
+"""Allocator fragmentation on activations, as Megatron's theoretical_memory_usage applies (x1.05)."""
+
+
+def activation_bytes_per_layer(model: ModelArch, *, micro_batch: int, seq_length: int, tp: int, cp: int,
+                               sequence_parallel: bool, recompute: Recompute, flash: bool) -> float:
+    """Bytes one layer keeps for backward for one micro-batch on one GPU."""
+    s = seq_length / cp
+    b, h, a = micro_batch, model.hidden_size, model.num_attention_heads
+    q, kv, F = model.query_dim, model.kv_dim, model.ffn_hidden_size
+    n_mat = ACTIVATION_FFN_MATRICES[model.activation]
+    sb = s * b
+    if recompute is Recompute.FULL:
+        return 2.0 * sb * h / (tp if sequence_parallel else 1)
+    hid_mask = 1.0 if model.hidden_dropout > 0 else 0.0
+    # Outside the TP region (replicated over TP ranks unless sequence parallel): 2 norm inputs (4h),
+    # QKV input (2h), MLP input (2h), two dropout masks (1 byte each).
+    replicated = 4 * h + 2 * h + 2 * h + 2 * hid_mask * h
+    # Inside the TP region: Q, K, V, attention output (out-proj input), MLP up-projection output(s), activation output.
+    sharded = 2 * q + 2 * kv + 2 * kv + 2 * q + 2 * (n_mat - 1) * F + 2 * F
+    out = sb * (replicated / (tp if sequence_parallel else 1) + sharded / tp)
+    if flash:
+        out += 4.0 * b * (a / tp) * s  # fp32 log-sum-exp per query
+    elif recompute is Recompute.NONE:
+        att_mask = 1.0 if model.attention_dropout > 0 else 0.0
+        per_score = 2 + att_mask + (2 if att_mask else 0)  # softmax output, dropout mask, dropout output
+        out += per_score * b * (a / tp) * s * seq_length  # scores of s/cp queries against all keys
+    return out
+
+
+def transient_layer_bytes(model: ModelArch, *, micro_batch: int, seq_length: int, tp: int, cp: int,
+                          sequence_parallel: bool, flash: bool) -> float:
+    """Extra peak while one layer is recomputed under full recompute: its full activations."""
+    return activation_bytes_per_layer(model, micro_batch=micro_batch, seq_length=seq_length, tp=tp, cp=cp,
+                                      sequence_parallel=sequence_parallel, recompute=Recompute.NONE, flash=flash)
+
+
+def state_bytes_per_param(precision: Precision, zero_stage: int, dp: int) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per parameter on one GPU.
+
+    Megatron: bf16 weights (2), fp32 main gradients (4), fp32 master + Adam m, v (12) = 18 bytes, or
+    6 + 12/d with the distributed optimizer; fp16: 2 + 2 + 16 = 20, or 4 + 16/d (docs/user-guide/features/
+    dist_optimizer.md). ZeRO-2 also shards gradients, ZeRO-3 also the weights.
+    """
+    if precision is Precision.BF16:
+        w, g, o = 2.0, 4.0, 12.0
+    else:
+        w, g, o = 2.0, 2.0, 16.0
+    if zero_stage >= 1:
+        o /= dp
+    if zero_stage >= 2:
+        g /= dp
+    if zero_stage >= 3:
+        w /= dp
+    return w, g, o
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageMemory:
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    overhead_gib: float
+    params: float
+    """Parameters held by one GPU of this stage (before ZeRO sharding)."""
+    inflight_microbatches: float
+
+    @property
+    def total_gib(self) -> float:
+        return self.weights_gib + self.gradients_gib + self.optimizer_gib + self.activations_gib + self.overhead_gib
+
+
+def inflight_layers(stage: int, num_stages: int, layers: int, vpp: int, num_microbatches: int) -> float:
+    """Layer-microbatches of activations a stage holds at its peak under (interleaved) 1F1B.
+
+    1F1B: stage i of p holds min(p - i, m) micro-batches. Interleaved with v chunks: the warm-up of rank i
+    runs (p - i - 1) * 2 + (v - 1) * p + 1 chunk-forwards before its first backward, each of layers/v layers;
+    for i = 0 this is Megatron's p * (1 + (p - 1) / (p v)) micro-batches of L/p layers.
+    """
+    if vpp <= 1:
+        return layers * min(num_stages - stage, num_microbatches)
+    chunks = min((num_stages - stage - 1) * 2 + (vpp - 1) * num_stages + 1, num_microbatches * vpp)
+    return chunks * layers / vpp
+
+
+def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision, seq_length: int, num_microbatches: int,
+                 stage: int, layers: int, flash: bool) -> StageMemory:
+    p, t = cfg.pp, cfg.tp
+    first, last = stage == 0, stage == p - 1
+    vocab = model.padded_vocab(t)
+    params = layers * model.layer_params() / t
+    if first:
+        pos = model.max_position_embeddings * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
+        params += vocab * model.hidden_size / t + pos
+    if last:
+        params += model.norm_params
+        if model.untie_embeddings_and_output_weights or p > 1:
+            # untied output layer, or with PP > 1 the last stage's copy of the tied embedding
+            params += vocab * model.hidden_size / t
+    w, g, o = state_bytes_per_param(precision, cfg.zero_stage, cfg.dp * cfg.cp)
+    zero3_buffer = 2 * 2 * model.layer_params() / t if cfg.zero_stage >= 3 else 0.0  # two gathered layers in flight
+    act_layer = activation_bytes_per_layer(model, micro_batch=cfg.micro_batch_size, seq_length=seq_length, tp=t,
+                                           cp=cfg.cp, sequence_parallel=cfg.sequence_parallel,
+                                           recompute=cfg.recompute, flash=flash)
+    n_layer_mb = inflight_layers(stage, p, layers, cfg.vpp, num_microbatches)
+    inflight_mb = n_layer_mb / layers if layers else 0.0
+    acts = act_layer * n_layer_mb
+    sb = cfg.micro_batch_size * seq_length / cfg.cp
+    sp_div = t if cfg.sequence_parallel else 1
+    if first:
+        acts += inflight_mb * sb * model.hidden_size * 3 / sp_div  # embedding output + dropout mask
+    if cfg.recompute is Recompute.FULL and layers:
+        acts += transient_layer_bytes(model, micro_batch=cfg.micro_batch_size, seq_length=seq_length, tp=t, cp=cfg.cp,
+                                      sequence_parallel=cfg.sequence_parallel, flash=flash)
+    if last:
+        acts += 4 * sb * model.hidden_size / sp_div + 4 * sb * vocab / t  # output layer input + fp32 logits (one micro-batch)
+    return StageMemory(weights_gib=(params * w + zero3_buffer) / GIB, gradients_gib=params * g / GIB,
+                       optimizer_gib=params * o / GIB, activations_gib=acts * FRAGMENTATION / GIB,
+                       overhead_gib=FRAMEWORK_OVERHEAD_GIB, params=params, inflight_microbatches=inflight_mb)

@@ -1,0 +1,90 @@
+"""Plan objects: the degrees, per-stage placement and layers that the cost model evaluates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    """Store every activation."""
+    SELECTIVE = "selective"
+    """Recompute the attention core in backward (Korthikanti et al.); Megatron --recompute-granularity selective."""
+    FULL = "full"
+    """Store only each layer's input and recompute the whole layer in backward."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelConfig:
+    """One TP, CP, PP and DP for all stages: the plan family stock Megatron-LM and DeepSpeed run."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int = 1
+    micro_batch_size: int = 1
+    vpp: int = 1
+    """Virtual pipeline chunks per stage (interleaved 1F1B when > 1)."""
+    recompute: Recompute = Recompute.NONE
+    sequence_parallel: bool = False
+    zero_stage: int = 0
+    """0: replicated optimizer; 1: sharded optimizer state (Megatron distributed optimizer); 2: + gradients; 3: + parameters."""
+    overlap_grad_reduce: bool = True
+    """Overlap the data-parallel gradient reduction with the last micro-batch's backward (and the parameter gather
+    with the next forward)."""
+    allow_cross_node_tp: bool = False
+
+    @property
+    def gpus_per_stage(self) -> int:
+        return self.tp * self.cp * self.dp
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_stage * self.pp
+
+    @property
+    def distributed_optimizer(self) -> bool:
+        return self.zero_stage >= 1
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        return global_batch_size // (self.micro_batch_size * self.dp)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageAssignment:
+    node_group: str
+    """Key 'site/group' of the node group that hosts every GPU of this stage."""
+    num_layers: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    config: ParallelConfig
+    stages: tuple[StageAssignment, ...]
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        return tuple(s.num_layers for s in self.stages)
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple(s.node_group for s in self.stages)
+
+    def to_dict(self) -> dict:
+        c = self.config
+        return {"tp": c.tp, "pp": c.pp, "dp": c.dp, "cp": c.cp, "micro_batch_size": c.micro_batch_size, "vpp": c.vpp,
+                "recompute": c.recompute.value, "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage,
+                "distributed_optimizer": c.distributed_optimizer, "overlap_grad_reduce": c.overlap_grad_reduce,
+                "stages": [{"node_group": s.node_group, "layers": s.num_layers} for s in self.stages]}
+
+    @staticmethod
+    def from_dict(d: dict) -> "Plan":
+        cfg = ParallelConfig(tp=int(d["tp"]), pp=int(d["pp"]), dp=int(d["dp"]), cp=int(d.get("cp", 1)),
+                             micro_batch_size=int(d["micro_batch_size"]), vpp=int(d.get("vpp", 1)),
+                             recompute=Recompute(d.get("recompute", "none")),
+                             sequence_parallel=bool(d.get("sequence_parallel", False)),
+                             zero_stage=int(d.get("zero_stage", 0)),
+                             overlap_grad_reduce=bool(d.get("overlap_grad_reduce", True)))
+        stages = tuple(StageAssignment(node_group=str(s["node_group"]), num_layers=int(s["layers"])) for s in d["stages"])
+        return Plan(config=cfg, stages=stages)
