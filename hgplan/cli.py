@@ -210,6 +210,161 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which document: clus
     emit_json(doc)
 
 
+# ---------------------------------------------------------------------------- shared planning options
+
+def training_settings(model, *, training_file: str | None, seq_len: int | None, global_batch: int | None,
+                      precision: str | None, attention: str | None, runtime: str | None):
+    from hgplan.inputs import load_training, make_training
+    from hgplan.io import read_text
+
+    values: dict[str, Any] = {}
+    if training_file:
+        values.update(load_training(read_text(training_file, "training"), training_file))
+    for key, val in (("seq_length", seq_len), ("global_batch_size", global_batch), ("precision", precision),
+                     ("attention", attention), ("runtime", runtime)):
+        if val is not None:
+            values[key] = val
+    return make_training(values, model)
+
+
+class RecomputeOpt(StrEnum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Cluster YAML file or example fleet name.")]
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model preset name or model YAML file.")]
+SeqOpt = Annotated[int | None, typer.Option("--seq-len", help="Sequence length (tokens).")]
+GbsOpt = Annotated[int | None, typer.Option("--global-batch", help="Global batch size (sequences per iteration).")]
+PrecisionOpt = Annotated[str | None, typer.Option("--precision", help="bf16 (default) or fp16.")]
+TrainingOpt = Annotated[str | None, typer.Option("--training", help="Training settings YAML (flags override it).")]
+AttentionOpt = Annotated[str | None, typer.Option("--attention", help="flash (default) or unfused.")]
+RuntimeOpt = Annotated[str | None, typer.Option("--runtime", help="megatron (default), deepspeed or fsdp.")]
+
+
+def _parse_layers(text: str | None, pp: int, num_layers: int) -> list[int]:
+    if text is None:
+        if num_layers % pp:
+            raise InputError(f"--layers: {num_layers} layers do not split evenly over pp = {pp}; give --layers with "
+                             f"{pp} comma-separated counts that sum to {num_layers}")
+        return [num_layers // pp] * pp
+    try:
+        layers = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise InputError(f"--layers: expected comma-separated integers such as 10,9,9,8 (got {text!r})") from None
+    if len(layers) != pp:
+        raise InputError(f"--layers lists {len(layers)} stages but --pp is {pp}; give one count per stage")
+    return layers
+
+
+def _parse_stage_groups(text: str | None, pp: int, fleet) -> list[str]:
+    keys = [g.key for g in fleet.groups]
+    if text is None:
+        if len(keys) == 1:
+            return keys * pp
+        raise InputError(f"--stage-groups: the fleet has {len(keys)} node groups; name the group of each stage, "
+                         f"e.g. --stage-groups {','.join([keys[0]] * pp)} (choices: {', '.join(keys)})")
+    refs = [r.strip() for r in text.split(",")]
+    if len(refs) == 1:
+        refs = refs * pp
+    if len(refs) != pp:
+        raise InputError(f"--stage-groups lists {len(refs)} groups but --pp is {pp}; give one per stage (or one for all)")
+    out = []
+    for r in refs:
+        g = fleet.find_group(r)
+        if g is None:
+            raise InputError(f"--stage-groups: unknown node group '{r}'; choices: {', '.join(keys)}")
+        out.append(g.key)
+    return out
+
+
+# ---------------------------------------------------------------------------- explain
+
+@app.command()
+@handles_errors
+def explain(
+    plan_file: Annotated[str | None, typer.Argument(help="A plan file written by `hgplan search -o` (optional).")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster YAML file or example fleet name.")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset name or model YAML file.")] = None,
+    seq_len: SeqOpt = None, global_batch: GbsOpt = None, precision: PrecisionOpt = None, training: TrainingOpt = None,
+    attention: AttentionOpt = None, runtime: RuntimeOpt = None,
+    tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.")] = None,
+    pp: Annotated[int | None, typer.Option("--pp", help="Pipeline stages.")] = None,
+    dp: Annotated[int | None, typer.Option("--dp", help="Data-parallel degree.")] = None,
+    cp: Annotated[int, typer.Option("--cp", help="Context-parallel degree.")] = 1,
+    mbs: Annotated[int, typer.Option("--mbs", help="Micro-batch size.")] = 1,
+    vpp: Annotated[int, typer.Option("--vpp", help="Virtual stages per pipeline rank (interleaved 1F1B).")] = 1,
+    recompute: Annotated[RecomputeOpt, typer.Option("--recompute", help="Activation recomputation.")] = RecomputeOpt.none,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism.")] = False,
+    distributed_optimizer: Annotated[bool, typer.Option("--distributed-optimizer", help="Shard optimizer state (ZeRO-1).")] = False,
+    zero_stage: Annotated[int | None, typer.Option("--zero-stage", help="ZeRO stage 0-3.")] = None,
+    no_overlap_grad_reduce: Annotated[bool, typer.Option("--no-overlap-grad-reduce",
+                                                         help="Do not overlap the DP reduction with backward.")] = False,
+    allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Permit TP across nodes (costed on NICs).")] = False,
+    layers: Annotated[str | None, typer.Option("--layers", help="Layers per stage, e.g. 10,9,9,8.")] = None,
+    stage_groups: Annotated[str | None, typer.Option("--stage-groups", help="Node group of each stage, SITE/GROUP,...")] = None,
+    simulate: Annotated[bool, typer.Option("--simulate/--no-simulate", help="Also run the pipeline simulator.")] = True,
+    timeline: Annotated[bool, typer.Option("--timeline", help="Draw one iteration as a text Gantt chart.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Predict a configuration you run today (or a plan file): throughput, MFU, per-stage time and memory."""
+    from hgplan import explainer
+    from hgplan.io import resolve_cluster, resolve_model
+
+    if plan_file is not None:
+        raise InputError("explaining a plan file arrives with `hgplan search` (issue 4); give the configuration as flags")
+    missing = [f for f, v in (("--cluster", cluster), ("--model", model), ("--tp", tp), ("--pp", pp), ("--dp", dp))
+               if v is None]
+    if missing:
+        raise InputError(f"explain needs a plan file or {', '.join(missing)} (see `hgplan explain --help`)")
+    if distributed_optimizer and zero_stage is not None and zero_stage != 1:
+        raise InputError(f"--distributed-optimizer is ZeRO stage 1 but --zero-stage {zero_stage} was given; keep one")
+    zs = zero_stage if zero_stage is not None else (1 if distributed_optimizer else 0)
+    fleet, warnings, cluster_ref = resolve_cluster(cluster)
+    arch, model_ref = resolve_model(model)
+    train = training_settings(arch, training_file=training, seq_len=seq_len, global_batch=global_batch,
+                              precision=precision, attention=attention, runtime=runtime)
+    plan = explainer.build_plan(
+        fleet=fleet, model=arch, tp=tp, pp=pp, dp=dp, cp=cp, mbs=mbs, vpp=vpp, recompute=recompute.value,
+        sequence_parallel=sequence_parallel, zero_stage=zs, overlap_grad_reduce=not no_overlap_grad_reduce,
+        allow_cross_node_tp=allow_cross_node_tp, layers=_parse_layers(layers, pp, arch.num_layers),
+        stage_groups=_parse_stage_groups(stage_groups, pp, fleet))
+    doc = explainer.explain(plan, fleet, arch, train, cluster_ref=cluster_ref, model_ref=model_ref,
+                            simulate=simulate, timeline=timeline)
+    doc["warnings"] = warnings
+    for w in doc.get("warnings", []):
+        err.print(f"warning: {w}", markup=False, highlight=False)
+    if as_json:
+        doc = {k: v for k, v in doc.items() if k != "timeline_text"}
+        emit_json(doc)
+        return
+    explainer_render(doc)
+
+
+def explainer_render(doc: dict) -> None:
+    p = doc["prediction"]
+    plan = doc["plan"]
+    out.print(f"[bold]{doc['inputs']['model_name']}[/] on {doc['inputs']['cluster']}: TP {plan['tp']} CP {plan['cp']} "
+              f"PP {plan['pp']} DP {plan['dp']}, micro-batch {plan['micro_batch_size']} x {p['num_microbatches']}, "
+              f"vpp {plan['vpp']}, recompute {plan['recompute']}, ZeRO {plan['zero_stage']}")
+    sim = f" (simulator {p['simulator_iteration_time_s']:.3f} s)" if "simulator_iteration_time_s" in p else ""
+    out.print(f"iteration {p['iteration_time_s']:.3f} s{sim}  |  {p['tokens_per_s']:,.0f} tokens/s  |  "
+              f"{p['model_tflops_per_gpu']:.1f} model TFLOP/s/GPU  |  MFU {p['mfu']:.1%}  |  bubble {p['bubble_fraction']:.1%}")
+    table = Table("stage", "node group", "GPUs", "layers", "fwd+bwd s/mb", "compute s", "p2p s", "DP sync s",
+                  "memory GiB", "capacity", "headroom")
+    for s in doc["stages"]:
+        mark = "" if s["fits"] else " [red]OOM[/]"
+        table.add_row(str(s["index"]), s["node_group"], str(s["gpus"]), str(s["layers"]), f"{s['fwd_s'] + s['bwd_s']:.4f}",
+                      f"{s['compute_s']:.3f}", f"{s['p2p_s']:.3f}", f"{s['dp_sync_s']:.3f}", f"{s['memory_gib']:.1f}{mark}",
+                      f"{s['memory_capacity_gib']:g}", f"{s['headroom_gib']:.1f}")
+    out.print(table)
+    for line in doc.get("findings", []):
+        out.print(line, markup=False, highlight=False)
+    if doc.get("timeline_text"):
+        out.print(doc["timeline_text"], markup=False, highlight=False)
+
+
 def main() -> None:
     """Console entry point; turns unexpected exceptions into exit 101 with a bug-report hint."""
     try:

@@ -135,3 +135,40 @@ def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision,
     return StageMemory(weights_gib=(params * w + zero3_buffer) / GIB, gradients_gib=params * g / GIB,
                        optimizer_gib=params * o / GIB, activations_gib=acts * FRAGMENTATION / GIB,
                        overhead_gib=FRAMEWORK_OVERHEAD_GIB, params=params, inflight_microbatches=inflight_mb)
+
+
+def megatron_theoretical_gib(model: ModelArch, cfg: ParallelConfig, *, seq_length: int, num_microbatches: int) -> float:
+    """Megatron-LM's own estimate for the first stage (megatron/training/theoretical_memory_usage.py), in GiB.
+
+    Used only to cross-check hgplan's per-stage model in docs/cost-model.md: it assumes L/PP layers on every
+    stage, bf16 with fp32 gradients, and it models full recompute as if nothing were recomputed.
+    """
+    h, L, n, g, d = model.hidden_size, model.num_layers, model.num_attention_heads, model.num_query_groups, model.kv_channels
+    q, F = n * d, model.ffn_hidden_size
+    t, p, v, b, s = cfg.tp, cfg.pp, cfg.vpp, cfg.micro_batch_size, seq_length
+    ns = 2 if model.normalization == "LayerNorm" else 1
+    gl = 1.5 if model.gated else 1.0
+    V = model.padded_vocab(t)
+    per_layer = 2 * h * h * ((1 + g / n) * q / h) + 2 * h * F * gl + 2 * h * ns
+    emb = h * V
+    sharded = per_layer * L / p + emb
+    most_loaded = sharded / t
+    if model.untie_embeddings_and_output_weights and p == 1:
+        most_loaded += emb / t
+    bytes_per = 6 + 12 / (cfg.dp * cfg.cp) if cfg.distributed_optimizer else 18
+    weights = most_loaded * bytes_per
+    if cfg.sequence_parallel and cfg.recompute is Recompute.SELECTIVE:
+        act = s * b * h * (18 + 4 * F / h) * L
+        act += 8 * s * b * p + s * b * h * p
+        act *= (1 + (p - 1) / (p * v)) if v > 1 else (min(1.0, num_microbatches / p) if p > 1 else 1.0)
+        if p == 1:
+            act += s * b * h * 4 * (1 + V / h)
+        act /= t
+    else:
+        act = s * b * h * (10 + 24 / t) * L
+        act += 8 * s * b * p + s * b * h * p
+        act *= (1 + (p - 1) / (p * v)) if v > 1 else (min(1.0, num_microbatches / p) if p > 1 else 1.0)
+        if p == 1:
+            act += 2 * (s * b * V / t + s * b * h)
+        act *= 1.05
+    return (weights + act) / GIB

@@ -1,0 +1,91 @@
+"""Issue 3: `hgplan explain` for a hand-given configuration."""
+
+from __future__ import annotations
+
+import pytest
+
+BASE = ["explain", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512"]
+GOOD = BASE + ["--tp", "8", "--pp", "4", "--dp", "4", "--stage-groups",
+               "beijing/h100,beijing/h100,shanghai/a100,shanghai/a100", "--layers", "24,24,16,16",
+               "--recompute", "selective", "--sequence-parallel", "--distributed-optimizer"]
+
+
+def test_explain_json_has_the_contract(cli):
+    r = cli(*GOOD, "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["schema_version"] == "1"
+    assert doc["plan"]["tp"] == 8 and [s["layers"] for s in doc["plan"]["stages"]] == [24, 24, 16, 16]
+    p = doc["prediction"]
+    for key in ("iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu"):
+        assert p[key] > 0
+    assert p["tokens_per_s"] == pytest.approx(512 * 4096 / p["iteration_time_s"], rel=1e-4)
+    assert 0 < p["mfu"] < 1
+    assert len(doc["stages"]) == 4
+    for s in doc["stages"]:
+        for key in ("node_group", "gpus", "layers", "compute_s", "p2p_s", "dp_sync_s", "memory_gib", "memory_capacity_gib"):
+            assert key in s
+    # the WAN boundary (stage 1 -> 2) is the slow one
+    wan = [b for b in doc["boundaries"] if b["path"] == "site_link"]
+    assert len(wan) == 1 and wan[0]["from_stage"] == 1
+
+
+def test_explain_table_output(cli):
+    r = cli(*GOOD)
+    assert r.code == 0
+    assert "bottleneck: stage" in r.stdout and "tokens/s" in r.stdout
+
+
+def test_config_that_does_not_fit_is_still_explained(cli):
+    r = cli(*BASE, "--tp", "1", "--pp", "1", "--dp", "8", "--stage-groups", "beijing/h100", "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["prediction"]["fits"] is False
+    assert doc["prediction"]["overflow_stages"] == [0]
+    assert doc["stages"][0]["memory_gib"] > doc["stages"][0]["memory_capacity_gib"]
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--tp", "8", "--pp", "4", "--dp", "4", "--stage-groups", "beijing/h100", "--layers", "20,20,20,10"],
+     "sum to 70, but the model has 80 layers"),
+    (["--tp", "3", "--pp", "1", "--dp", "1", "--stage-groups", "beijing/h100"],
+     "tp = 3 must divide num_attention_heads (64) and num_query_groups (8)"),
+    (["--tp", "8", "--pp", "1", "--dp", "3", "--stage-groups", "beijing/h100"],
+     "global batch 512 is not divisible by micro-batch x dp = 1 x 3 = 3"),
+    (["--tp", "8", "--pp", "2", "--dp", "2", "--stage-groups", "beijing/gpu,shanghai/a100"],
+     "unknown node group 'beijing/gpu'"),
+    (["--tp", "8", "--pp", "2", "--dp", "2"], "the fleet has 2 node groups; name the group of each stage"),
+    (["--tp", "8", "--pp", "2", "--dp", "16", "--stage-groups", "beijing/h100"],
+     "node group beijing/h100 has 128 GPUs but its stages need 256"),
+    (["--tp", "16", "--pp", "1", "--dp", "1", "--stage-groups", "beijing/h100", "--global-batch", "16"],
+     "must divide"),
+    (["--tp", "8", "--pp", "1", "--dp", "1", "--stage-groups", "beijing/h100", "--distributed-optimizer",
+      "--zero-stage", "2"], "--distributed-optimizer is ZeRO stage 1 but --zero-stage 2"),
+    (["--tp", "8", "--pp", "3", "--dp", "1", "--stage-groups", "beijing/h100"], "do not split evenly over pp = 3"),
+])
+def test_bad_configuration(cli, extra, expected):
+    r = cli(*BASE, *extra)
+    assert r.code == 2, r.stdout
+    assert expected in r.stderr, r.stderr
+
+
+def test_missing_training_settings(cli):
+    r = cli("explain", "-c", "two-site", "-m", "llama3.1-70b", "--tp", "8", "--pp", "1", "--dp", "1",
+            "--stage-groups", "beijing/h100")
+    assert r.code == 2 and "give --seq-len" in r.stderr
+
+
+def test_v100_needs_fp16(cli):
+    args = ["explain", "-c", "three-generations", "-m", "llama2-7b", "--seq-len", "2048", "--global-batch", "64",
+            "--tp", "8", "--pp", "1", "--dp", "4", "--stage-groups", "campus/v100"]
+    r = cli(*args)
+    assert r.code == 2 and "does not support bf16" in r.stderr
+    assert cli(*args, "--precision", "fp16").code == 0
+
+
+def test_training_file(cli, write):
+    path = write("seq_length: 4096\nglobal_batch_size: 512\nprecision: bf16\n", "train.yaml")
+    r = cli("explain", "-c", "two-site", "-m", "llama3.1-70b", "--training", path, "--tp", "8", "--pp", "1",
+            "--dp", "16", "--stage-groups", "beijing/h100", "--recompute", "full", "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["inputs"]["training"]["seq_length"] == 4096
