@@ -365,6 +365,152 @@ def explainer_render(doc: dict) -> None:
         out.print(doc["timeline_text"], markup=False, highlight=False)
 
 
+# ---------------------------------------------------------------------------- search
+
+class TargetOpt(StrEnum):
+    megatron = "megatron"
+    deepspeed = "deepspeed"
+
+
+def _parse_percent(text: str, flag: str) -> float:
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise InputError(f"{flag}: expected a fraction or a percentage such as 0.5% (got {text!r})") from None
+    if not 0 <= value < 1:
+        raise InputError(f"{flag}: must be between 0 and 100% (got {text!r})")
+    return value
+
+
+@app.command()
+@handles_errors
+def search(
+    cluster: ClusterOpt, model: ModelOpt,
+    seq_len: SeqOpt = None, global_batch: GbsOpt = None, precision: PrecisionOpt = None, training: TrainingOpt = None,
+    attention: AttentionOpt = None,
+    target: Annotated[TargetOpt, typer.Option("--target", help="Framework the plan must run on.")] = TargetOpt.megatron,
+    top: Annotated[int, typer.Option("--top", help="How many ranked plans to show.")] = 5,
+    time_limit: Annotated[float, typer.Option("--time-limit", help="Search budget in seconds of CP-SAT deterministic "
+                                                                   "time (reproducible); wall time is capped at 3x.")] = 60.0,
+    max_gap: Annotated[str, typer.Option("--max-gap", help="Stop when the best plan is proven within this gap.")] = "0.5%",
+    max_pp: Annotated[int | None, typer.Option("--max-pp", help="Largest number of pipeline stages to consider.")] = None,
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Evaluate the three baselines.")] = True,
+    solver_log: Annotated[bool, typer.Option("--solver-log", help="CP-SAT progress to stderr.")] = False,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with a proven optimality gap."""
+    import hashlib
+
+    from hgplan.io import resolve_cluster, resolve_model
+    from hgplan.planner.api import plan_training
+    from hgplan.planner.search import SearchOptions
+
+    if top < 1:
+        raise InputError(f"--top must be >= 1 (got {top})")
+    if time_limit <= 0:
+        raise InputError(f"--time-limit must be > 0 seconds (got {time_limit})")
+    if max_pp is not None and max_pp < 1:
+        raise InputError(f"--max-pp must be >= 1 (got {max_pp})")
+    gap = _parse_percent(max_gap, "--max-gap")
+    fleet, warnings, cluster_ref = resolve_cluster(cluster)
+    arch, model_ref = resolve_model(model)
+    train = training_settings(arch, training_file=training, seq_len=seq_len, global_batch=global_batch,
+                              precision=precision, attention=attention, runtime=target.value)
+    cluster_text, model_text = _input_texts(cluster, model)
+    inputs = {"cluster": {"ref": cluster_ref, "sha256": hashlib.sha256(cluster_text.encode()).hexdigest()},
+              "model": {"ref": model_ref, "name": arch.name}}
+    opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp)
+    doc = _run_with_progress(lambda cb: plan_training(fleet, arch, train, opts, inputs=inputs, progress=cb,
+                                                      with_baselines=baselines), solver_log)
+    doc["warnings"] = warnings + doc["warnings"]
+    for w in doc["warnings"]:
+        err.print(f"warning: {w}", markup=False, highlight=False)
+    if output:
+        _write_plan_file(output, doc, cluster_text=cluster_text, model_text=model_text)
+    if as_json:
+        emit_json(doc)
+    else:
+        _render_search(doc)
+
+
+def _input_texts(cluster: str, model: str) -> tuple[str, str]:
+    from pathlib import Path
+
+    from hgplan.io import catalog, read_text
+
+    cat = catalog()
+    ctext = cat.cluster_texts[cluster] if cluster in cat.cluster_texts and not Path(cluster).exists() \
+        else read_text(cluster, "cluster")
+    mtext = cat.model_texts[model] if model in cat.model_texts and not Path(model).exists() else read_text(model, "model")
+    return ctext, mtext
+
+
+def _run_with_progress(fn, solver_log: bool):
+    if not err.is_terminal or solver_log:
+        return fn(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("search", total=None)
+
+        def cb(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return fn(cb)
+
+
+def _write_plan_file(path: str, doc: dict, *, cluster_text: str, model_text: str) -> None:
+    from pathlib import Path
+
+    from hgplan.planfile import make_plan_file
+
+    plan_doc = make_plan_file(doc, cluster_text=cluster_text, model_text=model_text)
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"-o {path}: is a directory; give a file name such as {path}/plan.json")
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(plan_doc, indent=2) + "\n")
+    tmp.replace(target)
+    err.print(f"wrote {path}", markup=False, highlight=False)
+
+
+def _stage_summary(stages: list[dict]) -> str:
+    parts: list[tuple[str, list[int]]] = []
+    for st in stages:
+        if parts and parts[-1][0] == st["node_group"]:
+            parts[-1][1].append(st["layers"])
+        else:
+            parts.append((st["node_group"], [st["layers"]]))
+    return " | ".join(f"{g}: {','.join(map(str, ls))}" for g, ls in parts)
+
+
+def _render_search(doc: dict) -> None:
+    s = doc["search"]
+    table = Table("#", "tokens/s", "iter s", "MFU", "GPUs", "TP", "CP", "PP", "DP", "mbs", "vpp", "recompute",
+                  "stages (node group: layers)", "min headroom GiB", title="plans")
+    for e in doc["plans"]:
+        p, pl = e["prediction"], e["plan"]
+        table.add_row(str(e["rank"]), f"{p['tokens_per_s']:,.0f}", f"{p['iteration_time_s']:.3f}", f"{p['mfu']:.1%}",
+                      str(e["gpus_used"]), str(pl["tp"]), str(pl["cp"]), str(pl["pp"]), str(pl["dp"]),
+                      str(pl["micro_batch_size"]), str(pl["vpp"]), pl["recompute"], _stage_summary(pl["stages"]),
+                      f"{e['worst_headroom_gib']:.1f}")
+    out.print(table)
+    c = s["candidates"]
+    out.print(f"search: best {s['best_objective_s']:.3f} s, proven bound {s['bound_s']:.3f} s, gap "
+              f"{s['relative_gap']:.2%} ({c['solved']} solved, {c['pruned_by_bound']} pruned by bound, "
+              f"{c['skipped_by_budget']} skipped by budget of {c['total']}; {s['stopped_by']})")
+    for name, b in doc.get("baselines", {}).items():
+        if b["available"]:
+            out.print(f"baseline {name}: {b['prediction']['tokens_per_s']:,.0f} tokens/s; hgplan is "
+                      f"{b['speedup']:.2f}x faster ({b['description']}{'; ' + b['note'] if b.get('note') else ''})")
+        else:
+            out.print(f"baseline {name}: not available ({b.get('note', '')})")
+    for idle in doc["idle_gpus"]:
+        out.print(f"idle: {idle['gpus']} GPUs of {idle['node_group']}: {idle['reason']}")
+
+
 def main() -> None:
     """Console entry point; turns unexpected exceptions into exit 101 with a bug-report hint."""
     try:

@@ -109,6 +109,69 @@ def _tensors_per_layer(model: ModelArch) -> int:
     return mats * (2 if model.add_bias_linear else 1) + norms
 
 
+def layer_cost(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig,
+               train: TrainingSettings) -> tuple[LayerTime, float, float]:
+    """(LayerTime, forward seconds, backward seconds) of one layer for one micro-batch, CP exposure included."""
+    busbw, lat = _tp_bandwidth(g, cfg, fleet)
+    lt = layer_time(model, g.gpu, cfg, train, tp_busbw_gbytes_per_s=busbw, tp_latency_s=lat)
+    f_l, b_l = lt.fwd_s, lt.bwd_s
+    t, c = cfg.tp, cfg.cp
+    if c > 1:
+        transport = fleet.transports[g.nic_transport]
+        cp_bw, cp_lat = group_busbw_gbytes_per_s(g, transport, members=c, stride=t)
+        kv_step = cfg.micro_batch_size * (train.seq_length / c) * 2 * model.kv_dim / t * BYTES
+        cp_f = (c - 1) * (kv_step / (cp_bw * 1e9) + cp_lat)
+        f_l += max(0.0, cp_f - lt.attention_fwd_s)
+        b_l += max(0.0, 2 * cp_f - 2.5 * lt.attention_fwd_s)
+    return lt, f_l, b_l
+
+
+def edge_costs(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings) -> tuple[float, float, float, float]:
+    """(embedding fwd, embedding bwd, head fwd, head bwd incl. recompute) seconds for one micro-batch."""
+    ef, eb = embedding_time(model, g.gpu, cfg, train)
+    hf, hb = head_time(model, g.gpu, cfg, train)
+    if cfg.recompute is Recompute.FULL:
+        hb += hf
+    return ef, eb, hf, hb
+
+
+def dp_tail(fleet: Fleet, g: NodeGroup, cfg: ParallelConfig, train: TrainingSettings, *, params: float, layers: int,
+            fwd_s: float, bwd_s: float) -> tuple[float, float]:
+    """(exposed data-parallel sync seconds, optimizer-step seconds) of one stage after its last backward."""
+    t, c, d, v = cfg.tp, cfg.cp, cfg.dp, cfg.vpp
+    grad_bytes = 4.0 if train.precision is Precision.BF16 else 2.0
+    transport = fleet.transports[g.nic_transport]
+    members = d * c
+    bw, lat_dp = group_busbw_gbytes_per_s(g, transport, members=members, stride=t)
+    grads = params * grad_bytes
+    if cfg.zero_stage == 0:
+        reduce = allreduce_s(grads, members, bw, latency_s=lat_dp)
+        gather = 0.0
+    elif cfg.zero_stage < 3:
+        reduce = half_collective_s(grads, members, bw, latency_s=lat_dp)
+        gather = half_collective_s(params * BYTES, members, bw, latency_s=lat_dp)
+    else:
+        reduce = gather = 0.0  # ZeRO-3 traffic is per micro-batch, inside fwd/bwd
+    if cfg.overlap_grad_reduce and layers:
+        window = bwd_s / v * (layers - 1) / layers
+        exposed = max(reduce / layers, reduce - window) + max(0.0, gather - fwd_s / v)
+    else:
+        exposed = reduce + gather
+    shard = params / (members if cfg.zero_stage >= 1 else 1)
+    return exposed, hbm_s(g.gpu, shard * OPTIMIZER_BYTES_PER_PARAM)
+
+
+def tied_embedding_sync_s(fleet: Fleet, first: NodeGroup, last: NodeGroup, model: ModelArch, cfg: ParallelConfig,
+                          train: TrainingSettings) -> float:
+    """All-reduce of the tied embedding's gradient between the first and last stage (0 when untied or PP = 1)."""
+    if cfg.pp <= 1 or model.untie_embeddings_and_output_weights:
+        return 0.0
+    grad_bytes = 4.0 if train.precision is Precision.BF16 else 2.0
+    emb_bytes = model.padded_vocab(cfg.tp) * model.hidden_size / cfg.tp * grad_bytes
+    busy, latency, _ = p2p_seconds(fleet, first, last, cfg, msg_bytes=emb_bytes, crossings=1)
+    return 2 * busy + 2 * latency
+
+
 def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
              use_simulator: bool = False, keep_ops: bool = False) -> Prediction:
     """Predict iteration time, throughput and per-stage memory. The plan must have passed validate_plan."""
@@ -122,29 +185,17 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     # --- per-stage compute
     fwd, bwd, layer_times, params = [], [], [], []
     memories = []
-    cache: dict[str, LayerTime] = {}
+    cache: dict[str, tuple[LayerTime, float, float]] = {}
     for i, (st, g) in enumerate(zip(plan.stages, groups)):
         if g.key not in cache:
-            busbw, lat = _tp_bandwidth(g, cfg, fleet)
-            cache[g.key] = layer_time(model, g.gpu, cfg, train, tp_busbw_gbytes_per_s=busbw, tp_latency_s=lat)
-        lt = cache[g.key]
-        f_l, b_l = lt.fwd_s, lt.bwd_s
-        if c > 1:
-            transport = fleet.transports[g.nic_transport]
-            cp_bw, cp_lat = group_busbw_gbytes_per_s(g, transport, members=c, stride=t)
-            kv_step = cfg.micro_batch_size * (train.seq_length / c) * 2 * model.kv_dim / t * BYTES
-            cp_f = (c - 1) * (kv_step / (cp_bw * 1e9) + cp_lat)
-            f_l += max(0.0, cp_f - lt.attention_fwd_s)
-            b_l += max(0.0, 2 * cp_f - 2.5 * lt.attention_fwd_s)
+            cache[g.key] = layer_cost(fleet, g, model, cfg, train)
+        lt, f_l, b_l = cache[g.key]
         f_s, b_s = st.num_layers * f_l, st.num_layers * b_l
+        ef, eb, hf, hb = edge_costs(g, model, cfg, train)
         if i == 0:
-            ef, eb = embedding_time(model, g.gpu, cfg, train)
             f_s, b_s = f_s + ef, b_s + eb
         if i == p - 1:
-            hf, hb = head_time(model, g.gpu, cfg, train)
             f_s, b_s = f_s + hf, b_s + hb
-            if cfg.recompute is Recompute.FULL:
-                b_s += hf
         mem = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length, num_microbatches=m,
                            stage=i, layers=st.num_layers, flash=flash)
         if cfg.zero_stage >= 3 and d * c > 1:
@@ -203,33 +254,11 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     # --- data-parallel sync and optimizer, after each stage's last backward
     stages = []
     ends = []
-    tied_sync = 0.0
-    if p > 1 and not model.untie_embeddings_and_output_weights:
-        emb_bytes = model.padded_vocab(t) * model.hidden_size / t * grad_bytes
-        busy, latency, _ = p2p_seconds(fleet, groups[0], groups[-1], cfg, msg_bytes=emb_bytes, crossings=1)
-        tied_sync = 2 * busy + 2 * latency
+    tied_sync = tied_embedding_sync_s(fleet, groups[0], groups[-1], model, cfg, train)
     for i, (st, g) in enumerate(zip(plan.stages, groups)):
-        transport = fleet.transports[g.nic_transport]
-        members = d * c
-        bw, lat_dp = group_busbw_gbytes_per_s(g, transport, members=members, stride=t)
-        grads = params[i] * grad_bytes
-        if cfg.zero_stage == 0:
-            reduce = allreduce_s(grads, members, bw, latency_s=lat_dp)
-            gather = 0.0
-        elif cfg.zero_stage < 3:
-            reduce = half_collective_s(grads, members, bw, latency_s=lat_dp)
-            gather = half_collective_s(params[i] * BYTES, members, bw, latency_s=lat_dp)
-        else:
-            reduce = gather = 0.0  # ZeRO-3 traffic is per micro-batch, inside fwd/bwd above
-        if cfg.overlap_grad_reduce and st.num_layers:
-            window = bwd[i] / v * (st.num_layers - 1) / st.num_layers
-            exposed = max(reduce / st.num_layers, reduce - window) + max(0.0, gather - fwd[i] / v)
-        else:
-            exposed = reduce + gather
+        exposed, opt = dp_tail(fleet, g, cfg, train, params=params[i], layers=st.num_layers, fwd_s=fwd[i], bwd_s=bwd[i])
         if i in (0, p - 1):
             exposed += tied_sync
-        shard = params[i] / (members if cfg.zero_stage >= 1 else 1)
-        opt = hbm_s(g.gpu, shard * OPTIMIZER_BYTES_PER_PARAM)
         ends.append(pipe.finish_s[i] + exposed + opt)
         stages.append(StagePrediction(
             index=i, node_group=g.key, site=g.site, gpu=g.gpu.id, gpus=cfg.gpus_per_stage, layers=st.num_layers,

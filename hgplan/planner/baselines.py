@@ -1,0 +1,116 @@
+"""Baselines, each evaluated by the same cost model as hgplan's plans.
+
+(a) single group: hgplan's own search restricted to one node group (what a user does without hgplan:
+    train on one cluster alone), best over the groups;
+(b) Megatron default on the whole fleet: stages in file order over every GPU, layers split evenly;
+(c) proportional (Holmes, Zorse): the same placement, layers in proportion to each stage's speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hgplan.costmodel.evaluate import Prediction, evaluate, layer_cost
+from hgplan.domain import Fleet, ModelArch, TrainingSettings
+from hgplan.plan import ParallelConfig, Plan, StageAssignment
+from hgplan.planner.search import SearchOptions, _stage_sizes, _tp_options, _cp_options, run_search
+from hgplan.planner.tables import eligible
+from hgplan.validate import check_plan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Baseline:
+    name: str
+    description: str
+    plan: Plan | None
+    prediction: Prediction | None
+    note: str = ""
+
+
+def single_group(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
+    best: tuple[float, Plan, Prediction] | None = None
+    for g in fleet.groups:
+        sub = replace(opts, groups=(g.key,), top_k=1, budget_s=max(1.0, opts.budget_s / (2 * len(fleet.groups))))
+        res = run_search(fleet, model, train, sub)
+        if not res.found:
+            continue
+        plan = res.found[0].plan()
+        pred = evaluate(plan, fleet, model, train)
+        if pred.fits and not check_plan(plan, fleet, model, train) and (best is None or pred.iteration_time_s < best[0]):
+            best = (pred.iteration_time_s, plan, pred)
+    desc = "the best plan on a single node group (training on one cluster alone)"
+    if best is None:
+        return Baseline(name="single_group", description=desc, plan=None, prediction=None,
+                        note="no single node group can train this model")
+    return Baseline(name="single_group", description=desc, plan=best[1], prediction=best[2],
+                    note=f"on {best[1].stages[0].node_group}")
+
+
+def _file_order_plans(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
+                      proportional: bool) -> list[Plan]:
+    L = model.num_layers
+    out = []
+    groups = list(fleet.groups)
+    for tp in _tp_options(model, groups, opts):
+        for cp in _cp_options(train, tp, groups):
+            for size in _stage_sizes(tp, cp, groups):
+                dp = size // (tp * cp)
+                for mbs in opts.mbs_options:
+                    if train.global_batch_size % (mbs * dp):
+                        continue
+                    for rc in opts.recompute_options:
+                        base = ParallelConfig(tp=tp, pp=1, dp=dp, cp=cp, micro_batch_size=mbs, recompute=rc,
+                                              sequence_parallel=tp > 1, zero_stage=1)
+                        if not all(eligible(g, base, train) for g in groups):
+                            continue
+                        order = [g for g in groups for _ in range(g.num_gpus // size)]
+                        p = len(order)
+                        if p > L:
+                            continue
+                        if proportional:
+                            speed = [1.0 / sum(layer_cost(fleet, g, model, base, train)[1:]) for g in order]
+                            raw = [L * sp / sum(speed) for sp in speed]
+                            layers = [max(1, int(r)) for r in raw]
+                            while sum(layers) < L:
+                                i = max(range(p), key=lambda j: raw[j] - layers[j])
+                                layers[i] += 1
+                            while sum(layers) > L:
+                                i = max(range(p), key=lambda j: (layers[j] - raw[j]) if layers[j] > 1 else -1e9)
+                                layers[i] -= 1
+                        else:
+                            if L % p:
+                                continue
+                            layers = [L // p] * p
+                        cfg = replace(base, pp=p)
+                        out.append(Plan(config=cfg, stages=tuple(StageAssignment(node_group=g.key, num_layers=n)
+                                                                 for g, n in zip(order, layers))))
+    return out
+
+
+def _best_of(plans: list[Plan], fleet: Fleet, model: ModelArch, train: TrainingSettings) -> tuple[Plan, Prediction] | None:
+    best = None
+    for plan in plans:
+        if check_plan(plan, fleet, model, train):
+            continue
+        pred = evaluate(plan, fleet, model, train)
+        if pred.fits and (best is None or pred.iteration_time_s < best[1].iteration_time_s):
+            best = (plan, pred)
+    return best
+
+
+def megatron_default(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
+    desc = "Megatron-LM's default on the whole fleet: every GPU, stages in file order, layers split evenly"
+    best = _best_of(_file_order_plans(fleet, model, train, opts, proportional=False), fleet, model, train)
+    if best is None:
+        return Baseline(name="megatron_default", description=desc, plan=None, prediction=None,
+                        note="no even split over the whole fleet fits in memory or divides the layers")
+    return Baseline(name="megatron_default", description=desc, plan=best[0], prediction=best[1])
+
+
+def proportional(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
+    desc = "Holmes/Zorse rule: every GPU, stages in file order, layers in proportion to stage speed"
+    best = _best_of(_file_order_plans(fleet, model, train, opts, proportional=True), fleet, model, train)
+    if best is None:
+        return Baseline(name="proportional", description=desc, plan=None, prediction=None,
+                        note="no proportional split over the whole fleet fits in memory")
+    return Baseline(name="proportional", description=desc, plan=best[0], prediction=best[1])

@@ -1,0 +1,371 @@
+"""Hierarchical search: enumerate outer degrees, prune by lower bounds, solve each survivor with CP-SAT.
+
+Certified gap: every candidate is either solved (its CP-SAT bound), pruned (its lower bound is at least the
+K-th best objective), or skipped by the budget (its lower bound); the global bound is the smallest of the
+solved bounds and the skipped lower bounds, so best / bound is a proven ratio under the cost tables.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from hgplan.costmodel.evaluate import dp_tail, edge_costs, layer_cost, p2p_seconds
+from hgplan.costmodel.memory import GIB, FRAMEWORK_OVERHEAD_GIB, state_bytes_per_param
+from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
+from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
+from hgplan.planner.model import SolverParams, Solution, solve
+from hgplan.planner.tables import US, CostTables, build_tables, eligible
+
+RECOMPUTE_OPTIONS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchOptions:
+    target: str = "megatron"
+    top_k: int = 5
+    budget_s: float = 60.0
+    """Total CP-SAT deterministic time over all candidates (reproducible); wall time stops at 3x as a safety net."""
+    per_solve_s: float = 1.0
+    max_pp: int | None = None
+    groups: tuple[str, ...] | None = None
+    """Restrict the search to these node groups (used by the single-group baseline)."""
+    mbs_options: tuple[int, ...] = (1, 2, 4, 8)
+    recompute_options: tuple[Recompute, ...] = RECOMPUTE_OPTIONS
+    vpp_options: tuple[int, ...] | None = None
+    """Default: (1, 2) for Megatron-LM, (1,) for DeepSpeed (no interleaved schedule)."""
+    tp_options: tuple[int, ...] | None = None
+    seed: int = 1
+    max_gap: float = 0.005
+    """Stop once no unexplored candidate can beat the best plan by more than this fraction (certified)."""
+    solve_gap: float = 0.001
+    """CP-SAT stops a candidate once its own relative gap is below this; the reported gap is still proven."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    cfg: ParallelConfig
+    lower_bound_us: float
+    key: tuple
+
+
+@dataclass(slots=True, kw_only=True)
+class Found:
+    cfg: ParallelConfig
+    tables: CostTables
+    solution: Solution
+
+    @property
+    def time_us(self) -> float:
+        return self.solution.objective / self.cfg.vpp
+
+    @property
+    def bound_us(self) -> float:
+        return self.solution.bound / self.cfg.vpp
+
+    def plan(self) -> Plan:
+        stages = tuple(StageAssignment(node_group=self.tables.groups[k], num_layers=n)
+                       for k, n in zip(self.solution.assign, self.solution.layers))
+        return Plan(config=self.cfg, stages=stages)
+
+
+@dataclass(slots=True, kw_only=True)
+class SearchResult:
+    found: list[Found]
+    candidates_total: int
+    candidates_solved: int
+    candidates_pruned: int
+    candidates_skipped: int
+    candidates_infeasible: int
+    bound_us: float
+    deterministic_time: float
+    wall_time_s: float
+    stopped_by: str
+    """'complete', 'budget' or 'wall'."""
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def best_us(self) -> float | None:
+        return self.found[0].time_us if self.found else None
+
+    @property
+    def gap(self) -> float | None:
+        if not self.found:
+            return None
+        return max(0.0, (self.best_us - self.bound_us) / self.best_us)
+
+
+def _tp_options(model: ModelArch, groups: list[NodeGroup], opts: SearchOptions) -> list[int]:
+    max_gpn = max(g.gpus_per_node for g in groups)
+    cands = opts.tp_options or tuple(2 ** i for i in range(0, 7))
+    return [t for t in cands if t <= max_gpn and model.num_attention_heads % t == 0 and model.num_query_groups % t == 0
+            and any(g.gpus_per_node % t == 0 for g in groups)]
+
+
+def _cp_options(train: TrainingSettings, tp: int, groups: list[NodeGroup]) -> list[int]:
+    out = [1]
+    if train.seq_length >= 16384:
+        max_gpn = max(g.gpus_per_node for g in groups)
+        out += [c for c in (2, 4, 8) if train.seq_length % (2 * c) == 0 and tp * c <= max_gpn]
+    return out
+
+
+def _stage_sizes(tp: int, cp: int, groups: list[NodeGroup]) -> list[int]:
+    """Stage sizes G = tp*cp*dp that tile the nodes of at least one group."""
+    base = tp * cp
+    sizes = set()
+    for g in groups:
+        for n in range(1, g.gpus_per_node + 1):
+            if g.gpus_per_node % n == 0 and n % base == 0:
+                sizes.add(n)
+        for mult in range(1, g.num_nodes + 1):
+            size = mult * g.gpus_per_node
+            if size % base == 0:
+                sizes.add(size)
+    return sorted(sizes)
+
+
+def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions,
+                         groups: list[NodeGroup]) -> list[Candidate]:
+    """Every outer candidate of the plan family with its lower bound, sorted by lower bound."""
+    L, gbs = model.num_layers, train.global_batch_size
+    vpps = opts.vpp_options or ((1, 2) if opts.target == "megatron" else (1,))
+    max_pp = min(L, opts.max_pp or L)
+    speed_cache: dict[tuple, dict[str, tuple[float, float, float]]] = {}
+    comm_cache: dict[tuple, tuple[float, float]] = {}
+    tail_cache: dict[tuple, dict[str, tuple[float, float]]] = {}
+    # memory lower bound: weights + grads + optimizer of every layer with full sharding over the stage's DP
+    out: list[Candidate] = []
+    for tp in _tp_options(model, groups, opts):
+        for cp in _cp_options(train, tp, groups):
+            for size in _stage_sizes(tp, cp, groups):
+                dp = size // (tp * cp)
+                for mbs in opts.mbs_options:
+                    if gbs % (mbs * dp):
+                        continue
+                    m = gbs // (mbs * dp)
+                    for rc in opts.recompute_options:
+                        base = ParallelConfig(tp=tp, pp=1, dp=dp, cp=cp, micro_batch_size=mbs, recompute=rc,
+                                              sequence_parallel=tp > 1, zero_stage=1)
+                        hosts = [g for g in groups if eligible(g, base, train)]
+                        if not hosts:
+                            continue
+                        key = (tp, cp, mbs, rc)
+                        if key not in speed_cache:
+                            speed_cache[key] = {}
+                            for g in groups:
+                                if g.gpu.supports(train.precision) and g.gpus_per_node % tp == 0:
+                                    _, f_l, b_l = layer_cost(fleet, g, model, base, train)
+                                    ef, eb, hf, hb = edge_costs(g, model, base, train)
+                                    speed_cache[key][g.key] = (f_l + b_l, ef + eb, hf + hb)
+                        speeds = speed_cache[key]
+                        ckey = (tp, cp, dp, mbs)
+                        if ckey not in comm_cache:
+                            comm_cache[ckey] = _crossing_costs(fleet, model, train, base, hosts)
+                        cross_send, cross_lat = comm_cache[ckey]
+                        w, gr, o = state_bytes_per_param(train.precision, 1, dp * cp)
+                        layer_state = model.layer_params() / tp * (w + gr + o)
+                        caps = sorted(((g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) * GIB for g in hosts
+                                       for _ in range(g.num_gpus // size)), reverse=True)
+                        slots = {g.key: g.num_gpus // size for g in hosts}
+                        slot_taus = sorted(speeds[g.key][0] for g in hosts for _ in range(slots[g.key]))
+                        first_min = min(speeds[g.key][1] for g in hosts)
+                        last_min = min(speeds[g.key][2] for g in hosts)
+                        for pp in range(1, min(max_pp, len(slot_taus)) + 1):
+                            if sum(caps[:pp]) < layer_state * L:
+                                continue
+                            for v in vpps:
+                                if v > 1 and (pp == 1 or m % pp or L < pp * v):
+                                    continue
+                                cfg = replace(base, pp=pp, vpp=v)
+                                tail_key = (tp, cp, dp, mbs, rc, v)
+                                if tail_key not in tail_cache:
+                                    tail_cache[tail_key] = {g.key: _tail_coeffs(fleet, g, model, cfg, train) for g in hosts}
+                                tails = tail_cache[tail_key]
+                                lb = _lower_bound(hosts, slots, speeds, tails, cross_send, cross_lat, L=L, pp=pp, v=v, m=m,
+                                                  first_min=first_min, last_min=last_min)
+                                out.append(Candidate(cfg=cfg, lower_bound_us=lb * US,
+                                                     key=(round(lb * US), tp, cp, dp, mbs, RECOMPUTE_OPTIONS.index(rc), pp, v)))
+    out.sort(key=lambda c: c.key)
+    return out
+
+
+def _crossing_costs(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: ParallelConfig,
+                    hosts: list[NodeGroup]) -> tuple[float, float]:
+    """Cheapest sender-busy time and latency of one micro-batch crossing between two different host groups."""
+    msg = cfg.micro_batch_size * train.seq_length / cfg.cp * model.hidden_size * 2 / cfg.tp
+    best_send, best_lat = math.inf, math.inf
+    for a in hosts:
+        for b in hosts:
+            if a.key != b.key:
+                busy, lat, path = p2p_seconds(fleet, a, b, cfg, msg_bytes=msg, crossings=1)
+                if path is not None:
+                    best_send, best_lat = min(best_send, busy), min(best_lat, lat)
+    return best_send, best_lat
+
+
+def _tail_coeffs(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings) -> tuple[float, float]:
+    """DP sync + optimizer after the flush for a stage on g: (intercept, per-layer slope) seconds."""
+    _, f_l, b_l = layer_cost(fleet, g, model, cfg, train)
+    per = model.layer_params() / cfg.tp
+    t1 = sum(dp_tail(fleet, g, cfg, train, params=per, layers=1, fwd_s=f_l, bwd_s=b_l))
+    t2 = sum(dp_tail(fleet, g, cfg, train, params=2 * per, layers=2, fwd_s=2 * f_l, bwd_s=2 * b_l))
+    slope = max(0.0, t2 - t1)
+    return max(0.0, t1 - slope), slope
+
+
+Slots = list[tuple[float, int, float]]
+"""Stage slots grouped as (seconds per layer, count, extra seconds taken from the cycle), fastest first."""
+
+
+def _lower_bound(hosts: list[NodeGroup], slots: dict[str, int], speeds: dict, tails: dict, cross_send: float,
+                 cross_lat: float, *, L: int, pp: int, v: int, m: int, first_min: float, last_min: float) -> float:
+    """Lower bound (seconds) on the predicted iteration time of any placement with pp stages.
+
+    min over (a) all stages inside one group, (b) stages over several groups, which pay at least one crossing:
+    its send sits in two stages' cycles (taking capacity from the two slowest of the fastest slots) and in the fill.
+    Each adds the compute-only bounds, the edge layers and the smallest DP/optimizer tail of the fullest stage.
+    """
+    vm = v * m
+    per_stage = math.ceil(L / pp)
+    tail = min(tails[g.key][0] + tails[g.key][1] * per_stage for g in hosts)
+    best = math.inf
+    for g in hosts:
+        if slots[g.key] >= pp:
+            grouped = [(speeds[g.key][0], pp, 0.0)]
+            compute = max(relaxation_bound(grouped, L, vm),
+                          (vm - 1) * integer_cycle_bound(grouped, L, v) + L * speeds[g.key][0])
+            best = min(best, compute + speeds[g.key][1] + speeds[g.key][2])
+    fastest = sorted((speeds[g.key][0], slots[g.key]) for g in hosts)
+    if pp > 1 and sum(n for _, n in fastest) >= pp and math.isfinite(cross_send) and len(fastest) > 1:
+        grouped: Slots = []
+        need = pp
+        for tau, n in fastest:
+            take = min(n, need)
+            if take:
+                grouped.append((tau, take, 0.0))
+            need -= take
+        crossing: Slots = []
+        for _ in range(2):  # the two slowest chosen slots carry the crossing's send
+            tau, n, _ = grouped[-1]
+            grouped = grouped[:-1] + ([(tau, n - 1, 0.0)] if n > 1 else [])
+            crossing.append((tau, 1, v * cross_send))
+        full = grouped + crossing
+        cyc = max(integer_cycle_bound(full, L, v), v * cross_send)
+        compute = max(relaxation_bound(full, L, vm), (vm - 1) * cyc + L * fastest[0][0])
+        best = min(best, compute + 2 * cross_send + 2 * cross_lat + first_min + last_min)
+    return (best + v * tail) / v if math.isfinite(best) else math.inf
+
+
+def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:
+    """min over real layer splits of (vm - 1) max_s(l_s tau_s) + sum_s l_s tau_s (compute only).
+
+    The optimum of this convex piecewise-linear problem fills the j fastest stages to the same cycle
+    C_j = L / sum_{i<=j} 1/tau_i, so it is min_j (vm - 1 + j) C_j; within slots of equal speed the
+    expression is monotone in j, so only the ends of each run are evaluated.
+    """
+    best, inv, j = math.inf, 0.0, 0
+    for tau, count, _ in sorted(slots):
+        if count <= 0:
+            continue
+        best = min(best, (vm - 1 + j + 1) * layers / (inv + 1.0 / tau))
+        j += count
+        inv += count / tau
+        best = min(best, (vm - 1 + j) * layers / inv)
+    return best
+
+
+def integer_cycle_bound(slots: Slots, layers: int, v: int) -> float:
+    """Smallest cycle c at which the slots hold all layers in whole chunks of v: sum v floor((c - e)/(v tau)) >= L."""
+    def holds(c: float) -> bool:
+        return sum(n * v * math.floor(max(0.0, c - e) / (v * tau) + 1e-9) for tau, n, e in slots) >= layers
+
+    lo, hi = 0.0, v * max(t for t, _, _ in slots) * math.ceil(layers / v) + max(e for _, _, e in slots)
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid
+    cands = [e + math.ceil(max(0.0, lo - e) / (v * tau) - 1e-9) * v * tau for tau, _, e in slots]
+    return min([c for c in cands if holds(c)] + [hi])
+
+
+def greedy_hint(t: CostTables, fleet_order: list[str]) -> tuple[list[int], list[int]]:
+    """Fastest slots first, grouped in file order, layers in proportion to speed (a warm start for CP-SAT)."""
+    p, v, L = t.pp, t.vpp, t.num_layers
+    slots = sorted(((t.layer_us[k], fleet_order.index(t.groups[k]), k) for k in range(len(t.groups))
+                    for _ in range(t.slots[k])))[:p]
+    assign = [k for _, _, k in sorted(slots, key=lambda x: x[1])]
+    speed = [1.0 / t.layer_us[k] for k in assign]
+    units = L // v
+    raw = [units * sp / sum(speed) for sp in speed]
+    layers = [max(1, int(r)) for r in raw]
+    while sum(layers) < units:
+        i = max(range(p), key=lambda j: raw[j] - layers[j])
+        layers[i] += 1
+    while sum(layers) > units:
+        i = max(range(p), key=lambda j: layers[j] - raw[j] if layers[j] > 1 else -1e9)
+        layers[i] -= 1
+    return assign, [n * v for n in layers]
+
+
+def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
+               progress: Callable[[int, int], None] | None = None) -> SearchResult:
+    start = time.perf_counter()
+    groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
+    cands = enumerate_candidates(fleet, model, train, opts, groups)
+    order = [g.key for g in fleet.groups]
+    found: list[Found] = []
+    solved = pruned = skipped = infeasible = 0
+    bounds: list[float] = []
+    dtime = 0.0
+    stopped = "complete"
+    statuses: dict[str, int] = {}
+    for i, cand in enumerate(cands):
+        if progress:
+            progress(i, len(cands))
+        best_now = found[0].time_us if found else math.inf
+        if cand.lower_bound_us >= best_now * (1 - opts.max_gap):
+            pruned = len(cands) - i
+            bounds.append(cand.lower_bound_us)  # sorted: the smallest lower bound among the pruned
+            break
+        remaining = opts.budget_s - dtime
+        if remaining <= 0 or time.perf_counter() - start > 3 * opts.budget_s:
+            stopped = "budget" if remaining <= 0 else "wall"
+            skipped = len(cands) - i
+            bounds.append(cand.lower_bound_us)  # sorted: the smallest remaining lower bound
+            break
+        tables = build_tables(fleet, model, train, cand.cfg, groups)
+        if tables is None:
+            infeasible += 1
+            continue
+        params = SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s, remaining),
+                              max_time_in_seconds=max(5.0, 3 * opts.per_solve_s), relative_gap_limit=opts.solve_gap)
+        sol = solve(tables, params, hint=greedy_hint(tables, order))
+        dtime += sol.deterministic_time
+        statuses[sol.status] = statuses.get(sol.status, 0) + 1
+        solved += 1
+        if sol.objective is None:
+            if sol.status == "INFEASIBLE":
+                infeasible += 1
+            else:
+                bounds.append(cand.lower_bound_us)
+            continue
+        bounds.append(max(sol.bound / cand.cfg.vpp, cand.lower_bound_us))
+        found.append(Found(cfg=cand.cfg, tables=tables, solution=sol))
+        found.sort(key=lambda f: (f.time_us, cand_key(f.cfg)))
+    if progress:
+        progress(len(cands), len(cands))
+    best = found[0].time_us if found else math.inf
+    bound = min([best] + [b for b in bounds])
+    return SearchResult(found=found[:opts.top_k], candidates_total=len(cands), candidates_solved=solved, candidates_pruned=pruned,
+                        candidates_skipped=skipped, candidates_infeasible=infeasible, bound_us=bound,
+                        deterministic_time=dtime, wall_time_s=time.perf_counter() - start, stopped_by=stopped,
+                        statuses=statuses)
+
+
+def cand_key(cfg: ParallelConfig) -> tuple:
+    return (cfg.tp, cfg.cp, cfg.dp, cfg.micro_batch_size, RECOMPUTE_OPTIONS.index(cfg.recompute), cfg.pp, cfg.vpp)

@@ -1,0 +1,187 @@
+"""Integer cost tables for one outer candidate: everything the CP-SAT model and the exhaustive search need.
+
+Times are integer microseconds, memory integer MiB: demand rounded up, capacity rounded down, so a plan
+the tables accept also fits the cost model's memory check.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hgplan.costmodel.evaluate import dp_tail, edge_costs, layer_cost, p2p_seconds, tied_embedding_sync_s
+from hgplan.costmodel.memory import GIB, stage_memory
+from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
+from hgplan.plan import ParallelConfig
+
+US = 1_000_000
+MIB = 1024 ** 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostTables:
+    cfg: ParallelConfig
+    num_layers: int
+    microbatches: int
+    groups: tuple[str, ...]
+    """Eligible node-group keys (index k)."""
+    slots: tuple[int, ...]
+    """Most stages group k can host: its GPUs // (tp cp dp)."""
+    layer_us: tuple[int, ...]
+    """Forward + backward of one layer for one micro-batch on group k."""
+    first_us: tuple[int, ...]
+    last_us: tuple[int, ...]
+    send_us: tuple[tuple[int | None, ...], ...]
+    """Sender busy time per micro-batch per direction between groups k -> k'; None when unreachable."""
+    lat_us: tuple[tuple[int, ...], ...]
+    mem_a_mib: tuple[tuple[int, ...], ...]
+    """Per stage index s and group k: memory = a + b x layers (MiB)."""
+    mem_b_mib: tuple[tuple[int, ...], ...]
+    cap_mib: tuple[int, ...]
+    tail_a_us: tuple[int, ...]
+    """After the flush, stage on group k waits tail_a + tail_b x layers (DP sync + optimizer)."""
+    tail_b_us: tuple[int, ...]
+    tied_us: tuple[tuple[int, ...], ...]
+    """Tied-embedding sync between first stage on k and last stage on k'."""
+
+    @property
+    def pp(self) -> int:
+        return self.cfg.pp
+
+    @property
+    def vpp(self) -> int:
+        return self.cfg.vpp
+
+    def boundaries(self) -> list[tuple[int, int]]:
+        p = self.pp
+        out = [(s, s + 1) for s in range(p - 1)]
+        if self.vpp > 1 and p > 1:
+            out.append((p - 1, 0))
+        return out
+
+    def objective(self, assign: list[int], layers: list[int]) -> int | None:
+        """v x predicted iteration time (us) of a placement, or None if it breaks a rule. Mirrors model.py."""
+        p, v, m = self.pp, self.vpp, self.microbatches
+        if len(assign) != p or len(layers) != p or sum(layers) != self.num_layers:
+            return None
+        if any(n < 1 or n % v for n in layers):
+            return None
+        for k in set(assign):
+            if assign.count(k) > self.slots[k]:
+                return None
+        blocks = [k for i, k in enumerate(assign) if i == 0 or assign[i - 1] != k]
+        if len(blocks) != len(set(blocks)):
+            return None  # a group's stages must be contiguous
+        for s, (k, n) in enumerate(zip(assign, layers)):
+            if self.mem_a_mib[s][k] + self.mem_b_mib[s][k] * n > self.cap_mib[k]:
+                return None
+        send = {}
+        for a, b in self.boundaries():
+            val = self.send_us[assign[a]][assign[b]]
+            if val is None:
+                return None
+            send[(a, b)] = val
+        work = [n * self.layer_us[k] for k, n in zip(assign, layers)]
+        work[0] += self.first_us[assign[0]]
+        work[-1] += self.last_us[assign[-1]]
+        cycle = 0
+        for s in range(p):
+            out = 0
+            for (a, b), val in send.items():
+                if a == s or b == s:
+                    out += val
+            cycle = max(cycle, work[s] + v * out)
+        fill = sum(work) + sum(2 * send[(a, b)] + 2 * self.lat_us[assign[a]][assign[b]] for a, b in send if b == a + 1)
+        tail = 0
+        for s, (k, n) in enumerate(zip(assign, layers)):
+            t = self.tail_a_us[k] + self.tail_b_us[k] * n
+            if s in (0, p - 1):
+                t += self.tied_us[assign[0]][assign[-1]]
+            tail = max(tail, t)
+        return (v * m - 1) * cycle + fill + v * tail
+
+
+def eligible(group: NodeGroup, cfg: ParallelConfig, train: TrainingSettings) -> bool:
+    g = cfg.gpus_per_stage
+    if not group.gpu.supports(train.precision):
+        return False
+    if cfg.tp > group.gpus_per_node or group.gpus_per_node % cfg.tp:
+        return False
+    if g % group.gpus_per_node and group.gpus_per_node % g:
+        return False
+    return group.num_gpus >= g
+
+
+def build_tables(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: ParallelConfig,
+                 groups: list[NodeGroup]) -> CostTables | None:
+    """Tables for one outer candidate over the eligible groups, or None when no group can host a stage."""
+    groups = [g for g in groups if eligible(g, cfg, train)]
+    if not groups:
+        return None
+    p, m = cfg.pp, cfg.num_microbatches(train.global_batch_size)
+    layer_us, first_us, last_us, tail_a, tail_b = [], [], [], [], []
+    per_layer_params = model.layer_params() / cfg.tp
+    for g in groups:
+        _, f_l, b_l = layer_cost(fleet, g, model, cfg, train)
+        layer_us.append(max(1, round((f_l + b_l) * US)))
+        ef, eb, hf, hb = edge_costs(g, model, cfg, train)
+        first_us.append(round((ef + eb) * US))
+        last_us.append(round((hf + hb) * US))
+        # DP tail is linear in the stage's layers: evaluate it at 1 and 2 layers.
+        t1 = sum(dp_tail(fleet, g, cfg, train, params=per_layer_params, layers=1, fwd_s=f_l, bwd_s=b_l))
+        t2 = sum(dp_tail(fleet, g, cfg, train, params=2 * per_layer_params, layers=2, fwd_s=2 * f_l, bwd_s=2 * b_l))
+        slope = max(0.0, t2 - t1)
+        tail_b.append(round(slope * US))
+        tail_a.append(max(0, round((t1 - slope) * US)))
+    msg = cfg.micro_batch_size * train.seq_length / cfg.cp * model.hidden_size * 2 / cfg.tp
+    send: list[list[int | None]] = []
+    lat: list[list[int]] = []
+    tied: list[list[int]] = []
+    for a in groups:
+        srow, lrow, trow = [], [], []
+        for b in groups:
+            busy, latency, path = p2p_seconds(fleet, a, b, cfg, msg_bytes=msg, crossings=1)
+            srow.append(None if path is None else round(busy * US))
+            lrow.append(0 if path is None else round(latency * US))
+            trow.append(0 if path is None else round(tied_embedding_sync_s(fleet, a, b, model, cfg, train) * US))
+        send.append(srow)
+        lat.append(lrow)
+        tied.append(trow)
+    mem_a, mem_b = [], []
+    flash = train.attention == "flash"
+    for s in range(p):
+        arow, brow = [], []
+        for g in groups:
+            one = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length, num_microbatches=m,
+                               stage=s, layers=cfg.vpp, flash=flash).total_gib * GIB / MIB
+            two = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length, num_microbatches=m,
+                               stage=s, layers=2 * cfg.vpp, flash=flash).total_gib * GIB / MIB
+            slope = (two - one) / cfg.vpp
+            brow.append(math.ceil(slope))
+            arow.append(math.ceil(one - slope * cfg.vpp) + 1)
+        mem_a.append(tuple(arow))
+        mem_b.append(tuple(brow))
+    cap = tuple(math.floor(g.gpu.hbm_gib * GIB / MIB) for g in groups)
+    return CostTables(cfg=cfg, num_layers=model.num_layers, microbatches=m, groups=tuple(g.key for g in groups),
+                      slots=tuple(g.num_gpus // cfg.gpus_per_stage for g in groups), layer_us=tuple(layer_us),
+                      first_us=tuple(first_us), last_us=tuple(last_us), send_us=tuple(tuple(r) for r in send),
+                      lat_us=tuple(tuple(r) for r in lat), mem_a_mib=tuple(mem_a), mem_b_mib=tuple(mem_b), cap_mib=cap,
+                      tail_a_us=tuple(tail_a), tail_b_us=tuple(tail_b), tied_us=tuple(tuple(r) for r in tied))
+
+
+def lower_bound_us(t: CostTables) -> float:
+    """Lower bound on the predicted iteration time (us, not v-scaled) for any placement of these tables.
+
+    Compute only, perfectly balanced over the pp fastest stage slots: the cycle is at least
+    L / sum(1/tau) over those slots, the fill at least L x min tau; communication and tails are >= 0.
+    """
+    p, v, m, L = t.pp, t.vpp, t.microbatches, t.num_layers
+    speeds = []
+    for k, tau in enumerate(t.layer_us):
+        speeds += [1.0 / tau] * t.slots[k]
+    speeds.sort(reverse=True)
+    if len(speeds) < p:
+        return math.inf
+    cycle = L / sum(speeds[:p])
+    fill = L * min(t.layer_us) + min(t.first_us) + min(t.last_us)
+    return ((v * m - 1) * cycle + fill) / v
