@@ -45,10 +45,22 @@ class SearchOptions:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BoundContext:
+    """What the lower bounds need for one (tp, cp, dp, mbs, recompute, vpp): per-group speeds, slots, tails, crossings."""
+
+    speeds: dict
+    slots: dict
+    tails: dict
+    pair_send: dict
+    pair_lat: dict
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Candidate:
     cfg: ParallelConfig
     lower_bound_us: float
     key: tuple
+    ctx: BoundContext
 
 
 @dataclass(slots=True, kw_only=True)
@@ -164,7 +176,9 @@ def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings
                         ckey = (tp, cp, dp, mbs)
                         if ckey not in comm_cache:
                             comm_cache[ckey] = _crossing_costs(fleet, model, train, base, hosts)
-                        cross_send, cross_lat = comm_cache[ckey]
+                        pair_send, pair_lat = comm_cache[ckey]
+                        cross_send = min(pair_send.values(), default=math.inf)
+                        cross_lat = min(pair_lat.values(), default=math.inf)
                         w, gr, o = state_bytes_per_param(train.precision, 1, dp * cp)
                         layer_state = model.layer_params() / tp * (w + gr + o)
                         caps = sorted(((g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) * GIB for g in hosts
@@ -186,24 +200,27 @@ def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings
                                 tails = tail_cache[tail_key]
                                 lb = _lower_bound(hosts, slots, speeds, tails, cross_send, cross_lat, L=L, pp=pp, v=v, m=m,
                                                   first_min=first_min, last_min=last_min)
-                                out.append(Candidate(cfg=cfg, lower_bound_us=lb * US,
+                                ctx = BoundContext(speeds={g.key: speeds[g.key] for g in hosts}, slots=slots, tails=tails,
+                                                   pair_send=pair_send, pair_lat=pair_lat)
+                                out.append(Candidate(cfg=cfg, lower_bound_us=lb * US, ctx=ctx,
                                                      key=(round(lb * US), tp, cp, dp, mbs, RECOMPUTE_OPTIONS.index(rc), pp, v)))
     out.sort(key=lambda c: c.key)
     return out
 
 
 def _crossing_costs(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: ParallelConfig,
-                    hosts: list[NodeGroup]) -> tuple[float, float]:
-    """Cheapest sender-busy time and latency of one micro-batch crossing between two different host groups."""
+                    hosts: list[NodeGroup]) -> tuple[dict, dict]:
+    """Sender-busy time and latency (seconds) of one micro-batch between each pair of different, linked groups."""
     msg = cfg.micro_batch_size * train.seq_length / cfg.cp * model.hidden_size * 2 / cfg.tp
-    best_send, best_lat = math.inf, math.inf
+    send, lat = {}, {}
     for a in hosts:
         for b in hosts:
-            if a.key != b.key:
-                busy, lat, path = p2p_seconds(fleet, a, b, cfg, msg_bytes=msg, crossings=1)
+            if a.key < b.key:
+                busy, latency, path = p2p_seconds(fleet, a, b, cfg, msg_bytes=msg, crossings=1)
                 if path is not None:
-                    best_send, best_lat = min(best_send, busy), min(best_lat, lat)
-    return best_send, best_lat
+                    send[(a.key, b.key)] = busy
+                    lat[(a.key, b.key)] = latency
+    return send, lat
 
 
 def _tail_coeffs(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings) -> tuple[float, float]:
@@ -257,6 +274,49 @@ def _lower_bound(hosts: list[NodeGroup], slots: dict[str, int], speeds: dict, ta
         compute = max(relaxation_bound(full, L, vm), (vm - 1) * cyc + L * fastest[0][0])
         best = min(best, compute + 2 * cross_send + 2 * cross_lat + first_min + last_min)
     return (best + v * tail) / v if math.isfinite(best) else math.inf
+
+
+def refined_bound_us(cand: Candidate, *, L: int, m: int) -> float:
+    """Tighter lower bound (us): minimum over the set S of groups a placement uses.
+
+    A contiguous placement on exactly S has one block per group, so |S| - 1 crossings, whose costs are at least the
+    |S| - 1 cheapest distinct pairs inside S; each crossing's send sits in the cycles of two stages (charged to the
+    slowest chosen slots, at most two per slot) and, with its latency, in the fill. Compute uses one slot of every group
+    of S plus the fastest others.
+    """
+    import itertools
+
+    ctx, p, v = cand.ctx, cand.cfg.pp, cand.cfg.vpp
+    vm = v * m
+    keys = sorted(ctx.speeds)
+    per_stage = math.ceil(L / p)
+    best = math.inf
+    for r in range(1, len(keys) + 1):
+        for subset in itertools.combinations(keys, r):
+            if sum(ctx.slots[k] for k in subset) < p or r > p:
+                continue
+            pairs = sorted((ctx.pair_send[(a, b)], ctx.pair_lat[(a, b)]) for a, b in itertools.combinations(subset, 2)
+                           if (a, b) in ctx.pair_send)
+            if len(pairs) < r - 1:
+                continue
+            crossings = pairs[:r - 1]
+            chosen = [ctx.speeds[k][0] for k in subset]
+            rest = sorted(ctx.speeds[k][0] for k in subset for _ in range(ctx.slots[k] - 1))
+            taus = sorted(chosen + rest[:p - r])
+            extras = [0.0] * p
+            charges = sorted((v * send for send, _ in crossings for _ in range(2)), reverse=True)
+            for i, e in enumerate(charges):
+                extras[p - 1 - (i // 2)] += e
+            grouped = [(tau, 1, e) for tau, e in zip(taus, extras)]
+            cyc = integer_cycle_bound(grouped, L, v)
+            if crossings:
+                cyc = max(cyc, v * crossings[0][0])
+            compute = max(relaxation_bound([(tau, 1, 0.0) for tau in taus], L, vm), (vm - 1) * cyc + L * taus[0])
+            edges = min(ctx.speeds[k][1] for k in subset) + min(ctx.speeds[k][2] for k in subset)
+            fill_extra = sum(2 * send + 2 * lat for send, lat in crossings)
+            tail = min(ctx.tails[k][0] + ctx.tails[k][1] * per_stage for k in subset)
+            best = min(best, (compute + edges + fill_extra + v * tail) / v)
+    return best * US
 
 
 def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:
@@ -314,57 +374,87 @@ def greedy_hint(t: CostTables, fleet_order: list[str]) -> tuple[list[int], list[
 
 def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
                progress: Callable[[int, int], None] | None = None) -> SearchResult:
+    """Best-first over candidates by lower bound. A popped candidate first gets its refined bound; then it is
+    solved; a solve that stops at its time limit goes back with its improved bound and twice the time."""
+    import heapq
+
     start = time.perf_counter()
     groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
     cands = enumerate_candidates(fleet, model, train, opts, groups)
     order = [g.key for g in fleet.groups]
-    found: list[Found] = []
+    L, m_of = model.num_layers, (lambda c: c.num_microbatches(train.global_batch_size))
+    heap = [(c.lower_bound_us, c.key, 0, i) for i, c in enumerate(cands)]
+    heapq.heapify(heap)
+    found: dict[int, Found] = {}
+    tables_of: dict[int, CostTables] = {}
     solved = pruned = skipped = infeasible = 0
-    bounds: list[float] = []
+    closed_bounds: list[float] = []
     dtime = 0.0
     stopped = "complete"
     statuses: dict[str, int] = {}
-    for i, cand in enumerate(cands):
-        if progress:
-            progress(i, len(cands))
-        best_now = found[0].time_us if found else math.inf
-        if cand.lower_bound_us >= best_now * (1 - opts.max_gap):
-            pruned = len(cands) - i
-            bounds.append(cand.lower_bound_us)  # sorted: the smallest lower bound among the pruned
+    done = 0
+    while heap:
+        lb, key, stage, i = heapq.heappop(heap)
+        cand = cands[i]
+        best_now = min((f.time_us for f in found.values()), default=math.inf)
+        if lb >= best_now * (1 - opts.max_gap):
+            pruned = len({e[3] for e in heap}) + 1
+            closed_bounds.append(lb)
             break
         remaining = opts.budget_s - dtime
         if remaining <= 0 or time.perf_counter() - start > 3 * opts.budget_s:
             stopped = "budget" if remaining <= 0 else "wall"
-            skipped = len(cands) - i
-            bounds.append(cand.lower_bound_us)  # sorted: the smallest remaining lower bound
+            skipped = len({e[3] for e in heap}) + 1
+            closed_bounds.append(lb)
             break
-        tables = build_tables(fleet, model, train, cand.cfg, groups)
-        if tables is None:
-            infeasible += 1
+        if stage == 0:
+            refined = max(lb, refined_bound_us(cand, L=L, m=m_of(cand.cfg)))
+            heapq.heappush(heap, (refined, key, 1, i))
             continue
-        params = SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s, remaining),
-                              max_time_in_seconds=max(5.0, 3 * opts.per_solve_s), relative_gap_limit=opts.solve_gap)
-        sol = solve(tables, params, hint=greedy_hint(tables, order))
+        if i not in tables_of:
+            tables = build_tables(fleet, model, train, cand.cfg, groups)
+            if tables is None:
+                infeasible += 1
+                continue
+            tables_of[i] = tables
+        tables = tables_of[i]
+        attempt = stage - 1
+        prev = found.get(i)
+        hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else greedy_hint(tables, order)
+        params = SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * 2 ** attempt, remaining),
+                              max_time_in_seconds=max(5.0, 3 * opts.per_solve_s * 2 ** attempt),
+                              relative_gap_limit=opts.solve_gap)
+        sol = solve(tables, params, hint=hint)
         dtime += sol.deterministic_time
         statuses[sol.status] = statuses.get(sol.status, 0) + 1
-        solved += 1
-        if sol.objective is None:
-            if sol.status == "INFEASIBLE":
-                infeasible += 1
-            else:
-                bounds.append(cand.lower_bound_us)
+        solved += attempt == 0
+        if progress:
+            done += attempt == 0
+            progress(done, len(cands))
+        if sol.objective is not None:
+            f = Found(cfg=cand.cfg, tables=tables, solution=sol)
+            if prev is None or f.time_us < prev.time_us:
+                found[i] = f
+        if sol.status == "INFEASIBLE":
+            infeasible += 1
             continue
-        bounds.append(max(sol.bound / cand.cfg.vpp, cand.lower_bound_us))
-        found.append(Found(cfg=cand.cfg, tables=tables, solution=sol))
-        found.sort(key=lambda f: (f.time_us, cand_key(f.cfg)))
+        bound = max(lb, sol.bound / cand.cfg.vpp) if sol.objective is not None or sol.status != "UNKNOWN" else lb
+        if sol.status == "OPTIMAL":
+            closed_bounds.append(bound)
+            continue
+        if attempt < 3:
+            heapq.heappush(heap, (bound, key, stage + 1, i))
+        else:
+            closed_bounds.append(bound)
     if progress:
         progress(len(cands), len(cands))
-    best = found[0].time_us if found else math.inf
-    bound = min([best] + [b for b in bounds])
-    return SearchResult(found=found[:opts.top_k], candidates_total=len(cands), candidates_solved=solved, candidates_pruned=pruned,
-                        candidates_skipped=skipped, candidates_infeasible=infeasible, bound_us=bound,
-                        deterministic_time=dtime, wall_time_s=time.perf_counter() - start, stopped_by=stopped,
-                        statuses=statuses)
+    ranked = sorted(found.values(), key=lambda f: (f.time_us, cand_key(f.cfg)))
+    best = ranked[0].time_us if ranked else math.inf
+    bound = min([best] + closed_bounds)
+    return SearchResult(found=ranked[:opts.top_k], candidates_total=len(cands), candidates_solved=solved,
+                        candidates_pruned=pruned, candidates_skipped=skipped, candidates_infeasible=infeasible,
+                        bound_us=bound, deterministic_time=dtime, wall_time_s=time.perf_counter() - start,
+                        stopped_by=stopped, statuses=statuses)
 
 
 def cand_key(cfg: ParallelConfig) -> tuple:

@@ -1,0 +1,114 @@
+"""Search time, configurations tried and certified gap versus fleet size, and on every example fleet.
+
+Usage: python benchmarks/search_scaling.py [--repeat 3] [--quick] [--json]
+Targets (issue 4, on the 2-core CI machine): <= 10 s up to 1024 GPUs, <= 60 s at 16384 GPUs, gap <= 1%.
+Times are wall-clock medians over --repeat runs of the full search (baselines excluded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+from hgplan.domain import Fleet, Link, NodeGroup, TrainingSettings, Transport
+from hgplan.inputs import load_cluster, load_model
+from hgplan.io import catalog
+from hgplan.planner.search import SearchOptions, run_search
+
+TYPES = [("H100-SXM5-80GB", Transport.INFINIBAND, 400), ("A100-SXM4-80GB", Transport.ROCE, 200),
+         ("A100-SXM4-40GB", Transport.ROCE, 200), ("H200-SXM-141GB", Transport.INFINIBAND, 400),
+         ("MI300X", Transport.ROCE, 400)]
+
+
+def synthetic(num_gpus: int, sites: int, types: int) -> Fleet:
+    """num_gpus split evenly over `types` node groups (8-GPU nodes) spread round-robin over `sites`."""
+    cat = catalog()
+    groups = []
+    per_group_nodes = max(1, num_gpus // 8 // types)
+    for i in range(types):
+        gid, transport, gbps = TYPES[i]
+        gpu = cat.gpu_type(cat.gpus[gid])
+        groups.append(NodeGroup(site=f"s{i % sites}", name=f"g{i}", num_nodes=per_group_nodes, gpu=gpu, gpus_per_node=8,
+                                intra_node_kind=gpu.intra_node_kind, intra_node_gbytes_per_s=gpu.intra_node_gbytes_per_s,
+                                nic_transport=transport, nic_gbps=gbps, nic_count=8, gpu_hour_usd=None, order=i))
+    links = []
+    site_names = sorted({g.site for g in groups})
+    for a in range(len(site_names)):
+        for b in range(a + 1, len(site_names)):
+            links.append(Link(scope="site", a=site_names[a], b=site_names[b], gbps=400, latency_ms=20,
+                              transport=Transport.ETHERNET, egress_usd_per_gb=None))
+    # groups of different transports inside one site meet over Ethernet
+    for i, g in enumerate(groups):
+        for h in groups[i + 1:]:
+            if g.site == h.site and g.nic_transport != h.nic_transport:
+                links.append(Link(scope="group", a=g.name, b=h.name, gbps=400, latency_ms=0.02,
+                                  transport=Transport.ETHERNET, egress_usd_per_gb=None))
+    return Fleet(name=f"{num_gpus}gpu-{sites}site-{types}type", groups=tuple(groups), links=tuple(links),
+                 transports=cat.transports)
+
+
+def model_for(num_gpus: int):
+    name = "llama3.1-8b" if num_gpus <= 64 else "llama3.1-70b" if num_gpus <= 1024 else "llama3.1-405b"
+    return name, load_model(catalog().model_texts[name], name)
+
+
+def measure(fleet: Fleet, model, train: TrainingSettings, repeat: int) -> dict:
+    times, res = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        res = run_search(fleet, model, train, SearchOptions(budget_s=60))
+        times.append(time.perf_counter() - t0)
+    return {"fleet": fleet.name, "gpus": fleet.num_gpus, "sites": len(fleet.sites),
+            "types": len({g.gpu.id for g in fleet.groups}), "model": model.name,
+            "median_s": statistics.median(times), "runs": repeat, "candidates": res.candidates_total,
+            "solved": res.candidates_solved, "gap": res.gap, "best_s": (res.best_us or 0) / 1e6,
+            "stopped_by": res.stopped_by}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="only the fleets up to 1024 GPUs and the examples")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    grid = [(64, 1, 1), (64, 2, 3), (256, 2, 2), (512, 2, 3), (1024, 1, 1), (1024, 3, 4), (1024, 4, 5),
+            (4096, 3, 4), (16384, 1, 1), (16384, 4, 5)]
+    if args.quick:
+        grid = [g for g in grid if g[0] <= 1024]
+    rows = []
+    for n, s, k in grid:
+        fleet = synthetic(n, s, k)
+        name, model = model_for(n)
+        train = TrainingSettings(seq_length=4096, global_batch_size=max(512, n // 2))
+        rows.append(measure(fleet, model, train, args.repeat if n <= 1024 else 1))
+    cat = catalog()
+    example_models = {"two-site": "llama3.1-70b", "mixed-nic": "gpt-7.5b", "three-generations": "llama2-13b",
+                      "mixed-vendor": "llama3.1-8b", "large": "llama3.1-405b"}
+    for ex, mname in example_models.items():
+        fleet, _ = load_cluster(cat.cluster_texts[ex], ex, cat)
+        model = load_model(cat.model_texts[mname], mname)
+        precision = "fp16" if ex == "three-generations" else "bf16"
+        from hgplan.domain import Precision
+        train = TrainingSettings(seq_length=4096, global_batch_size=1024 if ex == "large" else 512,
+                                 precision=Precision(precision))
+        row = measure(fleet, model, train, args.repeat if fleet.num_gpus <= 1024 else 1)
+        row["fleet"] = f"example:{ex}"
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{'fleet':28} {'GPUs':>6} {'sites':>5} {'types':>5} {'model':14} {'median s':>9} {'cands':>7} "
+              f"{'solved':>6} {'gap':>7} {'iter s':>8}")
+        for r in rows:
+            print(f"{r['fleet']:28} {r['gpus']:6} {r['sites']:5} {r['types']:5} {r['model']:14} {r['median_s']:9.2f} "
+                  f"{r['candidates']:7} {r['solved']:6} {r['gap']:7.2%} {r['best_s']:8.2f}")
+    ok = all(r["gap"] is not None and r["gap"] <= 0.01 and r["median_s"] <= (10 if r["gpus"] <= 1024 else 60)
+             for r in rows)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

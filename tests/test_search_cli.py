@@ -1,0 +1,69 @@
+"""Issue 4: `hgplan search` on the example fleets, determinism, infeasible and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SEARCH = ["search", "--json", "--time-limit", "20"]
+
+
+@pytest.mark.parametrize("fleet, model, seq, gbs", [
+    ("two-site", "llama3.1-70b", "4096", "512"),
+    ("mixed-nic", "gpt-7.5b", "2048", "256"),
+    ("three-generations", "llama2-13b", "4096", "256"),
+    ("mixed-vendor", "llama3.1-8b", "8192", "256"),
+])
+def test_search_every_example_fleet(cli, fleet, model, seq, gbs):
+    extra = ["--precision", "fp16"] if fleet == "three-generations" else []
+    r = cli(*SEARCH, "-c", fleet, "-m", model, "--seq-len", seq, "--global-batch", gbs, *extra)
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["schema_version"] == "1" and doc["kind"] == "hgplan.search"
+    assert doc["plans"] and doc["plans"][0]["prediction"]["fits"]
+    assert 0 <= doc["search"]["relative_gap"] <= 0.01
+    assert set(doc["baselines"]) == {"single_group", "megatron_default", "proportional"}
+    assert doc["solver"]["num_workers"] == 1 and doc["ortools_version"]
+    best = doc["plans"][0]["prediction"]["iteration_time_s"]
+    for b in doc["baselines"].values():
+        if b["available"]:
+            assert b["prediction"]["iteration_time_s"] >= best * 0.999
+            assert b["speedup"] >= 0.999
+
+
+def test_search_is_deterministic(cli, tmp_path):
+    args = [*SEARCH, "-c", "mixed-nic", "-m", "gpt-7.5b", "--seq-len", "2048", "--global-batch", "256"]
+    a, b = cli(*args), cli(*args)
+    assert a.code == b.code == 0
+    da, db = a.json(), b.json()
+    da["search"].pop("wall_time_s")
+    db["search"].pop("wall_time_s")
+    assert json.dumps(da, sort_keys=True) == json.dumps(db, sort_keys=True)
+
+
+def test_plan_file_round_trip(cli, tmp_path):
+    path = tmp_path / "plan.json"
+    r = cli("search", "-c", "mixed-nic", "-m", "gpt-7.5b", "--seq-len", "2048", "--global-batch", "256",
+            "--time-limit", "20", "-o", path, "--no-baselines")
+    assert r.code == 0, r.stderr
+    doc = json.loads(path.read_text())
+    assert doc["kind"] == "hgplan.plan" and "yaml" in doc["inputs"]["cluster"]
+    assert "plans" in r.stdout  # table on stdout
+
+
+def test_model_that_does_not_fit_exits_1(cli):
+    r = cli("search", "-c", "mixed-nic", "-m", "llama3.1-405b", "--seq-len", "4096", "--global-batch", "64")
+    assert r.code == 1
+    assert "need at least" in r.stderr and "TiB" in r.stderr and "the fleet has" in r.stderr
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--top", "0"], "--top must be >= 1"),
+    (["--time-limit", "0"], "--time-limit must be > 0"),
+    (["--max-gap", "abc"], "--max-gap: expected a fraction"),
+    (["--max-pp", "0"], "--max-pp must be >= 1"),
+])
+def test_bad_options_exit_2(cli, extra, expected):
+    r = cli("search", "-c", "mixed-nic", "-m", "gpt-7.5b", "--seq-len", "2048", "--global-batch", "256", *extra)
+    assert r.code == 2 and expected in r.stderr
