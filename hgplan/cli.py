@@ -390,8 +390,9 @@ def search(
     attention: AttentionOpt = None,
     target: Annotated[TargetOpt, typer.Option("--target", help="Framework the plan must run on.")] = TargetOpt.megatron,
     top: Annotated[int, typer.Option("--top", help="How many ranked plans to show.")] = 5,
-    time_limit: Annotated[float, typer.Option("--time-limit", help="Search budget in seconds of CP-SAT deterministic "
-                                                                   "time (reproducible); wall time is capped at 3x.")] = 60.0,
+    time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds: a reproducible budget "
+                                                                   "of 0.6 x this in CP-SAT deterministic time, and a hard "
+                                                                   "wall-clock stop at this.")] = 60.0,
     max_gap: Annotated[str, typer.Option("--max-gap", help="Stop when the best plan is proven within this gap.")] = "0.5%",
     max_pp: Annotated[int | None, typer.Option("--max-pp", help="Largest number of pipeline stages to consider.")] = None,
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Evaluate the three baselines.")] = True,

@@ -15,7 +15,7 @@ from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
 from hgplan.planner.model import SolverParams
-from hgplan.planner.search import SearchOptions, SearchResult, run_search
+from hgplan.planner.search import DTIME_PER_WALL, SearchOptions, SearchResult, run_search
 from hgplan.planner.tables import eligible
 from hgplan.report import SCHEMA_VERSION, prediction_dict, stages_list, training_dict
 from hgplan.validate import check_plan
@@ -117,7 +117,8 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
         "inputs": {**inputs, "training": training_dict(train), "target": opts.target},
         "solver": {**SolverParams(random_seed=opts.seed, max_deterministic_time=opts.per_solve_s,
                                   relative_gap_limit=opts.solve_gap).to_dict(),
-                   "budget_deterministic_s": opts.budget_s, "max_gap": opts.max_gap},
+                   "time_limit_s": opts.budget_s, "budget_deterministic_s": round(DTIME_PER_WALL * opts.budget_s, 3),
+                   "max_gap": opts.max_gap},
         "search": {
             "stopped_by": result.stopped_by,
             "candidates": {"total": result.candidates_total, "solved": result.candidates_solved,

@@ -47,8 +47,15 @@ class Solution:
     wall_time_s: float
 
 
-def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[int]] | None = None) -> Solution:
+def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[int]] | None = None,
+          upper_bound: int | None = None) -> Solution:
+    """Solve one candidate. With upper_bound (v-scaled objective of a known plan), only strictly better plans are
+    sought: a stage on group k can then hold at most UB / ((v m - 1) tau_k) layers, a valid and much tighter bound on
+    y than L; status INFEASIBLE then means "nothing better than upper_bound"."""
     p, v, m, L, K = t.pp, t.vpp, t.microbatches, t.num_layers, len(t.groups)
+    cap_layers = [L] * K
+    if upper_bound is not None and v * m > 1:
+        cap_layers = [min(L, upper_bound // ((v * m - 1) * t.layer_us[k])) for k in range(K)]
     md = cp_model.CpModel()
     x = [[md.new_bool_var(f"x{s}_{k}") for k in range(K)] for s in range(p)]
     u = [md.new_int_var(1, L // v, f"u{s}") for s in range(p)]
@@ -58,7 +65,7 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
         md.add(sum(y[s]) == v * u[s])
         for k in range(K):
             md.add(y[s][k] == 0).only_enforce_if(~x[s][k])
-            md.add(y[s][k] <= L * x[s][k])
+            md.add(y[s][k] <= cap_layers[k] * x[s][k])
             # memory: a + b * layers <= capacity when the stage sits on k
             md.add(t.mem_a_mib[s][k] + t.mem_b_mib[s][k] * y[s][k] <= t.cap_mib[k]).only_enforce_if(x[s][k])
     md.add(sum(u) * v == L)
@@ -128,7 +135,10 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
         if s in (0, p - 1):
             expr += tied_expr
         md.add(tail >= expr)
-    md.minimize((v * m - 1) * cycle + fill + v * tail)
+    objective = (v * m - 1) * cycle + fill + v * tail
+    if upper_bound is not None:
+        md.add(objective <= upper_bound - 1)
+    md.minimize(objective)
     if hint is not None:
         h_assign, h_layers = hint
         for s in range(p):

@@ -20,6 +20,8 @@ from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.tables import US, CostTables, build_tables, eligible
 
 RECOMPUTE_OPTIONS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+DTIME_PER_WALL = 0.6
+"""CP-SAT deterministic seconds per wall second measured on the 2-core CI machine (benchmarks/search_scaling.py)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,7 +29,8 @@ class SearchOptions:
     target: str = "megatron"
     top_k: int = 5
     budget_s: float = 60.0
-    """Total CP-SAT deterministic time over all candidates (reproducible); wall time stops at 3x as a safety net."""
+    """Time limit in seconds. The search spends at most DTIME_PER_WALL x budget_s of CP-SAT deterministic time
+    (reproducible run to run) and stops at budget_s of wall time as a hard cap (then stopped_by = 'wall')."""
     per_solve_s: float = 1.0
     max_pp: int | None = None
     groups: tuple[str, ...] | None = None
@@ -401,8 +404,8 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             pruned = len({e[3] for e in heap}) + 1
             closed_bounds.append(lb)
             break
-        remaining = opts.budget_s - dtime
-        if remaining <= 0 or time.perf_counter() - start > 3 * opts.budget_s:
+        remaining = DTIME_PER_WALL * opts.budget_s - dtime
+        if remaining <= 0 or time.perf_counter() - start > opts.budget_s:
             stopped = "budget" if remaining <= 0 else "wall"
             skipped = len({e[3] for e in heap}) + 1
             closed_bounds.append(lb)
@@ -424,7 +427,14 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
         params = SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * 2 ** attempt, remaining),
                               max_time_in_seconds=max(5.0, 3 * opts.per_solve_s * 2 ** attempt),
                               relative_gap_limit=opts.solve_gap)
-        sol = solve(tables, params, hint=hint)
+        hint_obj = tables.objective(*hint) if prev is None else None
+        if hint_obj is not None:  # the warm start is itself a valid plan: keep it
+            found[i] = Found(cfg=cand.cfg, tables=tables, solution=Solution(
+                status="HINT", objective=hint_obj, bound=0.0, assign=tuple(hint[0]), layers=tuple(hint[1]),
+                deterministic_time=0.0, wall_time_s=0.0))
+            best_now = min(best_now, found[i].time_us)
+        upper = math.ceil(best_now * cand.cfg.vpp) if math.isfinite(best_now) else None
+        sol = solve(tables, params, hint=hint, upper_bound=upper)
         dtime += sol.deterministic_time
         statuses[sol.status] = statuses.get(sol.status, 0) + 1
         solved += attempt == 0
@@ -436,7 +446,10 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             if prev is None or f.time_us < prev.time_us:
                 found[i] = f
         if sol.status == "INFEASIBLE":
-            infeasible += 1
+            if upper is None:
+                infeasible += 1
+            else:
+                closed_bounds.append(upper / cand.cfg.vpp)  # nothing better than the incumbent
             continue
         bound = max(lb, sol.bound / cand.cfg.vpp) if sol.objective is not None or sol.status != "UNKNOWN" else lb
         if sol.status == "OPTIMAL":
