@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hgplan import __version__
-from hgplan.errors import InputError, NoAnswerError, PlanningError
+from hgplan.errors import InputError, InputIssue, NoAnswerError, PlanningError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -195,6 +195,7 @@ class SchemaKind(StrEnum):
     cluster = "cluster"
     model = "model"
     training = "training"
+    plan = "plan"
 
 
 @app.command()
@@ -203,6 +204,11 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which document: clus
     """Print the JSON Schema of an input document (for editor validation)."""
     from hgplan import schema as s
 
+    if kind is SchemaKind.plan:
+        from hgplan.planfile import plan_json_schema
+
+        emit_json(plan_json_schema())
+        return
     cls = {SchemaKind.cluster: s.ClusterSpec, SchemaKind.model: s.ModelSpec, SchemaKind.training: s.TrainingSpec}[kind]
     doc = cls.model_json_schema()
     doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
@@ -313,7 +319,19 @@ def explain(
     from hgplan.io import resolve_cluster, resolve_model
 
     if plan_file is not None:
-        raise InputError("explaining a plan file arrives with `hgplan search` (issue 4); give the configuration as flags")
+        from hgplan.io import catalog
+        from hgplan.planfile import load_plan_doc
+
+        pdoc = _read_json(plan_file, "plan")
+        plan, fleet, arch, train = load_plan_doc(pdoc, plan_file, catalog())
+        doc = explainer.explain(plan, fleet, arch, train, cluster_ref=pdoc["inputs"]["cluster"]["ref"],
+                                model_ref=pdoc["inputs"]["model"]["ref"], simulate=simulate, timeline=timeline,
+                                baselines=pdoc.get("baselines"))
+        if as_json:
+            emit_json({k: v for k, v in doc.items() if k != "timeline_text"})
+        else:
+            explainer_render(doc)
+        return
     missing = [f for f, v in (("--cluster", cluster), ("--model", model), ("--tp", tp), ("--pp", pp), ("--dp", dp))
                if v is None]
     if missing:
@@ -340,6 +358,17 @@ def explain(
         emit_json(doc)
         return
     explainer_render(doc)
+
+
+def _read_json(path_str: str, what: str) -> Any:
+    from hgplan.io import read_text
+
+    text = read_text(path_str, what)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError([InputIssue(source=path_str, line=exc.lineno, path="",
+                                     message=f"not valid JSON: {exc.msg}")]) from None
 
 
 def explainer_render(doc: dict) -> None:
@@ -398,6 +427,9 @@ def search(
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Evaluate the three baselines.")] = True,
     solver_log: Annotated[bool, typer.Option("--solver-log", help="CP-SAT progress to stderr.")] = False,
     output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file.")] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="A committed plan file to gate against (CI).")] = None,
+    max_regression: Annotated[str, typer.Option("--max-regression", help="With --baseline: exit 1 when the best plan "
+                                                                        "is predicted slower by more than this.")] = "3%",
     as_json: JsonOpt = False,
 ) -> None:
     """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with a proven optimality gap."""
@@ -414,6 +446,14 @@ def search(
     if max_pp is not None and max_pp < 1:
         raise InputError(f"--max-pp must be >= 1 (got {max_pp})")
     gap = _parse_percent(max_gap, "--max-gap")
+    bound = _parse_percent(max_regression, "--max-regression")
+    base_doc = None
+    if baseline is not None:
+        from hgplan.io import catalog as _catalog
+        from hgplan.planfile import load_plan_doc
+
+        base_doc = _read_json(baseline, "baseline plan")
+        load_plan_doc(base_doc, baseline, _catalog())  # schema and consistency of the committed plan
     fleet, warnings, cluster_ref = resolve_cluster(cluster)
     arch, model_ref = resolve_model(model)
     train = training_settings(arch, training_file=training, seq_len=seq_len, global_batch=global_batch,
@@ -429,10 +469,20 @@ def search(
         err.print(f"warning: {w}", markup=False, highlight=False)
     if output:
         _write_plan_file(output, doc, cluster_text=cluster_text, model_text=model_text)
+    regression = None
+    if base_doc is not None:
+        from hgplan.planfile import regression_check
+
+        regression = regression_check(base_doc, doc, bound)
+        doc["regression"] = regression
     if as_json:
         emit_json(doc)
     else:
         _render_search(doc)
+    if regression is not None:
+        err.print(regression["message"], markup=False, highlight=False)
+        if regression["failed"]:
+            raise typer.Exit(1)
 
 
 def _input_texts(cluster: str, model: str) -> tuple[str, str]:
@@ -510,6 +560,101 @@ def _render_search(doc: dict) -> None:
             out.print(f"baseline {name}: not available ({b.get('note', '')})")
     for idle in doc["idle_gpus"]:
         out.print(f"idle: {idle['gpus']} GPUs of {idle['node_group']}: {idle['reason']}")
+
+
+# ---------------------------------------------------------------------------- export
+
+class ExportFormat(StrEnum):
+    megatron = "megatron"
+    deepspeed = "deepspeed"
+    torchrun = "torchrun"
+
+
+@app.command()
+@handles_errors
+def export(
+    plan_file: Annotated[str, typer.Argument(help="Plan file written by `hgplan search -o`.")],
+    fmt: Annotated[ExportFormat, typer.Option("--format", "-f", help="Launch target.")],
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Directory to write the launch files into "
+                                                                    "(must be new or empty).")] = None,
+    script: Annotated[str | None, typer.Option("--script", help="Training script (default pretrain_gpt.py; "
+                                                                "train.py for torchrun).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write launch arguments, per-node scripts and NCCL settings for Megatron-LM, DeepSpeed or torchrun."""
+    from pathlib import Path
+
+    from hgplan.export.deepspeed import export_deepspeed
+    from hgplan.export.megatron import export_megatron
+    from hgplan.export.torchrun import export_torchrun
+    from hgplan.io import catalog
+    from hgplan.planfile import load_plan_doc
+
+    pdoc = _read_json(plan_file, "plan")
+    plan, fleet, arch, train = load_plan_doc(pdoc, plan_file, catalog())
+    fn = {ExportFormat.megatron: export_megatron, ExportFormat.deepspeed: export_deepspeed,
+          ExportFormat.torchrun: export_torchrun}[fmt]
+    kwargs = {"script": script} if script else {}
+    ex = fn(plan, fleet, arch, train, **kwargs)
+    if output is not None:
+        target = Path(output)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise InputError(f"-o {output}: exists and is not an empty directory; choose a new directory (nothing "
+                             "was written)")
+        import shutil
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp(prefix=".hgplan-export-", dir=str(target.parent.resolve())))
+        try:
+            for name, content in sorted(ex.files.items()):
+                (tmp / name).write_text(content)
+                if name.endswith(".sh"):
+                    (tmp / name).chmod(0o755)
+            if target.exists():
+                target.rmdir()
+            tmp.rename(target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        err.print(f"wrote {len(ex.files)} files to {output}", markup=False, highlight=False)
+    for w in ex.warnings:
+        err.print(f"warning: {w}", markup=False, highlight=False)
+    if as_json:
+        emit_json(ex.to_dict() | {"file_contents": dict(sorted(ex.files.items()))})
+        return
+    if ex.argv:
+        out.print(f"# {fmt.value} arguments", markup=False)
+        sys.stdout.write(" ".join(__import__("shlex").quote(a) for a in ex.argv) + "\n")
+    for n in ex.nodes[:1]:
+        if "argv" in n:
+            out.print(f"# node 0 ({n['host']}, {n['node_group']}); {len(ex.nodes)} nodes in all", markup=False)
+            sys.stdout.write(" ".join(__import__("shlex").quote(a) for a in n["argv"]) + "\n")
+    for note in ex.notes:
+        out.print(f"# note: {note}", markup=False, highlight=False)
+    if output is None:
+        out.print(f"# {len(ex.files)} files (give -o DIR to write them): {', '.join(sorted(ex.files))}", markup=False)
+
+
+# ---------------------------------------------------------------------------- diff
+
+@app.command()
+@handles_errors
+def diff(a: Annotated[str, typer.Argument(help="Plan file A (e.g. the committed plan.lock.json).")],
+         b: Annotated[str, typer.Argument(help="Plan file B (e.g. a fresh plan).")],
+         as_json: JsonOpt = False) -> None:
+    """Show what changed between two plan files: degrees, stages, layers and predicted throughput."""
+    from hgplan.planfile import diff_plans
+
+    d = diff_plans(_read_json(a, "plan"), _read_json(b, "plan"), a, b)
+    if as_json:
+        emit_json(d)
+        return
+    if not d["changes"]:
+        out.print("plans are identical", markup=False)
+    for c in d["changes"]:
+        out.print(f"{c['field']}: {c['a']} -> {c['b']}", markup=False, highlight=False)
+    p = d["prediction"]
+    out.print(f"tokens/s: {p['a_tokens_per_s']:,.0f} -> {p['b_tokens_per_s']:,.0f} ({p['change']:+.1%})", markup=False)
 
 
 def main() -> None:

@@ -83,6 +83,11 @@ class NodeGroup:
     gpu_hour_usd: float | None
     order: int
     """Position in the cluster file (file order), used by the Megatron-default baseline."""
+    hosts: tuple[str, ...] = ()
+    """Host names from the cluster file; empty means placeholders."""
+
+    def host(self, i: int) -> str:
+        return self.hosts[i] if self.hosts else f"{self.site}-{self.name}-{i:02d}"
 
     @property
     def key(self) -> str:

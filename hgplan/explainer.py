@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hgplan.costmodel.evaluate import Prediction, evaluate
@@ -76,13 +77,83 @@ def timeline_text(ops: tuple[Op, ...], num_stages: int, *, width: int = 100) -> 
     return "\n".join(rows)
 
 
+def _with_links(fleet: Fleet, scale: float | None, link=None, *, nic_group: str | None = None) -> Fleet:
+    links = []
+    for lk in fleet.links:
+        if link is not None and lk is link:
+            lk = replace(lk, gbps=lk.gbps * scale if scale else 1e9, latency_ms=lk.latency_ms if scale else 0.0)
+        links.append(lk)
+    groups = tuple(replace(g, nic_count=g.nic_count * 2) if g.key == nic_group else g for g in fleet.groups)
+    return replace(fleet, links=tuple(links), groups=groups)
+
+
+def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, pred: Prediction) -> list[dict[str, Any]]:
+    """Cost of each binding resource and the gain from improving it, re-evaluated by the cost model."""
+    base = pred.iteration_time_s
+    out = []
+    used = {id(lk): lk for b in range(len(plan.stages) - 1)
+            for lk in [getattr(fleet.path(fleet.group(plan.stages[b].node_group),
+                                          fleet.group(plan.stages[b + 1].node_group)), "link", None)] if lk is not None}
+    for lk in used.values():
+        free = evaluate(plan, _with_links(fleet, None, lk), model, train).iteration_time_s
+        doubled = evaluate(plan, _with_links(fleet, 2.0, lk), model, train).iteration_time_s
+        share = (base - free) / base
+        if share > 0.005:
+            out.append({"resource": f"link {lk.a} <-> {lk.b}", "share_of_step": round(share, 4),
+                        "what_if": "double its bandwidth", "speedup": round(base / doubled - 1, 4),
+                        "text": f"the {lk.gbps:g} Gbit/s link between {lk.a} and {lk.b} costs {share:.0%} of step time; "
+                                f"doubling it gives {base / doubled - 1:+.0%}"})
+    worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s)
+    if worst_dp.dp_sync_s > 0.02 * base:
+        faster = evaluate(plan, _with_links(fleet, None, nic_group=worst_dp.node_group), model, train).iteration_time_s
+        out.append({"resource": f"NICs of {worst_dp.node_group}", "share_of_step": round(worst_dp.dp_sync_s / base, 4),
+                    "what_if": "double the NICs per node", "speedup": round(base / faster - 1, 4),
+                    "text": f"gradient sync on {worst_dp.node_group} is exposed for {worst_dp.dp_sync_s / base:.0%} of "
+                            f"step time; twice the NICs per node gives {base / faster - 1:+.0%}"})
+    if pred.bubble_fraction > 0.08 and plan.config.pp > 1 and plan.config.vpp == 1:
+        m = pred.num_microbatches
+        if m % plan.config.pp == 0 and all(s.num_layers % 2 == 0 for s in plan.stages):
+            alt = replace(plan, config=replace(plan.config, vpp=2))
+            alt_pred = evaluate(alt, fleet, model, train)
+            if alt_pred.fits:
+                out.append({"resource": "pipeline bubble", "share_of_step": round(pred.bubble_fraction, 4),
+                            "what_if": "interleave 2 virtual stages (--vpp 2)",
+                            "speedup": round(base / alt_pred.iteration_time_s - 1, 4),
+                            "text": f"the pipeline bubble idles {pred.bubble_fraction:.0%} of the bottleneck stage; "
+                                    f"--vpp 2 gives {base / alt_pred.iteration_time_s - 1:+.0%}"})
+    return out
+
+
+def fleet_upper_bound(fleet: Fleet, model: ModelArch, train: TrainingSettings) -> dict[str, Any]:
+    """HETHUB's yardstick: every GPU of the fleet busy at its achievable matmul rate, no communication or bubble."""
+    from hgplan.costmodel.flops import megatron_model_flops
+
+    rate = sum(g.num_gpus * g.gpu.peak_tflops(train.precision) * 1e12 * g.gpu.eff.gemm_efficiency
+               * g.gpu.eff.sustained_clock_fraction for g in fleet.groups if g.gpu.supports(train.precision))
+    per_token = megatron_model_flops(model, global_batch_size=1, seq_length=train.seq_length) / train.seq_length
+    return {"tokens_per_s": rate / per_token, "definition": "all GPUs of the fleet at their achievable matmul rate "
+            "on the model's FLOPs, no communication, bubble or memory limit"}
+
+
 def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *, cluster_ref: str,
-            model_ref: str, simulate: bool = True, timeline: bool = False) -> dict[str, Any]:
+            model_ref: str, simulate: bool = True, timeline: bool = False,
+            baselines: dict[str, Any] | None = None) -> dict[str, Any]:
     require_valid(plan, fleet, model, train)
     pred = evaluate(plan, fleet, model, train)
     sim = evaluate(plan, fleet, model, train, use_simulator=True, keep_ops=timeline) if (simulate or timeline) else None
     doc = explain_doc(plan, pred, model=model, train=train, cluster=cluster_ref, model_ref=model_ref, simulated=sim)
     doc["findings"] = findings(pred, fleet)
+    doc["what_if"] = what_ifs(plan, fleet, model, train, pred)
+    doc["findings"] += [w["text"] for w in doc["what_if"]]
+    upper = fleet_upper_bound(fleet, model, train)
+    doc["upper_bound"] = {**upper, "share_reached": round(pred.tokens_per_s / upper["tokens_per_s"], 4)}
+    doc["findings"].append(f"{pred.tokens_per_s / upper['tokens_per_s']:.0%} of the fleet's upper bound "
+                           f"({upper['tokens_per_s']:,.0f} tokens/s with every GPU at its achievable matmul rate)")
+    if baselines:
+        doc["baselines"] = baselines
+        for name, b in baselines.items():
+            if b.get("available"):
+                doc["findings"].append(f"{b['speedup']:.2f}x faster than {name} ({b['description']})")
     if timeline and sim is not None:
         doc["timeline_text"] = timeline_text(sim.ops, plan.config.pp)
     return doc

@@ -217,6 +217,10 @@ def _cluster_semantics(data: dict, lines: dict[Path_, int], source: str, catalog
                         f"duplicate node group name '{gname}' in site '{sname}'")
                 nics = grp.get("nics")
                 gtrans[gname] = nics.get("transport") if isinstance(nics, dict) else None
+            hosts = grp.get("hosts")
+            if isinstance(hosts, list) and isinstance(grp.get("count"), int) and len(hosts) != grp["count"]:
+                add(("sites", si, "node_groups", gi, "hosts"),
+                    f"lists {len(hosts)} host names but count is {grp['count']}; give one host name per node")
             gpu = grp.get("gpu")
             gpath = ("sites", si, "node_groups", gi, "gpu")
             if isinstance(gpu, str):
@@ -331,7 +335,8 @@ def build_fleet(spec: ClusterSpec, catalog: Catalog, *, name: str) -> Fleet:
             groups.append(NodeGroup(site=site.name, name=g.name, num_nodes=g.count, gpu=gpu, gpus_per_node=g.gpus_per_node,
                                     intra_node_kind=intra.kind, intra_node_gbytes_per_s=intra.gbytes_per_s,
                                     nic_transport=Transport(g.nics.transport), nic_gbps=g.nics.gbps,
-                                    nic_count=g.nics.count, gpu_hour_usd=g.gpu_hour_usd, order=len(groups)))
+                                    nic_count=g.nics.count, gpu_hour_usd=g.gpu_hour_usd, order=len(groups),
+                                    hosts=tuple(g.hosts or ())))
     links: list[Link] = []
     for site in spec.sites:
         for lk in site.links:

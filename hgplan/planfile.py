@@ -31,3 +31,117 @@ def make_plan_file(search_doc: dict[str, Any], *, cluster_text: str, model_text:
                                                                      "prediction", "plan")}
                       for k, v in search_doc.get("baselines", {}).items()},
     }
+
+
+def load_plan_doc(doc: Any, source: str, catalog) -> tuple:
+    """(plan, fleet, model, train, doc) from a parsed plan file; InputError on another schema or inconsistency."""
+    from hgplan.domain import Precision, TrainingSettings
+    from hgplan.errors import InputError, InputIssue
+    from hgplan.inputs import load_cluster, load_model
+    from hgplan.plan import Plan
+    from hgplan.validate import check_plan
+
+    def fail(msg: str, path: str = "") -> None:
+        raise InputError([InputIssue(source=source, line=None, path=path, message=msg)])
+
+    if not isinstance(doc, dict):
+        fail("not a plan file: expected a JSON object")
+    if doc.get("kind") not in (PLAN_KIND, "hgplan.search"):
+        fail(f"not a plan file (kind {doc.get('kind')!r}); write one with `hgplan search -o plan.json`", "kind")
+    if str(doc.get("schema_version")) != SCHEMA_VERSION:
+        fail(f"plan file schema version {doc.get('schema_version')!r} is not supported by hgplan {__version__} "
+             f"(expects {SCHEMA_VERSION}); re-run `hgplan search -o` with this version", "schema_version")
+    if doc["kind"] == "hgplan.search":
+        fail("this is search output, not a plan file; write the plan with `hgplan search -o plan.json`", "kind")
+    try:
+        inputs = doc["inputs"]
+        fleet, _ = load_cluster(inputs["cluster"]["yaml"], f"{source}#inputs.cluster", catalog)
+        model = load_model(inputs["model"]["yaml"], f"{source}#inputs.model")
+        t = inputs["training"]
+        train = TrainingSettings(seq_length=int(t["seq_length"]), global_batch_size=int(t["global_batch_size"]),
+                                 precision=Precision(t["precision"]), optimizer=t.get("optimizer", "adam"),
+                                 attention=t.get("attention", "flash"), runtime=t.get("runtime", "megatron"))
+        plan = Plan.from_dict(doc["plan"])
+    except (KeyError, TypeError, ValueError) as exc:
+        fail(f"malformed plan file: {exc!r} is missing or invalid")
+    violations = check_plan(plan, fleet, model, train)
+    if violations:
+        raise InputError([InputIssue(source=source, line=None, path=f"plan ({v.rule})", message=v.message)
+                          for v in violations])
+    return plan, fleet, model, train
+
+
+def regression_check(baseline_doc: dict[str, Any], search_doc: dict[str, Any], bound: float) -> dict[str, Any]:
+    """Compare the fresh best plan with a committed one: failed when it is slower by more than `bound`."""
+    old = float(baseline_doc["prediction"]["tokens_per_s"])
+    new = float(search_doc["plans"][0]["prediction"]["tokens_per_s"])
+    change = new / old - 1
+    failed = change < -bound
+    verdict = "REGRESSION" if failed else "ok"
+    return {"baseline_tokens_per_s": old, "tokens_per_s": new, "change": round(change, 6), "max_regression": bound,
+            "failed": failed,
+            "message": f"{verdict}: best plan {new:,.0f} tokens/s vs baseline {old:,.0f} ({change:+.2%}; allowed "
+                       f"-{bound:.2%})"}
+
+
+def diff_plans(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str) -> dict[str, Any]:
+    changes = []
+    for key in ("tp", "pp", "dp", "cp", "micro_batch_size", "vpp", "recompute", "sequence_parallel", "zero_stage"):
+        if a["plan"].get(key) != b["plan"].get(key):
+            changes.append({"field": key, "a": a["plan"].get(key), "b": b["plan"].get(key)})
+    sa = [(s["node_group"], s["layers"]) for s in a["plan"]["stages"]]
+    sb = [(s["node_group"], s["layers"]) for s in b["plan"]["stages"]]
+    if sa != sb:
+        changes.append({"field": "stages", "a": " ".join(f"{g}:{n}" for g, n in sa),
+                        "b": " ".join(f"{g}:{n}" for g, n in sb)})
+    for key in ("cluster", "model"):
+        ha, hb = a["inputs"][key].get("sha256"), b["inputs"][key].get("sha256")
+        if ha != hb:
+            changes.append({"field": f"inputs.{key}", "a": (ha or "")[:12], "b": (hb or "")[:12]})
+    ta, tb = a["prediction"]["tokens_per_s"], b["prediction"]["tokens_per_s"]
+    return {"a": name_a, "b": name_b, "changes": changes,
+            "prediction": {"a_tokens_per_s": ta, "b_tokens_per_s": tb, "change": round(tb / ta - 1, 6),
+                           "a_iteration_time_s": a["prediction"]["iteration_time_s"],
+                           "b_iteration_time_s": b["prediction"]["iteration_time_s"]}}
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """JSON Schema of plan files (schema_version 1)."""
+    stage = {"type": "object", "required": ["node_group", "layers"], "properties": {
+        "node_group": {"type": "string", "description": "site/group hosting every GPU of the stage"},
+        "layers": {"type": "integer", "minimum": 1}}}
+    plan = {"type": "object", "required": ["tp", "pp", "dp", "micro_batch_size", "stages"], "properties": {
+        "tp": {"type": "integer", "minimum": 1}, "pp": {"type": "integer", "minimum": 1},
+        "dp": {"type": "integer", "minimum": 1}, "cp": {"type": "integer", "minimum": 1},
+        "micro_batch_size": {"type": "integer", "minimum": 1}, "vpp": {"type": "integer", "minimum": 1},
+        "recompute": {"enum": ["none", "selective", "full"]}, "sequence_parallel": {"type": "boolean"},
+        "zero_stage": {"enum": [0, 1, 2, 3]}, "distributed_optimizer": {"type": "boolean"},
+        "overlap_grad_reduce": {"type": "boolean"}, "stages": {"type": "array", "items": stage, "minItems": 1}}}
+    prediction = {"type": "object", "required": ["iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu"],
+                  "properties": {k: {"type": "number"} for k in (
+                      "iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu",
+                      "hfu", "bubble_fraction", "pipeline_s", "simulator_iteration_time_s")}}
+    source = {"type": "object", "required": ["ref", "yaml"], "properties": {
+        "ref": {"type": "string"}, "sha256": {"type": "string"}, "yaml": {"type": "string"}}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://hgplan.dev/schema/plan.json",
+        "title": "hgplan plan file",
+        "type": "object",
+        "required": ["schema_version", "kind", "inputs", "plan", "prediction"],
+        "properties": {
+            "schema_version": {"const": SCHEMA_VERSION},
+            "kind": {"const": PLAN_KIND},
+            "hgplan_version": {"type": "string"},
+            "inputs": {"type": "object", "required": ["cluster", "model", "training"], "properties": {
+                "cluster": source, "model": source,
+                "training": {"type": "object", "required": ["seq_length", "global_batch_size", "precision"]},
+                "target": {"enum": ["megatron", "deepspeed"]}}},
+            "plan": plan,
+            "prediction": prediction,
+            "stages": {"type": "array"},
+            "search": {"type": "object"},
+            "solver": {"type": "object"},
+            "baselines": {"type": "object"},
+        },
+    }

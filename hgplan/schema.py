@@ -63,6 +63,8 @@ class NodeGroupSpec(_Strict):
     intra_node: IntraNodeSpec | None = Field(None, description="Override of the GPU's default intra-node link.")
     nics: NicSpec
     gpu_hour_usd: NonNegFloat | None = Field(None, description="Price per GPU-hour (for cost objectives).")
+    hosts: list[str] | None = Field(None, description="Host names of the nodes, in order (one per node); used by "
+                                    "`hgplan export`. Default: SITE-GROUP-NN placeholders.")
 
 
 class LinkSpec(_Strict):

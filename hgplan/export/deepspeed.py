@@ -1,0 +1,104 @@
+"""DeepSpeed / Megatron-DeepSpeed export: ds_config.json, hostfile in rank order, launcher command, partition.
+
+Rules (export-targets.md section 3): train_batch_size = micro x GAS x DP; ZeRO stage <= 1 with pipeline
+parallelism; the hostfile's line order is the node rank; GPTModelPipe hard-codes partition_method
+'type:transformer' (even layers), so an uneven plan needs the patch described in partition.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from hgplan.domain import Fleet, ModelArch, Precision, TrainingSettings
+from hgplan.errors import PlanningError
+from hgplan.export.layout import build_layout
+from hgplan.export.megatron import MASTER_PORT, Export, model_args, nccl_env, recompute_args, unsupported_features
+from hgplan.plan import Plan
+
+
+def ds_config(plan: Plan, train: TrainingSettings) -> dict:
+    c = plan.config
+    gas = train.global_batch_size // (c.micro_batch_size * c.dp)
+    zero = min(c.zero_stage, 1) if c.pp > 1 else c.zero_stage
+    cfg: dict = {"train_batch_size": train.global_batch_size, "train_micro_batch_size_per_gpu": c.micro_batch_size,
+                 "gradient_accumulation_steps": gas, "zero_optimization": {"stage": zero}}
+    if train.precision is Precision.BF16:
+        cfg["bf16"] = {"enabled": True}
+    else:
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+                       "hysteresis": 2, "min_loss_scale": 1}
+    if c.pp > 1:
+        cfg["pipeline"] = {"pipe_partitioned": True, "grad_partitioned": True}
+    return cfg
+
+
+def partition_bounds(plan: Plan) -> list[int]:
+    """PipelineModule 'parts' in transformer-layer index space: stage i owns layers [parts[i], parts[i+1])."""
+    out = [0]
+    for s in plan.stages:
+        out.append(out[-1] + s.num_layers)
+    return out
+
+
+def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
+                     script: str = "pretrain_gpt.py") -> Export:
+    c = plan.config
+    bad = unsupported_features(model)
+    if bad:
+        raise PlanningError(f"Megatron-DeepSpeed cannot express {'; '.join(bad)}; export refused")
+    if c.vpp > 1:
+        raise PlanningError(f"the plan interleaves {c.vpp} virtual stages per rank; DeepSpeed's pipeline engine has no "
+                            "interleaved schedule: re-plan with --target deepspeed")
+    if c.cp > 1:
+        raise PlanningError("context parallelism is a Megatron-LM feature; Megatron-DeepSpeed uses Ulysses "
+                            "(--ds-sequence-parallel-size) instead: re-plan with --target deepspeed")
+    if c.pp > 1 and c.zero_stage > 1:
+        raise PlanningError(f"ZeRO stage {c.zero_stage} cannot be combined with pipeline parallelism in DeepSpeed")
+    layout = build_layout(plan, fleet)
+    ex = Export(format="deepspeed")
+    cfg = ds_config(plan, train)
+    assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * c.dp
+    ex.files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
+    ex.files["hostfile"] = "".join(f"{n.host} slots={n.local_gpus}\n" for n in layout.nodes)
+    argv = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
+    if c.pp == 1:
+        argv += ["--no-pipeline-parallel"]
+    if c.sequence_parallel:
+        argv += ["--sequence-parallel"]
+    argv += ["--micro-batch-size", str(c.micro_batch_size), "--global-batch-size", str(train.global_batch_size)]
+    argv += ["--bf16"] if train.precision is Precision.BF16 else ["--fp16"]
+    argv += model_args(model, train, deepspeed=True) + recompute_args(plan)
+    argv += ["--deepspeed", "--deepspeed_config", "ds_config.json", "--zero-stage", str(cfg["zero_optimization"]["stage"])]
+    ex.argv = argv
+    master = layout.nodes[0].host
+    launcher = ["deepspeed", "--hostfile", "hostfile", "--master_addr", master, "--master_port", str(MASTER_PORT),
+                script] + argv
+    ex.files["launch.sh"] = ("#!/usr/bin/env bash\nset -euo pipefail\n"
+                             "# DeepSpeed exports every NCCL_* variable of this shell to all nodes (pdsh launcher):\n"
+                             "# keep per-node-group NCCL settings in each node's /etc/nccl.conf (nccl_conf_*.conf).\n"
+                             + " ".join(shlex.quote(x) for x in launcher) + ' "$@"\n')
+    for key in sorted({n.group for n in layout.nodes}):
+        env = nccl_env(fleet.group(key))
+        ex.files[f"nccl_conf_{key.replace('/', '_')}.conf"] = "".join(f"{k}={v}\n" for k, v in env.items()
+                                                                      if k.startswith("NCCL_"))
+    ex.nodes = [{"host": n.host, "node_rank": n.node_rank, "node_group": n.group, "nproc": n.local_gpus,
+                 "first_rank": n.first_rank} for n in layout.nodes]
+    layers = [s.num_layers for s in plan.stages]
+    if c.pp > 1 and len(set(layers)) > 1:
+        parts = partition_bounds(plan)
+        ex.files["partition.json"] = json.dumps({"layers_per_stage": layers, "parts": parts}, indent=2) + "\n"
+        ex.files["partition.md"] = (
+            "# Uneven pipeline stages in Megatron-DeepSpeed\n\n"
+            f"The plan gives the stages {layers} transformer layers. Megatron-DeepSpeed's GPTModelPipe hard-codes\n"
+            "`partition_method='type:transformer'`, which splits the layers evenly, and has no flag to change it.\n"
+            "To run the plan as planned, subclass GPTModelPipe and override `_partition_layers` so that it sets\n"
+            f"`self.parts` to the transformer-layer boundaries {parts} (offset by the index of the first\n"
+            "transformer layer spec) and calls `self._set_bounds(...)`. Without the patch DeepSpeed runs an even\n"
+            "split, which hgplan predicts to be slower (see `hgplan explain` with --layers).\n")
+        ex.warnings.append(f"DeepSpeed cannot take per-stage layer counts from the command line: the plan's layers "
+                           f"{layers} are in partition.json; without the GPTModelPipe patch in partition.md DeepSpeed "
+                           "splits the layers evenly")
+    ex.notes.append("the deepspeed launcher passes --local_rank; Megatron-DeepSpeed accepts it (stock Megatron-LM "
+                    "would need --no_local_rank)")
+    return ex

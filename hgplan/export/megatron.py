@@ -1,0 +1,208 @@
+"""Megatron-LM export: pretrain_gpt.py arguments, per-node torchrun scripts, NCCL settings.
+
+Flag names and rules: shared/reference/export-targets.md sections 1 and 5 (Megatron-LM main @ d98e8a64dd,
+core_v0.13+ for --pipeline-model-parallel-layout); docs/export.md explains every value.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from hgplan.domain import Fleet, ModelArch, NodeGroup, Precision, TrainingSettings, Transport
+from hgplan.errors import PlanningError
+from hgplan.export.layout import Layout, build_layout
+from hgplan.plan import Plan, Recompute
+
+MASTER_PORT = 29500
+
+
+@dataclass(slots=True, kw_only=True)
+class Export:
+    format: str
+    files: dict[str, str] = field(default_factory=dict)
+    argv: list[str] = field(default_factory=list)
+    nodes: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"format": self.format, "argv": self.argv, "nodes": self.nodes, "files": sorted(self.files),
+                "warnings": self.warnings, "notes": self.notes}
+
+
+def layout_string(plan: Plan) -> str:
+    """--pipeline-model-parallel-layout: E on the first stage, L on the last, t per decoder layer.
+
+    With v virtual stages the string lists chunk 0 of every rank, then chunk 1, ...; each rank's layers are
+    split evenly over its chunks (the planner keeps them divisible by v).
+    """
+    p, v = plan.config.pp, plan.config.vpp
+    chunks: list[str] = []
+    for c in range(v):
+        for s in range(p):
+            n = plan.stages[s].num_layers // v
+            body = f"t*{n}" if n > 1 else ("t" if n == 1 else "")
+            if c == 0 and s == 0:
+                body = "E" + body
+            if c == v - 1 and s == p - 1:
+                body = body + "L"
+            chunks.append(body)
+    return "|".join(chunks)
+
+
+def unsupported_features(model: ModelArch) -> list[str]:
+    out = []
+    if model.position_embedding_type == "alibi":
+        out.append("ALiBi position embeddings (Megatron-LM's GPT model has none)")
+    if model.embedding_layernorm:
+        out.append("a LayerNorm after the embedding (BLOOM's embedding_layernorm)")
+    if model.activation == "relu":
+        out.append("plain ReLU activations (Megatron offers gelu, swiglu and squared ReLU)")
+    return out
+
+
+def model_args(model: ModelArch, train: TrainingSettings, *, deepspeed: bool = False) -> list[str]:
+    a = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
+         "--ffn-hidden-size", str(model.ffn_hidden_size), "--num-attention-heads", str(model.num_attention_heads)]
+    if model.num_query_groups != model.num_attention_heads:
+        a += (["--num-key-value-heads", str(model.num_query_groups)] if deepspeed
+              else ["--group-query-attention", "--num-query-groups", str(model.num_query_groups)])
+    if model.kv_channels * model.num_attention_heads != model.hidden_size:
+        a += ["--kv-channels", str(model.kv_channels)]
+    a += ["--seq-length", str(train.seq_length), "--max-position-embeddings", str(model.max_position_embeddings)]
+    if model.position_embedding_type == "rope":
+        a += ["--use-rotary-position-embeddings"] if deepspeed else ["--position-embedding-type", "rope"]
+    elif model.position_embedding_type == "none":
+        a += ["--position-embedding-type", "none"]
+    a += ["--normalization", model.normalization]
+    if model.activation == "swiglu":
+        a += ["--swiglu"]
+    elif model.activation == "squared_relu":
+        a += ["--squared-relu"]
+    if model.untie_embeddings_and_output_weights:
+        a += ["--untie-embeddings-and-output-weights"]
+    if not model.add_bias_linear:
+        a += ["--disable-bias-linear"]
+    a += ["--hidden-dropout", f"{model.hidden_dropout:g}", "--attention-dropout", f"{model.attention_dropout:g}",
+          "--make-vocab-size-divisible-by", str(model.make_vocab_size_divisible_by)]
+    return a
+
+
+def recompute_args(plan: Plan) -> list[str]:
+    rc = plan.config.recompute
+    if rc is Recompute.SELECTIVE:
+        return ["--recompute-granularity", "selective"]
+    if rc is Recompute.FULL:
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    return []
+
+
+def crosses_transports(plan: Plan, fleet: Fleet) -> tuple[bool, bool]:
+    """(pipeline has a non-RDMA or cross-transport boundary, first/last stage link is non-RDMA)."""
+    groups = [fleet.group(s.node_group) for s in plan.stages]
+
+    def non_rdma(a: NodeGroup, b: NodeGroup) -> bool:
+        path = fleet.path(a, b)
+        return path is not None and (not fleet.transports[path.transport].rdma or a.nic_transport != b.nic_transport)
+
+    pp = any(non_rdma(groups[i], groups[i + 1]) for i in range(len(groups) - 1))
+    if plan.config.vpp > 1 and len(groups) > 1:
+        pp = pp or non_rdma(groups[-1], groups[0])
+    return pp, len(groups) > 1 and non_rdma(groups[0], groups[-1])
+
+
+def nccl_env(group: NodeGroup) -> dict[str, str]:
+    """Per-node-group NCCL environment (NCCL user guide, env.html). Device names are placeholders to check."""
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    if group.nic_transport is Transport.INFINIBAND:
+        env["NCCL_IB_HCA"] = "mlx5"
+        env["NCCL_CROSS_NIC"] = "0"
+    elif group.nic_transport is Transport.ROCE:
+        env["NCCL_IB_HCA"] = "mlx5"
+        env["NCCL_IB_GID_INDEX"] = "3"
+        env["NCCL_IB_TC"] = "106"
+    else:
+        env["NCCL_IB_DISABLE"] = "1"
+        env["NCCL_SOCKET_IFNAME"] = "eth0"
+        env["NCCL_SOCKET_NTHREADS"] = "4"
+        env["NCCL_NSOCKS_PERTHREAD"] = "4"
+    return env
+
+
+def parallel_args(plan: Plan, train: TrainingSettings) -> list[str]:
+    c = plan.config
+    a = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
+    if c.cp > 1:
+        a += ["--context-parallel-size", str(c.cp)]
+    if c.sequence_parallel:
+        a += ["--sequence-parallel"]
+    a += ["--micro-batch-size", str(c.micro_batch_size), "--global-batch-size", str(train.global_batch_size)]
+    a += ["--bf16"] if train.precision is Precision.BF16 else ["--fp16"]
+    return a
+
+
+def export_megatron(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
+                    script: str = "pretrain_gpt.py") -> Export:
+    bad = unsupported_features(model)
+    if bad:
+        raise PlanningError(f"Megatron-LM cannot express {'; '.join(bad)}; export refused")
+    if plan.config.zero_stage > 1:
+        raise PlanningError(f"Megatron-LM's distributed optimizer is ZeRO stage 1; the plan uses stage "
+                            f"{plan.config.zero_stage}: export to DeepSpeed instead")
+    layout: Layout = build_layout(plan, fleet)
+    ex = Export(format="megatron")
+    argv = parallel_args(plan, train)
+    if plan.config.pp > 1:
+        argv += ["--pipeline-model-parallel-layout", layout_string(plan)]
+    argv += model_args(model, train) + recompute_args(plan)
+    if plan.config.zero_stage == 1:
+        argv += ["--use-distributed-optimizer"]
+        if plan.config.overlap_grad_reduce:
+            argv += ["--overlap-grad-reduce", "--overlap-param-gather"]
+    elif plan.config.overlap_grad_reduce:
+        argv += ["--overlap-grad-reduce"]
+    pp_socket, embd_socket = crosses_transports(plan, fleet)
+    wan = any(fleet.group(plan.stages[i].node_group).site != fleet.group(plan.stages[i + 1].node_group).site
+              for i in range(len(plan.stages) - 1))
+    if pp_socket:
+        lines = ["# NCCL options per process group (--nccl-communicator-config-path).",
+                 "# The pipeline crosses a link without RDMA or between transports: NCCL cannot run one communicator",
+                 "# over InfiniBand/RoCE and TCP at once, so the pipeline (and tied-embedding) groups use sockets",
+                 "# while TP and DP stay on the node group's RDMA fabric.", "pp: {net_name: Socket}"]
+        if embd_socket and not model.untie_embeddings_and_output_weights:
+            lines.append("embd: {net_name: Socket}")
+        ex.files["nccl_pg.yaml"] = "\n".join(lines) + "\n"
+        argv += ["--nccl-communicator-config-path", "nccl_pg.yaml"]
+        ex.notes.append("do not export NCCL_NET: it overrides the per-communicator net_name in nccl_pg.yaml")
+    if wan:
+        argv += ["--distributed-timeout-minutes", "60"]
+    ex.argv = argv
+    master = layout.nodes[0].host
+    nnodes = len(layout.nodes)
+    nprocs = {n.local_gpus for n in layout.nodes}
+    if len(nprocs) > 1:
+        ex.warnings.append(f"nodes run different numbers of processes ({sorted(nprocs)}); torchrun's static rendezvous "
+                           "assigns ranks by summing them in node-rank order, but its documentation only promises "
+                           "homogeneous LOCAL_WORLD_SIZE; check the rank map after launch")
+    envs: dict[str, dict[str, str]] = {}
+    for node in layout.nodes:
+        g = fleet.group(node.group)
+        envs.setdefault(g.key, nccl_env(g))
+        env = envs[g.key]
+        cmd = ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(node.local_gpus), "--node-rank",
+               str(node.node_rank), "--master-addr", master, "--master-port", str(MASTER_PORT), script] + argv
+        ex.nodes.append({"host": node.host, "node_rank": node.node_rank, "node_group": g.key, "nproc": node.local_gpus,
+                         "first_rank": node.first_rank, "env": env, "argv": cmd})
+        body = ["#!/usr/bin/env bash", f"# node {node.node_rank} of {nnodes}: {node.host} ({g.key}), global ranks "
+                f"{node.first_rank}-{node.first_rank + node.local_gpus - 1}", "set -euo pipefail"]
+        body += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+        body.append(" ".join(shlex.quote(x) for x in cmd) + ' "$@"')
+        ex.files[f"launch_node{node.node_rank:03d}_{node.host}.sh"] = "\n".join(body) + "\n"
+    ex.files["hosts.txt"] = "".join(f"{n.node_rank} {n.host} {n.local_gpus}\n" for n in layout.nodes)
+    ex.files["megatron_args.txt"] = " \\\n  ".join(shlex.quote(x) for x in argv) + "\n"
+    for key, env in envs.items():
+        ex.files[f"nccl_env_{key.replace('/', '_')}.sh"] = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    ex.notes.append("NCCL_IB_HCA, NCCL_IB_GID_INDEX and NCCL_SOCKET_IFNAME are typical values: check them on your nodes "
+                    "(ibv_devices, show_gids, ip link) or set them in each node's /etc/nccl.conf")
+    return ex

@@ -1,0 +1,38 @@
+"""Generic torchrun export: one command per node (static rendezvous) and the full rank map."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shlex
+
+from hgplan.domain import Fleet, ModelArch, TrainingSettings
+from hgplan.export.layout import build_layout
+from hgplan.export.megatron import MASTER_PORT, Export, nccl_env
+from hgplan.plan import Plan
+
+
+def export_torchrun(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
+                    script: str = "train.py") -> Export:
+    layout = build_layout(plan, fleet)
+    ex = Export(format="torchrun")
+    master = layout.nodes[0].host
+    for n in layout.nodes:
+        cmd = ["torchrun", "--nnodes", str(len(layout.nodes)), "--nproc-per-node", str(n.local_gpus), "--node-rank",
+               str(n.node_rank), "--master-addr", master, "--master-port", str(MASTER_PORT), script]
+        env = nccl_env(fleet.group(n.group))
+        ex.nodes.append({"host": n.host, "node_rank": n.node_rank, "node_group": n.group, "nproc": n.local_gpus,
+                         "first_rank": n.first_rank, "env": env, "argv": cmd})
+        ex.files[f"launch_node{n.node_rank:03d}_{n.host}.sh"] = (
+            "#!/usr/bin/env bash\nset -euo pipefail\n" + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+            + " ".join(shlex.quote(x) for x in cmd) + ' "$@"\n')
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["rank", "host", "node_rank", "local_rank", "stage", "node_group", "layers", "tp_rank", "cp_rank", "dp_rank"])
+    for r in layout.ranks:
+        st = plan.stages[r.stage]
+        w.writerow([r.rank, r.host, r.node_rank, r.local_rank, r.stage, st.node_group, st.num_layers, r.tp, r.cp, r.dp])
+    ex.files["rank_map.csv"] = buf.getvalue()
+    ex.argv = []
+    ex.notes.append("ranks follow Megatron's tp-cp-dp-pp order: stage p owns ranks [p*G, (p+1)*G) with G = tp*cp*dp")
+    return ex
