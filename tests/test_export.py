@@ -1,0 +1,242 @@
+"""Issue 5: export, checked by megatron-core's own parser where it matters; plan files; the CI gate."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import jsonschema
+import pytest
+
+from hgplan.export.deepspeed import ds_config, export_deepspeed
+from hgplan.export.layout import build_layout
+from hgplan.export.megatron import export_megatron, layout_string
+from hgplan.io import catalog
+from hgplan.plan import Plan
+from hgplan.planfile import load_plan_doc
+
+
+@pytest.fixture(scope="module")
+def plan_path(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from hgplan.cli import app
+    path = tmp_path_factory.mktemp("plans") / "plan.json"
+    r = CliRunner().invoke(app, ["search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096",
+                                 "--global-batch", "512", "--time-limit", "30", "-o", str(path)])
+    assert r.exit_code == 0, r.stderr
+    return path
+
+
+def loaded(path):
+    doc = json.loads(path.read_text())
+    return (*load_plan_doc(doc, str(path), catalog()), doc)
+
+
+def megatron_layout():
+    if os.environ.get("CI") == "true":
+        from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+    else:
+        mod = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
+        PipelineParallelLayerLayout = mod.PipelineParallelLayerLayout
+    return PipelineParallelLayerLayout
+
+
+def _per_stage_decoders(layout_str: str, pp: int) -> list[int]:
+    """Per PP rank decoder counts, read by megatron-core's parser (all virtual chunks of a rank summed)."""
+    P = megatron_layout()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parsed = P.from_str(layout_str, pp)
+    stages = P.parse_str_to_list(layout_str)
+    counts = [0] * pp
+    for i, stage in enumerate(stages):
+        counts[i % pp] += sum(1 for layer in stage if layer.name == "decoder")
+    assert parsed is not None
+    return counts
+
+
+def test_exported_layout_passes_megatron_parser(plan_path):
+    plan, fleet, model, train, _ = loaded(plan_path)
+    ex = export_megatron(plan, fleet, model, train)
+    layout = ex.argv[ex.argv.index("--pipeline-model-parallel-layout") + 1]
+    assert _per_stage_decoders(layout, plan.config.pp) == [s.num_layers for s in plan.stages]
+    P = megatron_layout()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        P.from_str(layout, plan.config.pp).validate_layer_layout(num_layers=model.num_layers, mtp_num_layers=0)
+
+
+@pytest.mark.parametrize("layers, vpp", [([10, 9, 9, 8], 1), ([2, 30, 3, 1], 1), ([12, 8, 8, 4], 2), ([8, 8, 8, 8], 4)])
+def test_layout_strings_uneven_and_interleaved(layers, vpp):
+    from hgplan.plan import ParallelConfig, StageAssignment
+    plan = Plan(config=ParallelConfig(tp=1, pp=4, dp=1, vpp=vpp),
+                stages=tuple(StageAssignment(node_group="a/b", num_layers=n) for n in layers))
+    s = layout_string(plan)
+    assert _per_stage_decoders(s, 4) == layers
+    P = megatron_layout()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parsed = P.from_str(s, 4)
+        parsed.validate_layer_layout(num_layers=sum(layers), mtp_num_layers=0)
+    assert P.get_num_stages_from_str(s) == 4 * vpp
+
+
+def test_generated_flags_exist_in_megatron_core(plan_path):
+    """Flags that Megatron generates from dataclass fields must match megatron-core's fields (export-targets.md)."""
+    megatron_layout()
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    plan, fleet, model, train, _ = loaded(plan_path)
+    argv = export_megatron(plan, fleet, model, train).argv
+    fields = set(TransformerConfig.__dataclass_fields__)
+    generated = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--sequence-parallel",
+                 "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups",
+                 "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16", "--fp16",
+                 "--hidden-dropout", "--attention-dropout", "--normalization", "--kv-channels", "--context-parallel-size"}
+    for flag in argv:
+        if flag in generated:
+            assert flag[2:].replace("-", "_") in fields, flag
+    # explicit add_argument flags of megatron/training/arguments.py (Megatron-LM main @ d98e8a64dd, export-targets.md 1.1)
+    explicit = {"--pipeline-model-parallel-layout", "--micro-batch-size", "--global-batch-size", "--seq-length",
+                "--max-position-embeddings", "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights",
+                "--disable-bias-linear", "--position-embedding-type", "--use-distributed-optimizer",
+                "--overlap-grad-reduce", "--overlap-param-gather", "--nccl-communicator-config-path",
+                "--distributed-timeout-minutes", "--make-vocab-size-divisible-by", "--squared-relu"}
+    flags = {a for a in argv if a.startswith("--")}
+    assert flags <= generated | explicit, flags - generated - explicit
+
+
+def test_megatron_export_places_stages_on_their_groups(plan_path):
+    plan, fleet, model, train, _ = loaded(plan_path)
+    layout = build_layout(plan, fleet)
+    size = plan.config.gpus_per_stage
+    for r in layout.ranks:
+        assert r.stage == r.rank // size
+        assert fleet.group(plan.stages[r.stage].node_group).site in r.host
+    ex = export_megatron(plan, fleet, model, train)
+    assert "nccl_pg.yaml" in ex.files and "pp: {net_name: Socket}" in ex.files["nccl_pg.yaml"]
+    assert all(n["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" for n in ex.nodes)
+    assert [n["node_rank"] for n in ex.nodes] == list(range(len(ex.nodes)))
+    assert sum(n["nproc"] for n in ex.nodes) == plan.config.world_size
+
+
+def test_deepspeed_batch_identity_and_partition(plan_path):
+    plan, fleet, model, train, _ = loaded(plan_path)
+    cfg = ds_config(plan, train)
+    c = plan.config
+    assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * c.dp
+    assert cfg["zero_optimization"]["stage"] <= 1  # pipeline parallel
+    ex = export_deepspeed(plan, fleet, model, train)
+    lines = ex.files["hostfile"].splitlines()
+    assert len(lines) == len(build_layout(plan, fleet).nodes) and all(" slots=" in ln for ln in lines)
+    if len({s.num_layers for s in plan.stages}) > 1:
+        part = json.loads(ex.files["partition.json"])
+        assert part["layers_per_stage"] == [s.num_layers for s in plan.stages]
+        assert ex.warnings and "partition.json" in ex.warnings[0]
+
+
+def test_cli_export_json_and_directory(cli, plan_path, tmp_path):
+    r = cli("export", plan_path, "--format", "megatron", "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["format"] == "megatron" and doc["argv"] and doc["nodes"][0]["argv"][0] == "torchrun"
+    out = tmp_path / "launch"
+    r = cli("export", plan_path, "--format", "torchrun", "-o", out)
+    assert r.code == 0 and (out / "rank_map.csv").exists()
+    again = cli("export", plan_path, "--format", "megatron", "-o", out)
+    assert again.code == 2 and "not an empty directory" in again.stderr
+    assert not (out / "megatron_args.txt").exists()  # nothing half-written
+
+
+def test_export_is_deterministic(cli, plan_path):
+    a = cli("export", plan_path, "--format", "deepspeed", "--json").stdout
+    b = cli("export", plan_path, "--format", "deepspeed", "--json").stdout
+    assert a == b
+
+
+def test_export_refusals(cli, tmp_path, plan_path):
+    doc = json.loads(plan_path.read_text())
+    if doc["plan"]["pp"] > 1:
+        inter = json.loads(json.dumps(doc))
+        inter["plan"]["vpp"] = 2
+        for s in inter["plan"]["stages"]:
+            s["layers"] = 0
+        # build a consistent interleaved plan: even layers per stage
+        pp = inter["plan"]["pp"]
+        per = [2 * (80 // (2 * pp))] * pp
+        per[0] += 80 - sum(per)
+        for s, n in zip(inter["plan"]["stages"], per):
+            s["layers"] = n
+        p = tmp_path / "inter.json"
+        p.write_text(json.dumps(inter))
+        r = cli("export", p, "--format", "deepspeed")
+        assert r.code in (1, 2)
+        if r.code == 1:
+            assert "no interleaved schedule" in r.stderr
+    bloom = json.loads(plan_path.read_text())
+    bloom["inputs"]["model"]["yaml"] = catalog().model_texts["bloom-176b"]
+    p = tmp_path / "bloom.json"
+    p.write_text(json.dumps(bloom))
+    r = cli("export", p, "--format", "megatron")
+    assert r.code == 2  # BLOOM has 70 layers: the plan's layers no longer add up
+    assert "sum to 80, but the model has 70 layers" in r.stderr
+
+
+def test_alibi_model_is_refused(cli, tmp_path):
+    path = tmp_path / "bloom.json"
+    r = cli("search", "-c", "two-site", "-m", "bloom-176b", "--seq-len", "2048", "--global-batch", "512",
+            "--time-limit", "20", "--no-baselines", "-o", path)
+    assert r.code == 0, r.stderr
+    r = cli("export", path, "--format", "megatron")
+    assert r.code == 1 and "ALiBi" in r.stderr
+
+
+def test_plan_file_schema_and_tampering(cli, plan_path, tmp_path):
+    schema = cli("schema", "plan").json()
+    doc = json.loads(plan_path.read_text())
+    jsonschema.validate(doc, schema)
+    old = dict(doc, schema_version="0")
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(old))
+    r = cli("explain", p)
+    assert r.code == 2 and "schema version '0' is not supported" in r.stderr
+    bad = json.loads(json.dumps(doc))
+    bad["plan"]["stages"][0]["layers"] += 1
+    p.write_text(json.dumps(bad))
+    r = cli("export", p, "--format", "megatron")
+    assert r.code == 2 and "sum to 81" in r.stderr
+    bad = json.loads(json.dumps(doc))
+    bad["plan"]["stages"][0]["node_group"] = "mars/h100"
+    p.write_text(json.dumps(bad))
+    r = cli("explain", p)
+    assert r.code == 2 and "unknown node group 'mars/h100'" in r.stderr
+    p.write_text("{not json")
+    assert cli("explain", p).code == 2
+
+
+def test_explain_plan_file(cli, plan_path):
+    r = cli("explain", plan_path, "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert 0 < doc["upper_bound"]["share_reached"] < 1
+    assert any("link beijing <-> shanghai" in w["resource"] for w in doc["what_if"])
+    assert "single_group" in doc["baselines"]
+    r = cli("explain", plan_path, "--timeline")
+    assert r.code == 0 and "stage  0 |" in r.stdout
+
+
+def test_ci_gate_and_diff(cli, plan_path, tmp_path):
+    args = ["search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512",
+            "--time-limit", "30", "--no-baselines"]
+    r = cli(*args, "--baseline", plan_path, "--max-regression", "3%")
+    assert r.code == 0 and "ok: best plan" in r.stderr
+    better = json.loads(plan_path.read_text())
+    better["prediction"]["tokens_per_s"] *= 1.10  # the committed plan claims 10% more
+    lock = tmp_path / "plan.lock.json"
+    lock.write_text(json.dumps(better))
+    r = cli(*args, "--baseline", lock, "--max-regression", "3%")
+    assert r.code == 1 and "REGRESSION" in r.stderr and "-9.09%" in r.stderr
+    r = cli("diff", plan_path, lock, "--json")
+    assert r.code == 0 and r.json()["prediction"]["change"] == pytest.approx(0.1, rel=1e-6)
+    assert cli("diff", plan_path, plan_path).stdout.startswith("plans are identical")
