@@ -109,6 +109,11 @@ def _tensors_per_layer(model: ModelArch) -> int:
     return mats * (2 if model.add_bias_linear else 1) + norms
 
 
+def grad_bytes(precision: Precision) -> float:
+    """Bytes per gradient element in the data-parallel reduction: fp32 main grads with bf16, fp16 with fp16."""
+    return 4.0 if precision is Precision.BF16 else 2.0
+
+
 def layer_cost(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig,
                train: TrainingSettings) -> tuple[LayerTime, float, float]:
     """(LayerTime, forward seconds, backward seconds) of one layer for one micro-batch, CP exposure included."""
@@ -139,11 +144,10 @@ def dp_tail(fleet: Fleet, g: NodeGroup, cfg: ParallelConfig, train: TrainingSett
             fwd_s: float, bwd_s: float) -> tuple[float, float]:
     """(exposed data-parallel sync seconds, optimizer-step seconds) of one stage after its last backward."""
     t, c, d, v = cfg.tp, cfg.cp, cfg.dp, cfg.vpp
-    grad_bytes = 4.0 if train.precision is Precision.BF16 else 2.0
     transport = fleet.transports[g.nic_transport]
     members = d * c
     bw, lat_dp = group_busbw_gbytes_per_s(g, transport, members=members, stride=t)
-    grads = params * grad_bytes
+    grads = params * grad_bytes(train.precision)
     if cfg.zero_stage == 0:
         reduce = allreduce_s(grads, members, bw, latency_s=lat_dp)
         gather = 0.0
@@ -166,8 +170,7 @@ def tied_embedding_sync_s(fleet: Fleet, first: NodeGroup, last: NodeGroup, model
     """All-reduce of the tied embedding's gradient between the first and last stage (0 when untied or PP = 1)."""
     if cfg.pp <= 1 or model.untie_embeddings_and_output_weights:
         return 0.0
-    grad_bytes = 4.0 if train.precision is Precision.BF16 else 2.0
-    emb_bytes = model.padded_vocab(cfg.tp) * model.hidden_size / cfg.tp * grad_bytes
+    emb_bytes = model.padded_vocab(cfg.tp) * model.hidden_size / cfg.tp * grad_bytes(train.precision)
     busy, latency, _ = p2p_seconds(fleet, first, last, cfg, msg_bytes=emb_bytes, crossings=1)
     return 2 * busy + 2 * latency
 
@@ -180,7 +183,7 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     m = cfg.num_microbatches(train.global_batch_size)
     groups = [fleet.group(st.node_group) for st in plan.stages]
     flash = train.attention == "flash"
-    grad_bytes = 4.0 if train.precision is Precision.BF16 else 2.0
+    gbytes = grad_bytes(train.precision)
     tok = cfg.micro_batch_size * train.seq_length / c
     # --- per-stage compute
     fwd, bwd, layer_times, params = [], [], [], []
@@ -206,7 +209,7 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
             calls = max(1, st.num_layers) * (1 if train.runtime != "deepspeed" else _tensors_per_layer(model))
             gather = half_collective_s(mem.params * BYTES, d * c, bw, latency_s=0.0) + calls * (
                 half_collective_s(1, d * c, 1e9, latency_s=lat))
-            scatter = half_collective_s(mem.params * grad_bytes, d * c, bw, latency_s=0.0) + calls * (
+            scatter = half_collective_s(mem.params * gbytes, d * c, bw, latency_s=0.0) + calls * (
                 half_collective_s(1, d * c, 1e9, latency_s=lat))
             recompute_gather = gather if cfg.recompute is Recompute.FULL and train.runtime == "deepspeed" else 0.0
             if train.runtime == "deepspeed":

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from hgplan.costmodel.evaluate import Prediction, evaluate, layer_cost
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.plan import ParallelConfig, Plan, StageAssignment
-from hgplan.planner.search import SearchOptions, _stage_sizes, _tp_options, _cp_options, run_search
+from hgplan.planner.search import SearchOptions, _cp_options, _stage_sizes, _tp_options, apportion, run_search
 from hgplan.planner.tables import eligible
 from hgplan.validate import check_plan
 
@@ -68,15 +68,7 @@ def _file_order_plans(fleet: Fleet, model: ModelArch, train: TrainingSettings, o
                         if p > L:
                             continue
                         if proportional:
-                            speed = [1.0 / sum(layer_cost(fleet, g, model, base, train)[1:]) for g in order]
-                            raw = [L * sp / sum(speed) for sp in speed]
-                            layers = [max(1, int(r)) for r in raw]
-                            while sum(layers) < L:
-                                i = max(range(p), key=lambda j: raw[j] - layers[j])
-                                layers[i] += 1
-                            while sum(layers) > L:
-                                i = max(range(p), key=lambda j: (layers[j] - raw[j]) if layers[j] > 1 else -1e9)
-                                layers[i] -= 1
+                            layers = apportion(L, [1.0 / sum(layer_cost(fleet, g, model, base, train)[1:]) for g in order])
                         else:
                             if L % p:
                                 continue
@@ -98,19 +90,22 @@ def _best_of(plans: list[Plan], fleet: Fleet, model: ModelArch, train: TrainingS
     return best
 
 
-def megatron_default(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
-    desc = "Megatron-LM's default on the whole fleet: every GPU, stages in file order, layers split evenly"
-    best = _best_of(_file_order_plans(fleet, model, train, opts, proportional=False), fleet, model, train)
+def _file_order_baseline(name: str, description: str, unavailable: str, fleet: Fleet, model: ModelArch,
+                         train: TrainingSettings, opts: SearchOptions, *, proportional: bool) -> Baseline:
+    best = _best_of(_file_order_plans(fleet, model, train, opts, proportional=proportional), fleet, model, train)
     if best is None:
-        return Baseline(name="megatron_default", description=desc, plan=None, prediction=None,
-                        note="no even split over the whole fleet fits in memory or divides the layers")
-    return Baseline(name="megatron_default", description=desc, plan=best[0], prediction=best[1])
+        return Baseline(name=name, description=description, plan=None, prediction=None, note=unavailable)
+    return Baseline(name=name, description=description, plan=best[0], prediction=best[1])
+
+
+def megatron_default(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
+    return _file_order_baseline(
+        "megatron_default", "Megatron-LM's default on the whole fleet: every GPU, stages in file order, layers split evenly",
+        "no even split over the whole fleet fits in memory or divides the layers", fleet, model, train, opts,
+        proportional=False)
 
 
 def proportional(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
-    desc = "Holmes/Zorse rule: every GPU, stages in file order, layers in proportion to stage speed"
-    best = _best_of(_file_order_plans(fleet, model, train, opts, proportional=True), fleet, model, train)
-    if best is None:
-        return Baseline(name="proportional", description=desc, plan=None, prediction=None,
-                        note="no proportional split over the whole fleet fits in memory")
-    return Baseline(name="proportional", description=desc, plan=best[0], prediction=best[1])
+    return _file_order_baseline(
+        "proportional", "Holmes/Zorse rule: every GPU, stages in file order, layers in proportion to stage speed",
+        "no proportional split over the whole fleet fits in memory", fleet, model, train, opts, proportional=True)

@@ -356,22 +356,27 @@ def integer_cycle_bound(slots: Slots, layers: int, v: int) -> float:
     return min([c for c in cands if holds(c)] + [hi])
 
 
+def apportion(total: int, weights: list[float]) -> list[int]:
+    """Split `total` into len(weights) integers >= 1 in proportion to the weights (largest remainder)."""
+    n = len(weights)
+    raw = [total * w / sum(weights) for w in weights]
+    parts = [max(1, int(r)) for r in raw]
+    while sum(parts) < total:
+        i = max(range(n), key=lambda j: raw[j] - parts[j])
+        parts[i] += 1
+    while sum(parts) > total:
+        i = max(range(n), key=lambda j: (parts[j] - raw[j]) if parts[j] > 1 else -math.inf)
+        parts[i] -= 1
+    return parts
+
+
 def greedy_hint(t: CostTables, fleet_order: list[str]) -> tuple[list[int], list[int]]:
     """Fastest slots first, grouped in file order, layers in proportion to speed (a warm start for CP-SAT)."""
     p, v, L = t.pp, t.vpp, t.num_layers
     slots = sorted(((t.layer_us[k], fleet_order.index(t.groups[k]), k) for k in range(len(t.groups))
                     for _ in range(t.slots[k])))[:p]
     assign = [k for _, _, k in sorted(slots, key=lambda x: x[1])]
-    speed = [1.0 / t.layer_us[k] for k in assign]
-    units = L // v
-    raw = [units * sp / sum(speed) for sp in speed]
-    layers = [max(1, int(r)) for r in raw]
-    while sum(layers) < units:
-        i = max(range(p), key=lambda j: raw[j] - layers[j])
-        layers[i] += 1
-    while sum(layers) > units:
-        i = max(range(p), key=lambda j: layers[j] - raw[j] if layers[j] > 1 else -1e9)
-        layers[i] -= 1
+    layers = apportion(L // v, [1.0 / t.layer_us[k] for k in assign])
     return assign, [n * v for n in layers]
 
 
