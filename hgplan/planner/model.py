@@ -71,6 +71,8 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
     md.add(sum(u) * v == L)
     for k in range(K):
         md.add(sum(x[s][k] for s in range(p)) <= t.slots[k])
+        if t.require_all:
+            md.add(sum(x[s][k] for s in range(p)) >= 1)
     # boundaries
     z: dict[tuple[int, int, int], cp_model.IntVar] = {}
     for bi, (a, b) in enumerate(t.boundaries()):

@@ -280,6 +280,11 @@ def _lower_bound(hosts: list[NodeGroup], slots: dict[str, int], speeds: dict, ta
 
 
 def refined_bound_us(cand: Candidate, *, L: int, m: int) -> float:
+    """Smallest subset bound (us) over every set of groups a placement could use."""
+    return min(subset_bounds_us(cand, L=L, m=m).values(), default=math.inf)
+
+
+def subset_bounds_us(cand: Candidate, *, L: int, m: int) -> dict[tuple[str, ...], float]:
     """Tighter lower bound (us): minimum over the set S of groups a placement uses.
 
     A contiguous placement on exactly S has one block per group, so |S| - 1 crossings, whose costs are at least the
@@ -293,7 +298,7 @@ def refined_bound_us(cand: Candidate, *, L: int, m: int) -> float:
     vm = v * m
     keys = sorted(ctx.speeds)
     per_stage = math.ceil(L / p)
-    best = math.inf
+    out: dict[tuple[str, ...], float] = {}
     for r in range(1, len(keys) + 1):
         for subset in itertools.combinations(keys, r):
             if sum(ctx.slots[k] for k in subset) < p or r > p:
@@ -318,8 +323,8 @@ def refined_bound_us(cand: Candidate, *, L: int, m: int) -> float:
             edges = min(ctx.speeds[k][1] for k in subset) + min(ctx.speeds[k][2] for k in subset)
             fill_extra = sum(2 * send + 2 * lat for send, lat in crossings)
             tail = min(ctx.tails[k][0] + ctx.tails[k][1] * per_stage for k in subset)
-            best = min(best, (compute + edges + fill_extra + v * tail) / v)
-    return best * US
+            out[subset] = (compute + edges + fill_extra + v * tail) / v * US
+    return out
 
 
 def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:
@@ -391,10 +396,11 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     cands = enumerate_candidates(fleet, model, train, opts, groups)
     order = [g.key for g in fleet.groups]
     L, m_of = model.num_layers, (lambda c: c.num_microbatches(train.global_batch_size))
-    heap = [(c.lower_bound_us, c.key, 0, i) for i, c in enumerate(cands)]
+    heap = [(c.lower_bound_us, c.key, 0, i, ()) for i, c in enumerate(cands)]
     heapq.heapify(heap)
-    found: dict[int, Found] = {}
-    tables_of: dict[int, CostTables] = {}
+    found: dict[tuple, Found] = {}
+    tables_of: dict[tuple, CostTables] = {}
+    by_key = {g.key: g for g in groups}
     solved = pruned = skipped = infeasible = 0
     closed_bounds: list[float] = []
     dtime = 0.0
@@ -402,42 +408,44 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     statuses: dict[str, int] = {}
     done = 0
     while heap:
-        lb, key, stage, i = heapq.heappop(heap)
+        lb, key, stage, i, subset = heapq.heappop(heap)
         cand = cands[i]
         best_now = min((f.time_us for f in found.values()), default=math.inf)
         if lb >= best_now * (1 - opts.max_gap):
-            pruned = len({e[3] for e in heap}) + 1
+            pruned = len({e[3] for e in heap} | {i})
             closed_bounds.append(lb)
             break
         remaining = DTIME_PER_WALL * opts.budget_s - dtime
         if remaining <= 0 or time.perf_counter() - start > opts.budget_s:
             stopped = "budget" if remaining <= 0 else "wall"
-            skipped = len({e[3] for e in heap}) + 1
+            skipped = len({e[3] for e in heap} | {i})
             closed_bounds.append(lb)
             break
         if stage == 0:
-            refined = max(lb, refined_bound_us(cand, L=L, m=m_of(cand.cfg)))
-            heapq.heappush(heap, (refined, key, 1, i))
+            # split the candidate by the set of node groups it uses, each with its own bound
+            for sub, sub_lb in sorted(subset_bounds_us(cand, L=L, m=m_of(cand.cfg)).items()):
+                heapq.heappush(heap, (max(lb, sub_lb), key, 1, i, sub))
             continue
-        if i not in tables_of:
-            tables = build_tables(fleet, model, train, cand.cfg, groups)
-            if tables is None:
+        item = (i, subset)
+        if item not in tables_of:
+            tables = build_tables(fleet, model, train, cand.cfg, [by_key[k] for k in subset])
+            if tables is None or len(tables.groups) != len(subset):
                 infeasible += 1
                 continue
-            tables_of[i] = tables
-        tables = tables_of[i]
+            tables_of[item] = replace(tables, require_all=True)
+        tables = tables_of[item]
         attempt = stage - 1
-        prev = found.get(i)
+        prev = found.get(item)
         hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else greedy_hint(tables, order)
         params = SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * 2 ** attempt, remaining),
                               max_time_in_seconds=max(5.0, 3 * opts.per_solve_s * 2 ** attempt),
                               relative_gap_limit=opts.solve_gap)
         hint_obj = tables.objective(*hint) if prev is None else None
         if hint_obj is not None:  # the warm start is itself a valid plan: keep it
-            found[i] = Found(cfg=cand.cfg, tables=tables, solution=Solution(
+            found[item] = Found(cfg=cand.cfg, tables=tables, solution=Solution(
                 status="HINT", objective=hint_obj, bound=0.0, assign=tuple(hint[0]), layers=tuple(hint[1]),
                 deterministic_time=0.0, wall_time_s=0.0))
-            best_now = min(best_now, found[i].time_us)
+            best_now = min(best_now, found[item].time_us)
         upper = math.ceil(best_now * cand.cfg.vpp) if math.isfinite(best_now) else None
         sol = solve(tables, params, hint=hint, upper_bound=upper)
         dtime += sol.deterministic_time
@@ -448,8 +456,9 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             progress(done, len(cands))
         if sol.objective is not None:
             f = Found(cfg=cand.cfg, tables=tables, solution=sol)
-            if prev is None or f.time_us < prev.time_us:
-                found[i] = f
+            current = found.get(item)
+            if current is None or f.time_us < current.time_us:
+                found[item] = f
         if sol.status == "INFEASIBLE":
             if upper is None:
                 infeasible += 1
@@ -461,12 +470,17 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             closed_bounds.append(bound)
             continue
         if attempt < 3:
-            heapq.heappush(heap, (bound, key, stage + 1, i))
+            heapq.heappush(heap, (bound, key, stage + 1, i, subset))
         else:
             closed_bounds.append(bound)
     if progress:
         progress(len(cands), len(cands))
-    ranked = sorted(found.values(), key=lambda f: (f.time_us, cand_key(f.cfg)))
+    best_per_cand: dict[tuple, Found] = {}
+    for f in found.values():
+        k = cand_key(f.cfg)
+        if k not in best_per_cand or f.time_us < best_per_cand[k].time_us:
+            best_per_cand[k] = f
+    ranked = sorted(best_per_cand.values(), key=lambda f: (f.time_us, cand_key(f.cfg)))
     best = ranked[0].time_us if ranked else math.inf
     bound = min([best] + closed_bounds)
     return SearchResult(found=ranked[:opts.top_k], candidates_total=len(cands), candidates_solved=solved,

@@ -43,6 +43,8 @@ class CostTables:
     tail_b_us: tuple[int, ...]
     tied_us: tuple[tuple[int, ...], ...]
     """Tied-embedding sync between first stage on k and last stage on k'."""
+    require_all: bool = False
+    """Every group of the table hosts at least one stage (the search solves one set of groups at a time)."""
 
     @property
     def pp(self) -> int:
@@ -69,6 +71,8 @@ class CostTables:
         for k in set(assign):
             if assign.count(k) > self.slots[k]:
                 return None
+        if self.require_all and set(assign) != set(range(len(self.groups))):
+            return None
         blocks = [k for i, k in enumerate(assign) if i == 0 or assign[i - 1] != k]
         if len(blocks) != len(set(blocks)):
             return None  # a group's stages must be contiguous
