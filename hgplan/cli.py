@@ -539,13 +539,13 @@ def _stage_summary(stages: list[dict]) -> str:
 
 def _render_search(doc: dict) -> None:
     s = doc["search"]
-    table = Table("#", "tokens/s", "iter s", "MFU", "GPUs", "TP", "CP", "PP", "DP", "mbs", "vpp", "recompute",
-                  "stages (node group: layers)", "min headroom GiB", title="plans")
+    table = Table("#", "tokens/s", "iter s", "MFU", "GPUs", "TP/CP/PP/DP", "mbs,vpp,recompute",
+                  "stages (node group: layers)", "headroom GiB", title="plans")
     for e in doc["plans"]:
         p, pl = e["prediction"], e["plan"]
         table.add_row(str(e["rank"]), f"{p['tokens_per_s']:,.0f}", f"{p['iteration_time_s']:.3f}", f"{p['mfu']:.1%}",
-                      str(e["gpus_used"]), str(pl["tp"]), str(pl["cp"]), str(pl["pp"]), str(pl["dp"]),
-                      str(pl["micro_batch_size"]), str(pl["vpp"]), pl["recompute"], _stage_summary(pl["stages"]),
+                      str(e["gpus_used"]), f"{pl['tp']}/{pl['cp']}/{pl['pp']}/{pl['dp']}",
+                      f"{pl['micro_batch_size']},{pl['vpp']},{pl['recompute']}", _stage_summary(pl["stages"]),
                       f"{e['worst_headroom_gib']:.1f}")
     out.print(table)
     c = s["candidates"]

@@ -7,7 +7,6 @@ hgplan.io; this module never touches the file system.
 from __future__ import annotations
 
 import difflib
-import types
 import typing
 from dataclasses import dataclass
 from typing import Any

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
 
 from hgplan.costmodel.evaluate import evaluate
-from hgplan.domain import Fleet, NodeGroup, Precision, TrainingSettings, Transport, Link
+from hgplan.domain import Fleet, Link, NodeGroup, TrainingSettings, Transport
 from hgplan.inputs import load_model
 from hgplan.io import catalog
 from hgplan.plan import ParallelConfig, Recompute

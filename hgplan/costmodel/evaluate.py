@@ -8,7 +8,7 @@ from hgplan.costmodel.comm import allreduce_s, group_busbw_gbytes_per_s, half_co
 from hgplan.costmodel.compute import BYTES, LayerTime, embedding_time, hbm_s, head_time, layer_time
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
-from hgplan.costmodel.pipeline import Op, PipelineResult, closed_form, simulate
+from hgplan.costmodel.pipeline import Op, closed_form, simulate
 from hgplan.domain import Fleet, ModelArch, NetPath, NodeGroup, Precision, TrainingSettings
 from hgplan.plan import ParallelConfig, Plan, Recompute
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import ortools
@@ -148,15 +147,3 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                 item["speedup"] = _r(b.prediction.iteration_time_s / best_pred.iteration_time_s, 4)
             doc["baselines"][b.name] = item
     return doc
-
-
-def upper_bound_tokens_per_s(fleet: Fleet, model: ModelArch, train: TrainingSettings) -> float:
-    """HETHUB-style fleet upper bound: every GPU busy at its achievable matmul rate, no communication or bubble."""
-    from hgplan.costmodel.flops import megatron_model_flops
-    rate = 0.0
-    for g in fleet.groups:
-        peak = g.gpu.peak_tflops(train.precision)
-        if peak:
-            rate += g.num_gpus * peak * 1e12 * g.gpu.eff.gemm_efficiency * g.gpu.eff.sustained_clock_fraction
-    flops_per_token = megatron_model_flops(model, global_batch_size=1, seq_length=train.seq_length) / train.seq_length
-    return rate / flops_per_token if rate else math.nan
