@@ -456,8 +456,10 @@ def search(
         load_plan_doc(base_doc, baseline, _catalog())  # schema and consistency of the committed plan
     fleet, warnings, cluster_ref = resolve_cluster(cluster)
     arch, model_ref = resolve_model(model)
+    # Megatron-DeepSpeed runs Megatron's model code: both targets are costed with the Megatron runtime; the target
+    # only narrows the plan family (no interleaving, ZeRO <= 1 with pipeline parallelism).
     train = training_settings(arch, training_file=training, seq_len=seq_len, global_batch=global_batch,
-                              precision=precision, attention=attention, runtime=target.value)
+                              precision=precision, attention=attention, runtime=None)
     cluster_text, model_text = _input_texts(cluster, model)
     inputs = {"cluster": {"ref": cluster_ref, "sha256": hashlib.sha256(cluster_text.encode()).hexdigest()},
               "model": {"ref": model_ref, "name": arch.name}}

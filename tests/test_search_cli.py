@@ -67,3 +67,15 @@ def test_model_that_does_not_fit_exits_1(cli):
 def test_bad_options_exit_2(cli, extra, expected):
     r = cli("search", "-c", "mixed-nic", "-m", "gpt-7.5b", "--seq-len", "2048", "--global-batch", "256", *extra)
     assert r.code == 2 and expected in r.stderr
+
+
+def test_deepspeed_target_plans_are_exportable(cli, tmp_path):
+    path = tmp_path / "ds.json"
+    r = cli("search", "-c", "two-site", "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "256",
+            "--target", "deepspeed", "--time-limit", "20", "--no-baselines", "--json", "-o", path)
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["inputs"]["target"] == "deepspeed"
+    assert all(e["plan"]["vpp"] == 1 and e["plan"]["cp"] == 1 and e["plan"]["zero_stage"] <= 1 for e in doc["plans"])
+    r = cli("export", path, "--format", "deepspeed", "--json")
+    assert r.code == 0, r.stderr
