@@ -200,7 +200,7 @@ class SchemaKind(StrEnum):
 
 @app.command()
 @handles_errors
-def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which document: cluster, model or training.")]) -> None:
+def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which document: cluster, model, training or plan.")]) -> None:
     """Print the JSON Schema of an input document (for editor validation)."""
     from hgplan import schema as s
 
@@ -321,6 +321,12 @@ def explain(
     if plan_file is not None:
         from hgplan.io import catalog
         from hgplan.planfile import load_plan_doc
+
+        given = [f for f, v in (("--cluster", cluster), ("--model", model), ("--tp", tp), ("--pp", pp), ("--dp", dp),
+                                ("--layers", layers), ("--stage-groups", stage_groups), ("--seq-len", seq_len),
+                                ("--global-batch", global_batch), ("--training", training)) if v is not None]
+        if given:
+            raise InputError(f"a plan file carries its own configuration; drop {', '.join(given)} or the plan file")
 
         pdoc = _read_json(plan_file, "plan")
         plan, fleet, arch, train = load_plan_doc(pdoc, plan_file, catalog())
@@ -463,7 +469,8 @@ def search(
     cluster_text, model_text = _input_texts(cluster, model)
     inputs = {"cluster": {"ref": cluster_ref, "sha256": hashlib.sha256(cluster_text.encode()).hexdigest()},
               "model": {"ref": model_ref, "name": arch.name}}
-    opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp)
+    opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
+                         solver_log=solver_log)
     doc = _run_with_progress(lambda cb: plan_training(fleet, arch, train, opts, inputs=inputs, progress=cb,
                                                       with_baselines=baselines), solver_log)
     doc["warnings"] = warnings + doc["warnings"]

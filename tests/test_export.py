@@ -240,3 +240,8 @@ def test_ci_gate_and_diff(cli, plan_path, tmp_path):
     r = cli("diff", plan_path, lock, "--json")
     assert r.code == 0 and r.json()["prediction"]["change"] == pytest.approx(0.1, rel=1e-6)
     assert cli("diff", plan_path, plan_path).stdout.startswith("plans are identical")
+
+
+def test_plan_file_and_flags_contradict(cli, plan_path):
+    r = cli("explain", plan_path, "--tp", "8")
+    assert r.code == 2 and "drop --tp" in r.stderr

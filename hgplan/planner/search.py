@@ -43,6 +43,8 @@ class SearchOptions:
     seed: int = 1
     max_gap: float = 0.005
     """Stop once no unexplored candidate can beat the best plan by more than this fraction (certified)."""
+    solver_log: bool = False
+    """Stream CP-SAT's search log to stderr."""
     solve_gap: float = 0.001
     """CP-SAT stops a candidate once its own relative gap is below this; the reported gap is still proven."""
 
@@ -439,7 +441,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
         hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else greedy_hint(tables, order)
         params = SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * 2 ** attempt, remaining),
                               max_time_in_seconds=max(5.0, 3 * opts.per_solve_s * 2 ** attempt),
-                              relative_gap_limit=opts.solve_gap)
+                              relative_gap_limit=opts.solve_gap, log_search_progress=opts.solver_log)
         hint_obj = tables.objective(*hint) if prev is None else None
         if hint_obj is not None:  # the warm start is itself a valid plan: keep it
             found[item] = Found(cfg=cand.cfg, tables=tables, solution=Solution(
