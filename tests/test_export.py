@@ -245,3 +245,15 @@ def test_ci_gate_and_diff(cli, plan_path, tmp_path):
 def test_plan_file_and_flags_contradict(cli, plan_path):
     r = cli("explain", plan_path, "--tp", "8")
     assert r.code == 2 and "drop --tp" in r.stderr
+
+
+def test_cross_vendor_pipeline_is_flagged(cli, tmp_path):
+    path = tmp_path / "mv.json"
+    r = cli("search", "-c", "mixed-vendor", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512",
+            "--time-limit", "20", "--no-baselines", "-o", path)
+    assert r.code == 0, r.stderr
+    doc = json.loads(path.read_text())
+    vendors = {("MI300X" if "mi300x" in s["node_group"] else "A100") for s in doc["plan"]["stages"]}
+    r = cli("export", path, "--format", "megatron")
+    assert r.code == 0
+    assert ("spans AMD and NVIDIA GPUs" in r.stderr) == (len(vendors) == 2)

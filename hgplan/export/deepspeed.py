@@ -12,7 +12,7 @@ import shlex
 
 from hgplan.domain import Fleet, ModelArch, Precision, TrainingSettings
 from hgplan.errors import PlanningError
-from hgplan.export.layout import build_layout
+from hgplan.export.layout import build_layout, vendor_warnings
 from hgplan.export.megatron import MASTER_PORT, Export, model_args, nccl_env, recompute_args, unsupported_features
 from hgplan.plan import Plan
 
@@ -56,7 +56,7 @@ def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
     if c.pp > 1 and c.zero_stage > 1:
         raise PlanningError(f"ZeRO stage {c.zero_stage} cannot be combined with pipeline parallelism in DeepSpeed")
     layout = build_layout(plan, fleet)
-    ex = Export(format="deepspeed")
+    ex = Export(format="deepspeed", warnings=vendor_warnings(plan, fleet))
     cfg = ds_config(plan, train)
     assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * c.dp
     ex.files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"

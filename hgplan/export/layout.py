@@ -78,3 +78,14 @@ def build_layout(plan: Plan, fleet: Fleet) -> Layout:
         ranks.append(RankInfo(rank=rank, host=node.host, node_rank=node.node_rank, local_rank=rank - node.first_rank,
                               stage=rank // size, tp=rank % t, cp=(rank // t) % c, dp=(rank // (t * c)) % cfg.dp))
     return Layout(nodes=tuple(nodes), ranks=tuple(ranks))
+
+
+def vendor_warnings(plan: Plan, fleet: Fleet) -> list[str]:
+    """A pipeline over GPUs of different vendors needs a collective library both speak; stock builds have one."""
+    vendors = sorted({fleet.group(s.node_group).gpu.vendor for s in plan.stages})
+    if len(vendors) < 2:
+        return []
+    return [f"the pipeline spans {' and '.join(vendors)} GPUs: a stock PyTorch build uses NCCL on NVIDIA and RCCL on AMD, "
+            "which cannot share a communicator; the cross-vendor pipeline boundary needs a library both support "
+            "(for example a gloo process group for those point-to-point transfers, or a unified communicator as "
+            "HETHUB built) and a PyTorch build per vendor; TP and DP stay inside one vendor's node group"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from hgplan.domain import Fleet, ModelArch, NodeGroup, Precision, TrainingSettings, Transport
 from hgplan.errors import PlanningError
-from hgplan.export.layout import Layout, build_layout
+from hgplan.export.layout import Layout, build_layout, vendor_warnings
 from hgplan.plan import Plan, Recompute
 
 MASTER_PORT = 29500
@@ -151,7 +151,7 @@ def export_megatron(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingS
         raise PlanningError(f"Megatron-LM's distributed optimizer is ZeRO stage 1; the plan uses stage "
                             f"{plan.config.zero_stage}: export to DeepSpeed instead")
     layout: Layout = build_layout(plan, fleet)
-    ex = Export(format="megatron")
+    ex = Export(format="megatron", warnings=vendor_warnings(plan, fleet))
     argv = parallel_args(plan, train)
     if plan.config.pp > 1:
         argv += ["--pipeline-model-parallel-layout", layout_string(plan)]

@@ -7,7 +7,7 @@ import io
 import shlex
 
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
-from hgplan.export.layout import build_layout
+from hgplan.export.layout import build_layout, vendor_warnings
 from hgplan.export.megatron import MASTER_PORT, Export, nccl_env
 from hgplan.plan import Plan
 
@@ -15,7 +15,7 @@ from hgplan.plan import Plan
 def export_torchrun(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
                     script: str = "train.py") -> Export:
     layout = build_layout(plan, fleet)
-    ex = Export(format="torchrun")
+    ex = Export(format="torchrun", warnings=vendor_warnings(plan, fleet))
     master = layout.nodes[0].host
     for n in layout.nodes:
         cmd = ["torchrun", "--nnodes", str(len(layout.nodes)), "--nproc-per-node", str(n.local_gpus), "--node-rank",
