@@ -305,11 +305,25 @@ def subset_bounds_us(cand: Candidate, *, L: int, m: int) -> dict[tuple[str, ...]
         for subset in itertools.combinations(keys, r):
             if sum(ctx.slots[k] for k in subset) < p or r > p:
                 continue
-            pairs = sorted((ctx.pair_send[(a, b)], ctx.pair_lat[(a, b)]) for a, b in itertools.combinations(subset, 2)
-                           if (a, b) in ctx.pair_send)
-            if len(pairs) < r - 1:
+            linked = [(a, b) for a, b in itertools.combinations(subset, 2) if (a, b) in ctx.pair_send]
+            if len(linked) < r - 1:
                 continue
-            crossings = pairs[:r - 1]
+            # A path through the blocks crosses every site boundary: at least (sites - 1) of its r - 1 crossings
+            # join two sites, so charge the cheapest inter-site pairs first, then the cheapest of the rest.
+            sites = {k.split("/")[0] for k in subset}
+            inter = sorted((ctx.pair_send[e], ctx.pair_lat[e], e) for e in linked if e[0].split("/")[0] != e[1].split("/")[0])
+            if len(inter) < len(sites) - 1:
+                continue
+            must = inter[:len(sites) - 1]
+            rest = sorted((ctx.pair_send[e], ctx.pair_lat[e], e) for e in linked if e not in {x[2] for x in must})
+            crossings = [(s_, l_) for s_, l_, _ in must] + [(s_, l_) for s_, l_, _ in rest[:r - 1 - len(must)]]
+            crossings.sort()
+            # The path's r - 1 crossings are distinct pairs with >= sites - 1 of them between sites, so its dearest
+            # send is at least the (sites-1)-th cheapest inter-site send and the (r-1)-th cheapest send of all.
+            all_sends = sorted(ctx.pair_send[e] for e in linked)
+            dearest = max([must[-1][0]] if must else [0.0]) if must else 0.0
+            if r > 1:
+                dearest = max(dearest, all_sends[r - 2])
             chosen = [ctx.speeds[k][0] for k in subset]
             rest = sorted(ctx.speeds[k][0] for k in subset for _ in range(ctx.slots[k] - 1))
             taus = sorted(chosen + rest[:p - r])
@@ -319,8 +333,8 @@ def subset_bounds_us(cand: Candidate, *, L: int, m: int) -> dict[tuple[str, ...]
                 extras[p - 1 - (i // 2)] += e
             grouped = [(tau, 1, e) for tau, e in zip(taus, extras)]
             cyc = integer_cycle_bound(grouped, L, v)
-            if crossings:
-                cyc = max(cyc, v * crossings[0][0])
+            if crossings:  # the stage next to the dearest crossing sends it and works on >= v layers
+                cyc = max(cyc, v * dearest + v * min(taus))
             compute = max(relaxation_bound([(tau, 1, 0.0) for tau in taus], L, vm), (vm - 1) * cyc + L * taus[0])
             edges = min(ctx.speeds[k][1] for k in subset) + min(ctx.speeds[k][2] for k in subset)
             fill_extra = sum(2 * send + 2 * lat for send, lat in crossings)
@@ -377,13 +391,47 @@ def apportion(total: int, weights: list[float]) -> list[int]:
     return parts
 
 
+def capped_apportion(total: int, weights: list[float], caps: list[int]) -> list[int]:
+    """Like apportion, but no part above its cap (water-filling); parts stay >= 1 even if that breaks a cap."""
+    n = len(weights)
+    parts = [1] * n
+    left = total - n
+    while left > 0:
+        room = [i for i in range(n) if parts[i] < caps[i]]
+        if not room:
+            room = list(range(n))
+        share = sum(weights[i] for i in room)
+        grant = [int(left * weights[i] / share) for i in room]
+        if sum(grant) == 0:
+            best = max(room, key=lambda i: (weights[i] / (parts[i] + 1), -i))
+            parts[best] += 1
+            left -= 1
+            continue
+        for i, g in zip(room, grant):
+            g = min(g, max(0, caps[i] - parts[i])) if any(parts[j] < caps[j] for j in room) else g
+            parts[i] += g
+            left -= g
+    return parts
+
+
 def greedy_hint(t: CostTables, fleet_order: list[str]) -> tuple[list[int], list[int]]:
-    """Fastest slots first, grouped in file order, layers in proportion to speed (a warm start for CP-SAT)."""
-    p, v, L = t.pp, t.vpp, t.num_layers
-    slots = sorted(((t.layer_us[k], fleet_order.index(t.groups[k]), k) for k in range(len(t.groups))
-                    for _ in range(t.slots[k])))[:p]
-    assign = [k for _, _, k in sorted(slots, key=lambda x: x[1])]
-    layers = apportion(L // v, [1.0 / t.layer_us[k] for k in assign])
+    """A warm start for CP-SAT: one slot of every required group, then the fastest slots, blocks in file order,
+    layers in proportion to speed but within each stage's memory."""
+    p, v, L, K = t.pp, t.vpp, t.num_layers, len(t.groups)
+    pool = sorted((t.layer_us[k], fleet_order.index(t.groups[k]), k) for k in range(K) for _ in range(t.slots[k]))
+    chosen = []
+    if t.require_all:
+        for k in range(K):
+            item = next(x for x in pool if x[2] == k)
+            pool.remove(item)
+            chosen.append(item)
+    chosen += pool[:max(0, p - len(chosen))]
+    assign = [k for _, _, k in sorted(chosen[:p], key=lambda x: x[1])]
+    caps = []
+    for s, k in enumerate(assign):
+        room = (t.cap_mib[k] - t.mem_a_mib[s][k]) // max(1, t.mem_b_mib[s][k])
+        caps.append(max(1, room // v))
+    layers = capped_apportion(L // v, [1.0 / t.layer_us[k] for k in assign], caps)
     return assign, [n * v for n in layers]
 
 
