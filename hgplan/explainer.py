@@ -7,7 +7,7 @@ from typing import Any
 
 from hgplan.costmodel.evaluate import Prediction, evaluate
 from hgplan.costmodel.pipeline import Op
-from hgplan.domain import Fleet, ModelArch, TrainingSettings
+from hgplan.domain import Fleet, Link, ModelArch, TrainingSettings
 from hgplan.errors import InputError, InputIssue
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
 from hgplan.report import explain_doc
@@ -77,26 +77,35 @@ def timeline_text(ops: tuple[Op, ...], num_stages: int, *, width: int = 100) -> 
     return "\n".join(rows)
 
 
-def _with_links(fleet: Fleet, scale: float | None, link=None, *, nic_group: str | None = None) -> Fleet:
-    links = []
-    for lk in fleet.links:
-        if link is not None and lk is link:
-            lk = replace(lk, gbps=lk.gbps * scale if scale else 1e9, latency_ms=lk.latency_ms if scale else 0.0)
-        links.append(lk)
-    groups = tuple(replace(g, nic_count=g.nic_count * 2) if g.key == nic_group else g for g in fleet.groups)
-    return replace(fleet, links=tuple(links), groups=groups)
+def _with_link(fleet: Fleet, link: Link, *, gbps: float, latency_ms: float) -> Fleet:
+    """The fleet with one link changed."""
+    links = tuple(replace(lk, gbps=gbps, latency_ms=latency_ms) if lk is link else lk for lk in fleet.links)
+    return replace(fleet, links=links)
+
+
+def _with_double_nics(fleet: Fleet, group_key: str) -> Fleet:
+    groups = tuple(replace(g, nic_count=g.nic_count * 2) if g.key == group_key else g for g in fleet.groups)
+    return replace(fleet, groups=groups)
+
+
+def _pipeline_links(plan: Plan, fleet: Fleet) -> list[Link]:
+    """The links (between islands or sites) that the plan's stage boundaries cross, once each."""
+    out: list[Link] = []
+    for a, b in zip(plan.stages, plan.stages[1:]):
+        path = fleet.path(fleet.group(a.node_group), fleet.group(b.node_group))
+        if path is not None and path.link is not None and all(path.link is not lk for lk in out):
+            out.append(path.link)
+    return out
 
 
 def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, pred: Prediction) -> list[dict[str, Any]]:
     """Cost of each binding resource and the gain from improving it, re-evaluated by the cost model."""
     base = pred.iteration_time_s
     out = []
-    used = {id(lk): lk for b in range(len(plan.stages) - 1)
-            for lk in [getattr(fleet.path(fleet.group(plan.stages[b].node_group),
-                                          fleet.group(plan.stages[b + 1].node_group)), "link", None)] if lk is not None}
-    for lk in used.values():
-        free = evaluate(plan, _with_links(fleet, None, lk), model, train).iteration_time_s
-        doubled = evaluate(plan, _with_links(fleet, 2.0, lk), model, train).iteration_time_s
+    for lk in _pipeline_links(plan, fleet):
+        free = evaluate(plan, _with_link(fleet, lk, gbps=1e9, latency_ms=0.0), model, train).iteration_time_s
+        doubled = evaluate(plan, _with_link(fleet, lk, gbps=2 * lk.gbps, latency_ms=lk.latency_ms), model,
+                           train).iteration_time_s
         share = (base - free) / base
         if share > 0.005:
             out.append({"resource": f"link {lk.a} <-> {lk.b}", "share_of_step": round(share, 4),
@@ -105,7 +114,7 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
                                 f"doubling it gives {base / doubled - 1:+.0%}"})
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s)
     if worst_dp.dp_sync_s > 0.02 * base:
-        faster = evaluate(plan, _with_links(fleet, None, nic_group=worst_dp.node_group), model, train).iteration_time_s
+        faster = evaluate(plan, _with_double_nics(fleet, worst_dp.node_group), model, train).iteration_time_s
         out.append({"resource": f"NICs of {worst_dp.node_group}", "share_of_step": round(worst_dp.dp_sync_s / base, 4),
                     "what_if": "double the NICs per node", "speedup": round(base / faster - 1, 4),
                     "text": f"gradient sync on {worst_dp.node_group} is exposed for {worst_dp.dp_sync_s / base:.0%} of "
