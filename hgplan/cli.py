@@ -652,9 +652,15 @@ def diff(a: Annotated[str, typer.Argument(help="Plan file A (e.g. the committed 
          b: Annotated[str, typer.Argument(help="Plan file B (e.g. a fresh plan).")],
          as_json: JsonOpt = False) -> None:
     """Show what changed between two plan files: degrees, stages, layers and predicted throughput."""
-    from hgplan.planfile import diff_plans
+    from hgplan.io import catalog
+    from hgplan.planfile import diff_plans, load_plan_doc
 
-    d = diff_plans(_read_json(a, "plan"), _read_json(b, "plan"), a, b)
+    docs = []
+    for path in (a, b):
+        doc = _read_json(path, "plan")
+        load_plan_doc(doc, path, catalog())  # kind, schema version, consistency
+        docs.append(doc)
+    d = diff_plans(docs[0], docs[1], a, b)
     if as_json:
         emit_json(d)
         return

@@ -437,7 +437,8 @@ def make_training(values: dict[str, Any], model: ModelArch, source: str = "<cli>
                 issues.append(InputIssue(source=source, line=None, path=key,
                                          message=f"missing: give {flag} on the command line or '{key}' in --training"))
             else:
-                issues.append(InputIssue(source=source, line=None, path=key, message=f"{e['msg']} (got {e.get('input')!r})"))
+                issues.append(InputIssue(source=source, line=None, path=flag,
+                                         message=f"{e['msg']} (got {e.get('input')!r})"))
         raise InputError(issues) from None
     if spec.seq_length > model.max_position_embeddings:
         raise InputError([InputIssue(source=source, line=None, path="seq_length",

@@ -64,6 +64,9 @@ def load_plan_doc(doc: Any, source: str, catalog) -> tuple:
         plan = Plan.from_dict(doc["plan"])
     except (KeyError, TypeError, ValueError) as exc:
         fail(f"malformed plan file: {exc!r} is missing or invalid")
+    pred = doc.get("prediction")
+    if not isinstance(pred, dict) or not isinstance(pred.get("tokens_per_s"), (int, float)) or pred["tokens_per_s"] <= 0:
+        fail("malformed plan file: prediction.tokens_per_s is missing or not a positive number", "prediction")
     violations = check_plan(plan, fleet, model, train)
     if violations:
         raise InputError([InputIssue(source=source, line=None, path=f"plan ({v.rule})", message=v.message)

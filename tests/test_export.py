@@ -257,3 +257,18 @@ def test_cross_vendor_pipeline_is_flagged(cli, tmp_path):
     r = cli("export", path, "--format", "megatron")
     assert r.code == 0
     assert ("spans AMD and NVIDIA GPUs" in r.stderr) == (len(vendors) == 2)
+
+
+def test_diff_and_gate_reject_non_plan_files(cli, plan_path, tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text('{"a": 1}')
+    r = cli("diff", plan_path, other)
+    assert r.code == 2 and "not a plan file" in r.stderr
+    broken = json.loads(plan_path.read_text())
+    del broken["prediction"]
+    other.write_text(json.dumps(broken))
+    r = cli("diff", plan_path, other)
+    assert r.code == 2 and "prediction.tokens_per_s" in r.stderr
+    r = cli("search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512",
+            "--baseline", other)
+    assert r.code == 2 and "prediction.tokens_per_s" in r.stderr
