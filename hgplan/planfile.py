@@ -35,9 +35,8 @@ def make_plan_file(search_doc: dict[str, Any], *, cluster_text: str, model_text:
 
 def load_plan_doc(doc: Any, source: str, catalog) -> tuple:
     """(plan, fleet, model, train, doc) from a parsed plan file; InputError on another schema or inconsistency."""
-    from hgplan.domain import Precision, TrainingSettings
     from hgplan.errors import InputError, InputIssue
-    from hgplan.inputs import load_cluster, load_model
+    from hgplan.inputs import load_cluster, load_model, make_training
     from hgplan.plan import Plan
     from hgplan.validate import check_plan
 
@@ -55,14 +54,19 @@ def load_plan_doc(doc: Any, source: str, catalog) -> tuple:
         fail("this is search output, not a plan file; write the plan with `hgplan search -o plan.json`", "kind")
     try:
         inputs = doc["inputs"]
+        for key in ("cluster", "model"):
+            if not isinstance(inputs[key]["yaml"], str):
+                fail(f"malformed plan file: inputs.{key}.yaml must be the {key} file's text", f"inputs.{key}.yaml")
         fleet, _ = load_cluster(inputs["cluster"]["yaml"], f"{source}#inputs.cluster", catalog)
         model = load_model(inputs["model"]["yaml"], f"{source}#inputs.model")
         t = inputs["training"]
-        train = TrainingSettings(seq_length=int(t["seq_length"]), global_batch_size=int(t["global_batch_size"]),
-                                 precision=Precision(t["precision"]), optimizer=t.get("optimizer", "adam"),
-                                 attention=t.get("attention", "flash"), runtime=t.get("runtime", "megatron"))
+        if not isinstance(t, dict):
+            fail("malformed plan file: inputs.training must be a mapping", "inputs.training")
+        train = make_training(dict(t), model, f"{source}#inputs.training")
         plan = Plan.from_dict(doc["plan"])
-    except (KeyError, TypeError, ValueError) as exc:
+    except InputError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         fail(f"malformed plan file: {exc!r} is missing or invalid")
     pred = doc.get("prediction")
     if not isinstance(pred, dict) or not isinstance(pred.get("tokens_per_s"), (int, float)) or pred["tokens_per_s"] <= 0:
@@ -71,7 +75,27 @@ def load_plan_doc(doc: Any, source: str, catalog) -> tuple:
     if violations:
         raise InputError([InputIssue(source=source, line=None, path=f"plan ({v.rule})", message=v.message)
                           for v in violations])
+    _normalise(doc, plan)
     return plan, fleet, model, train
+
+
+def _normalise(doc: dict[str, Any], plan) -> None:
+    """Make every field that later code reads well-typed; drop malformed optional parts (baselines)."""
+    for key in ("cluster", "model"):
+        item = doc["inputs"][key]
+        item["ref"] = item["ref"] if isinstance(item.get("ref"), str) else "(unnamed)"
+        item["sha256"] = item["sha256"] if isinstance(item.get("sha256"), str) else ""
+    pred = doc["prediction"]
+    if not isinstance(pred.get("iteration_time_s"), (int, float)):
+        pred["iteration_time_s"] = float("nan")
+    doc["plan"] = plan.to_dict()
+    clean = {}
+    baselines = doc.get("baselines")
+    for name, b in (baselines.items() if isinstance(baselines, dict) else []):
+        if (isinstance(b, dict) and b.get("available") is True and isinstance(b.get("speedup"), (int, float))
+                and isinstance(b.get("description"), str)):
+            clean[str(name)] = {"available": True, "speedup": b["speedup"], "description": b["description"]}
+    doc["baselines"] = clean
 
 
 def regression_check(baseline_doc: dict[str, Any], search_doc: dict[str, Any], bound: float) -> dict[str, Any]:

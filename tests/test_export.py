@@ -272,3 +272,41 @@ def test_diff_and_gate_reject_non_plan_files(cli, plan_path, tmp_path):
     r = cli("search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512",
             "--baseline", other)
     assert r.code == 2 and "prediction.tokens_per_s" in r.stderr
+
+
+def _paths(obj, prefix=()):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield (*prefix, k)
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield (*prefix, i)
+            yield from _paths(v, (*prefix, i))
+
+
+def test_tampered_plan_files_never_traceback(cli, plan_path, tmp_path):
+    """Random deletions and wrong-typed values anywhere in a plan file: exit 0, 1 or 2, never a traceback."""
+    import random
+
+    base = json.loads(plan_path.read_text())
+    paths = [p for p in _paths(base) if p[0] != "inputs" or len(p) <= 3]
+    rng = random.Random(int(os.environ.get("HGPLAN_FUZZ_SEED", "11")))
+    values = [None, -1, 0, 3.5, "x", [], {}, True, "sites: [", 10 ** 9]
+    target = tmp_path / "tampered.json"
+    for _ in range(int(os.environ.get("HGPLAN_FUZZ_N", "40"))):
+        doc = json.loads(json.dumps(base))
+        path = rng.choice(paths)
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        if rng.random() < 0.4 and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = rng.choice(values)
+        target.write_text(json.dumps(doc))
+        for args in (["explain", target, "--no-simulate"], ["export", target, "--format", "torchrun"],
+                     ["diff", plan_path, target]):
+            r = cli(*args)
+            assert r.code in (0, 1, 2), (path, r.code)
+            assert "Traceback" not in r.stderr
