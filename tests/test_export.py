@@ -179,8 +179,8 @@ def test_export_refusals(cli, tmp_path, plan_path):
     p = tmp_path / "bloom.json"
     p.write_text(json.dumps(bloom))
     r = cli("export", p, "--format", "megatron")
-    assert r.code == 2  # BLOOM has 70 layers: the plan's layers no longer add up
-    assert "sum to 80, but the model has 70 layers" in r.stderr
+    assert r.code == 2  # a swapped model: BLOOM's positions stop at 2048 (and it has 70 layers, not 80)
+    assert "exceeds the model's max_position_embeddings (2048)" in r.stderr
 
 
 def test_alibi_model_is_refused(cli, tmp_path):
