@@ -16,7 +16,7 @@ import time
 from hgplan.domain import Fleet, Link, NodeGroup, TrainingSettings, Transport
 from hgplan.inputs import load_cluster, load_model
 from hgplan.io import catalog
-from hgplan.planner.search import SearchOptions, run_search
+from hgplan.planner.search import SearchOptions, seeded_search
 
 TYPES = [("H100-SXM5-80GB", Transport.INFINIBAND, 400), ("A100-SXM4-80GB", Transport.ROCE, 200),
          ("A100-SXM4-40GB", Transport.ROCE, 200), ("H200-SXM-141GB", Transport.INFINIBAND, 400),
@@ -59,7 +59,7 @@ def measure(fleet: Fleet, model, train: TrainingSettings, repeat: int) -> dict:
     times, res = [], None
     for _ in range(repeat):
         t0 = time.perf_counter()
-        res = run_search(fleet, model, train, SearchOptions(budget_s=60))
+        res, _ = seeded_search(fleet, model, train, SearchOptions(budget_s=60))
         times.append(time.perf_counter() - t0)
     return {"fleet": fleet.name, "gpus": fleet.num_gpus, "sites": len(fleet.sites),
             "types": len({g.gpu.id for g in fleet.groups}), "model": model.name,

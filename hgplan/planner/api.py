@@ -14,7 +14,7 @@ from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
 from hgplan.planner.model import SolverParams
-from hgplan.planner.search import DTIME_PER_WALL, SearchOptions, SearchResult, run_search
+from hgplan.planner.search import DTIME_PER_WALL, SearchOptions, SearchResult, seeded_search
 from hgplan.planner.tables import eligible
 from hgplan.report import SCHEMA_VERSION, prediction_dict, stages_list, training_dict
 from hgplan.validate import check_plan
@@ -80,7 +80,8 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                   inputs: dict[str, Any], progress: Callable[[int, int], None] | None = None,
                   with_baselines: bool = True) -> dict[str, Any]:
     """Search and assemble the result document. Raises PlanningError (nothing fits) or NoAnswerError (timeout)."""
-    result = run_search(fleet, model, train, opts, progress=progress)
+    result, seeds = seeded_search(fleet, model, train, opts, progress=progress)
+    single = bl.single_group_from(seeds, fleet, model, train) if seeds else None
     if not result.found:
         if result.stopped_by != "complete" and result.candidates_skipped:
             raise NoAnswerError(f"the time limit ended before any plan was found ({result.candidates_solved} of "
@@ -136,7 +137,7 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     }
     if with_baselines:
         doc["baselines"] = {}
-        for b in (bl.single_group(fleet, model, train, opts), bl.megatron_default(fleet, model, train, opts),
+        for b in (single or bl.single_group(fleet, model, train, opts), bl.megatron_default(fleet, model, train, opts),
                   bl.proportional(fleet, model, train, opts)):
             item: dict[str, Any] = {"description": b.description, "available": b.prediction is not None}
             if b.note:

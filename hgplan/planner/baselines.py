@@ -28,13 +28,18 @@ class Baseline:
 
 
 def single_group(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
-    best: tuple[float, Plan, Prediction] | None = None
+    found = []
     for g in fleet.groups:
         sub = replace(opts, groups=(g.key,), top_k=1, budget_s=max(1.0, opts.budget_s / (2 * len(fleet.groups))))
-        res = run_search(fleet, model, train, sub)
-        if not res.found:
-            continue
-        plan = res.found[0].plan()
+        found += run_search(fleet, model, train, sub).found
+    return single_group_from(found, fleet, model, train)
+
+
+def single_group_from(found: list, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> Baseline:
+    """The single-group baseline from the best plans of per-group searches."""
+    best: tuple[float, Plan, Prediction] | None = None
+    for f in found:
+        plan = f.plan()
         pred = evaluate(plan, fleet, model, train)
         if pred.fits and not check_plan(plan, fleet, model, train) and (best is None or pred.iteration_time_s < best[0]):
             best = (pred.iteration_time_s, plan, pred)

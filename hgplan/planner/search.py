@@ -436,7 +436,7 @@ def greedy_hint(t: CostTables, fleet_order: list[str]) -> tuple[list[int], list[
 
 
 def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
-               progress: Callable[[int, int], None] | None = None) -> SearchResult:
+               progress: Callable[[int, int], None] | None = None, seeds: list[Found] | None = None) -> SearchResult:
     """Best-first over candidates by lower bound. A popped candidate first gets its refined bound; then it is
     solved; a solve that stops at its time limit goes back with its improved bound and twice the time."""
     import heapq
@@ -448,7 +448,8 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     L, m_of = model.num_layers, (lambda c: c.num_microbatches(train.global_batch_size))
     heap = [(c.lower_bound_us, c.key, 0, i, ()) for i, c in enumerate(cands)]
     heapq.heapify(heap)
-    found: dict[tuple, Found] = {}
+    # plans found beforehand (e.g. each node group alone) are incumbents from the start
+    found: dict[tuple, Found] = {("seed", n): f for n, f in enumerate(seeds or [])}
     tables_of: dict[tuple, CostTables] = {}
     by_key = {g.key: g for g in groups}
     solved = pruned = skipped = infeasible = 0
@@ -537,6 +538,22 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
                         candidates_pruned=pruned, candidates_skipped=skipped, candidates_infeasible=infeasible,
                         bound_us=bound, deterministic_time=dtime, wall_time_s=time.perf_counter() - start,
                         stopped_by=stopped, statuses=statuses)
+
+
+def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
+                  progress: Callable[[int, int], None] | None = None) -> tuple[SearchResult, list[Found]]:
+    """Each node group alone first (a quarter of the time limit, shared), then the whole fleet seeded with their
+    best plans as incumbents. Returns the main result and the per-group plans (the single-group baseline)."""
+    start = time.perf_counter()
+    seeds: list[Found] = []
+    if len(fleet.groups) > 1 and opts.groups is None:
+        share = replace(opts, budget_s=opts.budget_s / (4 * len(fleet.groups)), top_k=1)
+        for g in fleet.groups:
+            seeds += run_search(fleet, model, train, replace(share, groups=(g.key,))).found
+        opts = replace(opts, budget_s=max(0.1, opts.budget_s - (time.perf_counter() - start)))
+    result = run_search(fleet, model, train, opts, progress=progress, seeds=seeds)
+    result.wall_time_s = time.perf_counter() - start
+    return result, seeds
 
 
 def cand_key(cfg: ParallelConfig) -> tuple:
