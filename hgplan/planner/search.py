@@ -548,9 +548,13 @@ def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     seeds: list[Found] = []
     if len(fleet.groups) > 1 and opts.groups is None:
         share = replace(opts, budget_s=opts.budget_s / (4 * len(fleet.groups)), top_k=1)
+        used = 0.0
         for g in fleet.groups:
-            seeds += run_search(fleet, model, train, replace(share, groups=(g.key,))).found
-        opts = replace(opts, budget_s=max(0.1, opts.budget_s - (time.perf_counter() - start)))
+            res = run_search(fleet, model, train, replace(share, groups=(g.key,)))
+            seeds += res.found
+            used += res.deterministic_time
+        # what the seeds left goes to the fleet search, counted in deterministic time so runs stay reproducible
+        opts = replace(opts, budget_s=max(0.1, opts.budget_s - used / DTIME_PER_WALL))
     result = run_search(fleet, model, train, opts, progress=progress, seeds=seeds)
     result.wall_time_s = time.perf_counter() - start
     return result, seeds
