@@ -25,11 +25,16 @@ def allreduce_s(nbytes: float, n: int, busbw_gbytes_per_s: float, *, latency_s: 
             + 2 * math.ceil(math.log2(n)) * latency_s)
 
 
+def ring_latency_s(n: int, latency_s: float) -> float:
+    """Latency of one ring collective over n ranks: the fixed cost plus n - 1 steps."""
+    return BASE_LATENCY_S + (n - 1) * latency_s if n > 1 else 0.0
+
+
 def half_collective_s(nbytes: float, n: int, busbw_gbytes_per_s: float, *, latency_s: float) -> float:
     """Reduce-scatter or all-gather of nbytes (the full, unsharded size): a ring of n - 1 steps."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return (n - 1) / n * nbytes / (busbw_gbytes_per_s * 1e9) + BASE_LATENCY_S + (n - 1) * latency_s
+    return (n - 1) / n * nbytes / (busbw_gbytes_per_s * 1e9) + ring_latency_s(n, latency_s)
 
 
 def intra_node_busbw_gbytes_per_s(gpu: GpuType, intra_gbytes_per_s: float) -> float:

@@ -43,9 +43,6 @@ class LayerTime:
     fwd_s: float
     bwd_s: float
     """Backward including any recomputation."""
-    recompute_s: float
-    """The part of bwd_s spent recomputing."""
-    tp_comm_fwd_s: float
     attention_fwd_s: float
     fwd_flops: float
     """Forward FLOPs done by this GPU (hardware FLOPs, not the model count)."""
@@ -106,8 +103,7 @@ def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Train
     # Hardware FLOPs of the forward on this GPU.
     attn_flops = 4.0 * b * heads * q_len * k_len * d * (0.5 if train.attention == "flash" else 1.0)
     fwd_flops = sum(2.0 * m * n * k for m, n, k in gemms) + attn_flops
-    return LayerTime(fwd_s=fwd, bwd_s=bwd_plain + recompute, recompute_s=recompute, tp_comm_fwd_s=tp_fwd,
-                     attention_fwd_s=attn_fwd, fwd_flops=fwd_flops, attention_fwd_flops=attn_flops)
+    return LayerTime(fwd_s=fwd, bwd_s=bwd_plain + recompute, attention_fwd_s=attn_fwd, fwd_flops=fwd_flops, attention_fwd_flops=attn_flops)
 
 
 def head_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: TrainingSettings) -> tuple[float, float]:

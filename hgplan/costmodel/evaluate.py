@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hgplan.costmodel.comm import allreduce_s, group_busbw_gbytes_per_s, half_collective_s, intra_node_busbw_gbytes_per_s, nic_gbytes_per_s
+from hgplan.costmodel.comm import (allreduce_s, group_busbw_gbytes_per_s, half_collective_s,
+                                   intra_node_busbw_gbytes_per_s, nic_gbytes_per_s, ring_latency_s)
 from hgplan.costmodel.compute import BYTES, LayerTime, embedding_time, hbm_s, head_time, layer_time
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
@@ -79,6 +80,11 @@ def _tp_bandwidth(group: NodeGroup, cfg: ParallelConfig, fleet: Fleet) -> tuple[
         return intra_node_busbw_gbytes_per_s(group.gpu, group.intra_node_gbytes_per_s), 15e-6
     transport = fleet.transports[group.nic_transport]
     return nic_gbytes_per_s(group, transport), transport.latency_us * 1e-6
+
+
+def p2p_message_bytes(model: ModelArch, cfg: ParallelConfig, train: TrainingSettings) -> float:
+    """Bytes one GPU sends across a stage boundary per micro-batch: its 1/TP shard of [s/CP, b, h] activations."""
+    return cfg.micro_batch_size * train.seq_length / cfg.cp * model.hidden_size * BYTES / cfg.tp
 
 
 def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *, msg_bytes: float,
@@ -184,7 +190,6 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     groups = [fleet.group(st.node_group) for st in plan.stages]
     flash = train.attention == "flash"
     gbytes = grad_bytes(train.precision)
-    tok = cfg.micro_batch_size * train.seq_length / c
     # --- per-stage compute
     fwd, bwd, layer_times, params = [], [], [], []
     memories = []
@@ -207,10 +212,10 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
             # Megatron-FSDP and PyTorch FSDP gather one flat buffer per layer; DeepSpeed ZeRO-3 one per module
             # (each parameter tensor), each paying the ring's n - 1 step latency.
             calls = max(1, st.num_layers) * (1 if train.runtime != "deepspeed" else _tensors_per_layer(model))
-            gather = half_collective_s(mem.params * BYTES, d * c, bw, latency_s=0.0) + calls * (
-                half_collective_s(1, d * c, 1e9, latency_s=lat))
-            scatter = half_collective_s(mem.params * gbytes, d * c, bw, latency_s=0.0) + calls * (
-                half_collective_s(1, d * c, 1e9, latency_s=lat))
+            latency = calls * ring_latency_s(d * c, lat)
+            bandwidth = (d * c - 1) / (d * c) / (bw * 1e9)
+            gather = mem.params * BYTES * bandwidth + latency
+            scatter = mem.params * gbytes * bandwidth + latency
             recompute_gather = gather if cfg.recompute is Recompute.FULL and train.runtime == "deepspeed" else 0.0
             if train.runtime == "deepspeed":
                 f_s += gather
@@ -225,7 +230,7 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
         params.append(mem.params)
         memories.append(mem)
     # --- point-to-point between stages
-    msg = tok * model.hidden_size * BYTES / t
+    msg = p2p_message_bytes(model, cfg, train)
     n_bound = p if v > 1 else p - 1
     pairs = [(k, (k + 1) % p) for k in range(n_bound)]
     link_use: dict[int, int] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hgplan.domain import ACTIVATION_FFN_MATRICES, ModelArch
+from hgplan.domain import ModelArch
 
 
 def megatron_model_flops(model: ModelArch, *, global_batch_size: int, seq_length: int) -> float:
@@ -17,16 +17,3 @@ def megatron_model_flops(model: ModelArch, *, global_batch_size: int, seq_length
     vocab = model.padded_vocab(1)
     per_token = L * (f * h * f_ffn + 2 * h * q + 2 * h * kv) + h * vocab
     return 6.0 * tokens * per_token + 6.0 * global_batch_size * seq_length ** 2 * L * q
-
-
-def layer_forward_flops(model: ModelArch, *, tokens: int, seq_length: int, causal_skip: bool) -> float:
-    """Forward FLOPs of one transformer layer for `tokens` tokens in sequences of seq_length (whole layer, no TP)."""
-    h, q, kv, F = model.hidden_size, model.query_dim, model.kv_dim, model.ffn_hidden_size
-    n_mat = ACTIVATION_FFN_MATRICES[model.activation]
-    linear = 2.0 * tokens * (h * (q + 2 * kv) + q * h + n_mat * h * F)
-    attn = 4.0 * tokens * seq_length * q * (0.5 if causal_skip else 1.0)
-    return linear + attn
-
-
-def head_forward_flops(model: ModelArch, *, tokens: int, vocab: int) -> float:
-    return 2.0 * tokens * model.hidden_size * vocab

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 from hgplan.costmodel.evaluate import Prediction, evaluate, layer_cost
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
-from hgplan.plan import ParallelConfig, Plan, StageAssignment
-from hgplan.planner.search import SearchOptions, _cp_options, _stage_sizes, _tp_options, apportion, run_search
+from hgplan.plan import Plan, StageAssignment
+from hgplan.planner.search import SearchOptions, apportion, base_configs, run_search
 from hgplan.planner.tables import eligible
 from hgplan.validate import check_plan
 
@@ -53,34 +53,23 @@ def single_group_from(found: list, fleet: Fleet, model: ModelArch, train: Traini
 
 def _file_order_plans(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
                       proportional: bool) -> list[Plan]:
+    """Every GPU of the fleet, stages in file order, layers split evenly or in proportion to stage speed."""
     L = model.num_layers
-    out = []
     groups = list(fleet.groups)
-    for tp in _tp_options(model, groups, opts):
-        for cp in _cp_options(train, tp, groups):
-            for size in _stage_sizes(tp, cp, groups):
-                dp = size // (tp * cp)
-                for mbs in opts.mbs_options:
-                    if train.global_batch_size % (mbs * dp):
-                        continue
-                    for rc in opts.recompute_options:
-                        base = ParallelConfig(tp=tp, pp=1, dp=dp, cp=cp, micro_batch_size=mbs, recompute=rc,
-                                              sequence_parallel=tp > 1, zero_stage=1)
-                        if not all(eligible(g, base, train) for g in groups):
-                            continue
-                        order = [g for g in groups for _ in range(g.num_gpus // size)]
-                        p = len(order)
-                        if p > L:
-                            continue
-                        if proportional:
-                            layers = apportion(L, [1.0 / sum(layer_cost(fleet, g, model, base, train)[1:]) for g in order])
-                        else:
-                            if L % p:
-                                continue
-                            layers = [L // p] * p
-                        cfg = replace(base, pp=p)
-                        out.append(Plan(config=cfg, stages=tuple(StageAssignment(node_group=g.key, num_layers=n)
-                                                                 for g, n in zip(order, layers))))
+    out = []
+    for base in base_configs(model, train, opts, groups):
+        if not all(eligible(g, base, train) for g in groups):
+            continue
+        order = [g for g in groups for _ in range(g.num_gpus // base.gpus_per_stage)]
+        p = len(order)
+        if p > L or (not proportional and L % p):
+            continue
+        if proportional:
+            layers = apportion(L, [1.0 / sum(layer_cost(fleet, g, model, base, train)[1:]) for g in order])
+        else:
+            layers = [L // p] * p
+        out.append(Plan(config=replace(base, pp=p), stages=tuple(StageAssignment(node_group=g.key, num_layers=n)
+                                                                for g, n in zip(order, layers))))
     return out
 
 

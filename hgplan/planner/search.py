@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Iterator
 
-from hgplan.costmodel.evaluate import dp_tail, edge_costs, layer_cost, p2p_seconds
+from hgplan.costmodel.evaluate import edge_costs, layer_cost, p2p_message_bytes, p2p_seconds
 from hgplan.costmodel.memory import GIB, FRAMEWORK_OVERHEAD_GIB, state_bytes_per_param
 from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
 from hgplan.planner.model import SolverParams, Solution, solve
-from hgplan.planner.tables import US, CostTables, build_tables, eligible
+from hgplan.planner.tables import US, CostTables, build_tables, eligible, tail_coeffs
 
 RECOMPUTE_OPTIONS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 DTIME_PER_WALL = 0.6
@@ -144,71 +144,80 @@ def _stage_sizes(tp: int, cp: int, groups: list[NodeGroup]) -> list[int]:
     return sorted(sizes)
 
 
-def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions,
-                         groups: list[NodeGroup]) -> list[Candidate]:
-    """Every outer candidate of the plan family with its lower bound, sorted by lower bound."""
-    L, gbs = model.num_layers, train.global_batch_size
-    vpps = opts.vpp_options or ((1, 2) if opts.target == "megatron" else (1,))
-    max_pp = min(L, opts.max_pp or L)
-    speed_cache: dict[tuple, dict[str, tuple[float, float, float]]] = {}
-    comm_cache: dict[tuple, tuple[float, float]] = {}
-    tail_cache: dict[tuple, dict[str, tuple[float, float]]] = {}
-    # memory lower bound: weights + grads + optimizer of every layer with full sharding over the stage's DP
-    out: list[Candidate] = []
+def base_configs(model: ModelArch, train: TrainingSettings, opts: SearchOptions,
+                 groups: list[NodeGroup]) -> Iterator[ParallelConfig]:
+    """Every (TP, CP, stage size, micro-batch, recompute) of the plan family, as a one-stage config to extend.
+
+    Sequence parallelism whenever TP > 1 and the distributed optimizer (ZeRO-1) always (docs/planner.md).
+    """
     for tp in _tp_options(model, groups, opts):
         for cp in _cp_options(train, tp, groups):
             for size in _stage_sizes(tp, cp, groups):
                 dp = size // (tp * cp)
                 for mbs in opts.mbs_options:
-                    if gbs % (mbs * dp):
-                        continue
-                    m = gbs // (mbs * dp)
-                    for rc in opts.recompute_options:
-                        base = ParallelConfig(tp=tp, pp=1, dp=dp, cp=cp, micro_batch_size=mbs, recompute=rc,
-                                              sequence_parallel=tp > 1, zero_stage=1)
-                        hosts = [g for g in groups if eligible(g, base, train)]
-                        if not hosts:
-                            continue
-                        key = (tp, cp, mbs, rc)
-                        if key not in speed_cache:
-                            speed_cache[key] = {}
-                            for g in groups:
-                                if g.gpu.supports(train.precision) and g.gpus_per_node % tp == 0:
-                                    _, f_l, b_l = layer_cost(fleet, g, model, base, train)
-                                    ef, eb, hf, hb = edge_costs(g, model, base, train)
-                                    speed_cache[key][g.key] = (f_l + b_l, ef + eb, hf + hb)
-                        speeds = speed_cache[key]
-                        ckey = (tp, cp, dp, mbs)
-                        if ckey not in comm_cache:
-                            comm_cache[ckey] = _crossing_costs(fleet, model, train, base, hosts)
-                        pair_send, pair_lat = comm_cache[ckey]
-                        cross_send = min(pair_send.values(), default=math.inf)
-                        cross_lat = min(pair_lat.values(), default=math.inf)
-                        w, gr, o = state_bytes_per_param(train.precision, 1, dp * cp)
-                        layer_state = model.layer_params() / tp * (w + gr + o)
-                        caps = sorted(((g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) * GIB for g in hosts
-                                       for _ in range(g.num_gpus // size)), reverse=True)
-                        slots = {g.key: g.num_gpus // size for g in hosts}
-                        slot_taus = sorted(speeds[g.key][0] for g in hosts for _ in range(slots[g.key]))
-                        first_min = min(speeds[g.key][1] for g in hosts)
-                        last_min = min(speeds[g.key][2] for g in hosts)
-                        for pp in range(1, min(max_pp, len(slot_taus)) + 1):
-                            if sum(caps[:pp]) < layer_state * L:
-                                continue
-                            for v in vpps:
-                                if v > 1 and (pp == 1 or m % pp or L < pp * v):
-                                    continue
-                                cfg = replace(base, pp=pp, vpp=v)
-                                tail_key = (tp, cp, dp, mbs, rc, v)
-                                if tail_key not in tail_cache:
-                                    tail_cache[tail_key] = {g.key: _tail_coeffs(fleet, g, model, cfg, train) for g in hosts}
-                                tails = tail_cache[tail_key]
-                                lb = _lower_bound(hosts, slots, speeds, tails, cross_send, cross_lat, L=L, pp=pp, v=v, m=m,
-                                                  first_min=first_min, last_min=last_min)
-                                ctx = BoundContext(speeds={g.key: speeds[g.key] for g in hosts}, slots=slots, tails=tails,
-                                                   pair_send=pair_send, pair_lat=pair_lat)
-                                out.append(Candidate(cfg=cfg, lower_bound_us=lb * US, ctx=ctx,
-                                                     key=(round(lb * US), tp, cp, dp, mbs, RECOMPUTE_OPTIONS.index(rc), pp, v)))
+                    if train.global_batch_size % (mbs * dp) == 0:
+                        for rc in opts.recompute_options:
+                            yield ParallelConfig(tp=tp, pp=1, dp=dp, cp=cp, micro_batch_size=mbs, recompute=rc,
+                                                 sequence_parallel=tp > 1, zero_stage=1)
+
+
+def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions,
+                         groups: list[NodeGroup]) -> list[Candidate]:
+    """Every outer candidate of the plan family with its lower bound, sorted by lower bound."""
+    L = model.num_layers
+    vpps = opts.vpp_options or ((1, 2) if opts.target == "megatron" else (1,))
+    max_pp = min(L, opts.max_pp or L)
+    layer_cache: dict[tuple, dict[str, tuple[float, float, float, float]]] = {}
+    comm_cache: dict[tuple, tuple[dict, dict]] = {}
+    tail_cache: dict[tuple, dict[str, tuple[float, float]]] = {}
+    out: list[Candidate] = []
+    for base in base_configs(model, train, opts, groups):
+        tp, cp, dp, mbs, rc = base.tp, base.cp, base.dp, base.micro_batch_size, base.recompute
+        size, m = base.gpus_per_stage, base.num_microbatches(train.global_batch_size)
+        hosts = [g for g in groups if eligible(g, base, train)]
+        if not hosts:
+            continue
+        key = (tp, cp, mbs, rc)
+        if key not in layer_cache:  # (fwd, bwd, first-stage edge, last-stage edge) seconds per group
+            layer_cache[key] = {}
+            for g in groups:
+                if g.gpu.supports(train.precision) and g.gpus_per_node % tp == 0:
+                    _, f_l, b_l = layer_cost(fleet, g, model, base, train)
+                    ef, eb, hf, hb = edge_costs(g, model, base, train)
+                    layer_cache[key][g.key] = (f_l, b_l, ef + eb, hf + hb)
+        costs = layer_cache[key]
+        speeds = {g.key: (costs[g.key][0] + costs[g.key][1], costs[g.key][2], costs[g.key][3]) for g in hosts}
+        ckey = (tp, cp, dp, mbs)
+        if ckey not in comm_cache:
+            comm_cache[ckey] = _crossing_costs(fleet, model, train, base, hosts)
+        pair_send, pair_lat = comm_cache[ckey]
+        cross_send = min(pair_send.values(), default=math.inf)
+        cross_lat = min(pair_lat.values(), default=math.inf)
+        # memory: weights + grads + optimizer of every layer, sharded over the stage's DP, must fit the largest slots
+        w, gr, o = state_bytes_per_param(train.precision, 1, dp * cp)
+        layer_state = model.layer_params() / tp * (w + gr + o)
+        caps = sorted(((g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) * GIB for g in hosts
+                       for _ in range(g.num_gpus // size)), reverse=True)
+        slots = {g.key: g.num_gpus // size for g in hosts}
+        first_min = min(s[1] for s in speeds.values())
+        last_min = min(s[2] for s in speeds.values())
+        for pp in range(1, min(max_pp, len(caps)) + 1):
+            if sum(caps[:pp]) < layer_state * L:
+                continue
+            for v in vpps:
+                if v > 1 and (pp == 1 or m % pp or L < pp * v):
+                    continue
+                cfg = replace(base, pp=pp, vpp=v)
+                tail_key = (tp, cp, dp, mbs, rc, v)
+                if tail_key not in tail_cache:
+                    tail_cache[tail_key] = {g.key: tail_coeffs(fleet, g, model, cfg, train, fwd_per_layer_s=costs[g.key][0],
+                                                               bwd_per_layer_s=costs[g.key][1]) for g in hosts}
+                tails = tail_cache[tail_key]
+                lb = _lower_bound(hosts, slots, speeds, tails, cross_send, cross_lat, L=L, pp=pp, v=v, m=m,
+                                  first_min=first_min, last_min=last_min)
+                ctx = BoundContext(speeds=speeds, slots=slots, tails=tails, pair_send=pair_send, pair_lat=pair_lat)
+                out.append(Candidate(cfg=cfg, lower_bound_us=lb * US, ctx=ctx,
+                                     key=(round(lb * US), tp, cp, dp, mbs, RECOMPUTE_OPTIONS.index(rc), pp, v)))
     out.sort(key=lambda c: c.key)
     return out
 
@@ -216,7 +225,7 @@ def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings
 def _crossing_costs(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: ParallelConfig,
                     hosts: list[NodeGroup]) -> tuple[dict, dict]:
     """Sender-busy time and latency (seconds) of one micro-batch between each pair of different, linked groups."""
-    msg = cfg.micro_batch_size * train.seq_length / cfg.cp * model.hidden_size * 2 / cfg.tp
+    msg = p2p_message_bytes(model, cfg, train)
     send, lat = {}, {}
     for a in hosts:
         for b in hosts:
@@ -226,16 +235,6 @@ def _crossing_costs(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg
                     send[(a.key, b.key)] = busy
                     lat[(a.key, b.key)] = latency
     return send, lat
-
-
-def _tail_coeffs(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings) -> tuple[float, float]:
-    """DP sync + optimizer after the flush for a stage on g: (intercept, per-layer slope) seconds."""
-    _, f_l, b_l = layer_cost(fleet, g, model, cfg, train)
-    per = model.layer_params() / cfg.tp
-    t1 = sum(dp_tail(fleet, g, cfg, train, params=per, layers=1, fwd_s=f_l, bwd_s=b_l))
-    t2 = sum(dp_tail(fleet, g, cfg, train, params=2 * per, layers=2, fwd_s=2 * f_l, bwd_s=2 * b_l))
-    slope = max(0.0, t2 - t1)
-    return max(0.0, t1 - slope), slope
 
 
 Slots = list[tuple[float, int, float]]
@@ -279,11 +278,6 @@ def _lower_bound(hosts: list[NodeGroup], slots: dict[str, int], speeds: dict, ta
         compute = max(relaxation_bound(full, L, vm), (vm - 1) * cyc + L * fastest[0][0])
         best = min(best, compute + 2 * cross_send + 2 * cross_lat + first_min + last_min)
     return (best + v * tail) / v if math.isfinite(best) else math.inf
-
-
-def refined_bound_us(cand: Candidate, *, L: int, m: int) -> float:
-    """Smallest subset bound (us) over every set of groups a placement could use."""
-    return min(subset_bounds_us(cand, L=L, m=m).values(), default=math.inf)
 
 
 def subset_bounds_us(cand: Candidate, *, L: int, m: int) -> dict[tuple[str, ...], float]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hgplan.costmodel.evaluate import dp_tail, edge_costs, layer_cost, p2p_seconds, tied_embedding_sync_s
+from hgplan.costmodel.evaluate import (dp_tail, edge_costs, layer_cost, p2p_message_bytes, p2p_seconds,
+                                       tied_embedding_sync_s)
 from hgplan.costmodel.memory import GIB, stage_memory
 from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig
@@ -116,6 +117,21 @@ def eligible(group: NodeGroup, cfg: ParallelConfig, train: TrainingSettings) -> 
     return group.num_gpus >= g
 
 
+def tail_coeffs(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings, *,
+                fwd_per_layer_s: float, bwd_per_layer_s: float) -> tuple[float, float]:
+    """DP sync + optimizer after the flush of a stage on g, linear in its layers: (intercept, slope) seconds.
+
+    Evaluated at 1 and 2 layers; the exposed part of an overlapped reduction grows linearly once it exceeds
+    the backward window, and the optimizer step is linear in parameters.
+    """
+    per = model.layer_params() / cfg.tp
+    t1 = sum(dp_tail(fleet, g, cfg, train, params=per, layers=1, fwd_s=fwd_per_layer_s, bwd_s=bwd_per_layer_s))
+    t2 = sum(dp_tail(fleet, g, cfg, train, params=2 * per, layers=2, fwd_s=2 * fwd_per_layer_s,
+                     bwd_s=2 * bwd_per_layer_s))
+    slope = max(0.0, t2 - t1)
+    return max(0.0, t1 - slope), slope
+
+
 def build_tables(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: ParallelConfig,
                  groups: list[NodeGroup]) -> CostTables | None:
     """Tables for one outer candidate over the eligible groups, or None when no group can host a stage."""
@@ -124,20 +140,16 @@ def build_tables(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: P
         return None
     p, m = cfg.pp, cfg.num_microbatches(train.global_batch_size)
     layer_us, first_us, last_us, tail_a, tail_b = [], [], [], [], []
-    per_layer_params = model.layer_params() / cfg.tp
     for g in groups:
         _, f_l, b_l = layer_cost(fleet, g, model, cfg, train)
         layer_us.append(max(1, round((f_l + b_l) * US)))
         ef, eb, hf, hb = edge_costs(g, model, cfg, train)
         first_us.append(round((ef + eb) * US))
         last_us.append(round((hf + hb) * US))
-        # DP tail is linear in the stage's layers: evaluate it at 1 and 2 layers.
-        t1 = sum(dp_tail(fleet, g, cfg, train, params=per_layer_params, layers=1, fwd_s=f_l, bwd_s=b_l))
-        t2 = sum(dp_tail(fleet, g, cfg, train, params=2 * per_layer_params, layers=2, fwd_s=2 * f_l, bwd_s=2 * b_l))
-        slope = max(0.0, t2 - t1)
+        intercept, slope = tail_coeffs(fleet, g, model, cfg, train, fwd_per_layer_s=f_l, bwd_per_layer_s=b_l)
+        tail_a.append(round(intercept * US))
         tail_b.append(round(slope * US))
-        tail_a.append(max(0, round((t1 - slope) * US)))
-    msg = cfg.micro_batch_size * train.seq_length / cfg.cp * model.hidden_size * 2 / cfg.tp
+    msg = p2p_message_bytes(model, cfg, train)
     send: list[list[int | None]] = []
     lat: list[list[int]] = []
     tied: list[list[int]] = []
@@ -171,21 +183,3 @@ def build_tables(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: P
                       first_us=tuple(first_us), last_us=tuple(last_us), send_us=tuple(tuple(r) for r in send),
                       lat_us=tuple(tuple(r) for r in lat), mem_a_mib=tuple(mem_a), mem_b_mib=tuple(mem_b), cap_mib=cap,
                       tail_a_us=tuple(tail_a), tail_b_us=tuple(tail_b), tied_us=tuple(tuple(r) for r in tied))
-
-
-def lower_bound_us(t: CostTables) -> float:
-    """Lower bound on the predicted iteration time (us, not v-scaled) for any placement of these tables.
-
-    Compute only, perfectly balanced over the pp fastest stage slots: the cycle is at least
-    L / sum(1/tau) over those slots, the fill at least L x min tau; communication and tails are >= 0.
-    """
-    p, v, m, L = t.pp, t.vpp, t.microbatches, t.num_layers
-    speeds = []
-    for k, tau in enumerate(t.layer_us):
-        speeds += [1.0 / tau] * t.slots[k]
-    speeds.sort(reverse=True)
-    if len(speeds) < p:
-        return math.inf
-    cycle = L / sum(speeds[:p])
-    fill = L * min(t.layer_us) + min(t.first_us) + min(t.last_us)
-    return ((v * m - 1) * cycle + fill) / v
