@@ -156,24 +156,18 @@ def test_export_is_deterministic(cli, plan_path):
 
 
 def test_export_refusals(cli, tmp_path, plan_path):
-    doc = json.loads(plan_path.read_text())
-    if doc["plan"]["pp"] > 1:
-        inter = json.loads(json.dumps(doc))
-        inter["plan"]["vpp"] = 2
-        for s in inter["plan"]["stages"]:
-            s["layers"] = 0
-        # build a consistent interleaved plan: even layers per stage
-        pp = inter["plan"]["pp"]
-        per = [2 * (80 // (2 * pp))] * pp
-        per[0] += 80 - sum(per)
-        for s, n in zip(inter["plan"]["stages"], per):
-            s["layers"] = n
-        p = tmp_path / "inter.json"
-        p.write_text(json.dumps(inter))
-        r = cli("export", p, "--format", "deepspeed")
-        assert r.code in (1, 2)
-        if r.code == 1:
-            assert "no interleaved schedule" in r.stderr
+    """Features DeepSpeed cannot run are refused; a plan file with a swapped model is rejected."""
+    from hgplan.errors import PlanningError
+    from hgplan.plan import ParallelConfig, StageAssignment
+    plan, fleet, model, train, _ = loaded(plan_path)
+    groups = [s.node_group for s in plan.stages[:4]]
+    interleaved = Plan(config=ParallelConfig(tp=8, pp=4, dp=1, vpp=2, sequence_parallel=True, zero_stage=1),
+                       stages=tuple(StageAssignment(node_group=g, num_layers=20) for g in groups))
+    with pytest.raises(PlanningError, match="no interleaved schedule"):
+        export_deepspeed(interleaved, fleet, model, train)
+    with pytest.raises(PlanningError, match="context parallelism"):
+        export_deepspeed(Plan(config=ParallelConfig(tp=8, pp=1, dp=1, cp=2, zero_stage=1),
+                              stages=(StageAssignment(node_group=groups[0], num_layers=80),)), fleet, model, train)
     bloom = json.loads(plan_path.read_text())
     bloom["inputs"]["model"]["yaml"] = catalog().model_texts["bloom-176b"]
     p = tmp_path / "bloom.json"
