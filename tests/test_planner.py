@@ -131,3 +131,81 @@ def test_interleaved_candidate_solves():
     t = _two_group_tables(vpp=2)
     sol = solve(t, SolverParams())
     assert sol.status == "OPTIMAL" and all(n % 2 == 0 for n in sol.layers)
+
+
+def random_multisite_fleet(rng: random.Random) -> Fleet:
+    """2-5 small groups over up to three sites, with WAN links of random speed and latency (one may be missing)."""
+    cat = catalog()
+    groups = []
+    for i in range(rng.randint(2, 5)):
+        gpu = cat.gpu_type(cat.gpus[rng.choice(GPUS)])
+        groups.append(NodeGroup(site=rng.choice("abc"), name=f"g{i}", num_nodes=rng.randint(1, 3), gpu=gpu,
+                                gpus_per_node=rng.choice([2, 4]), intra_node_kind=gpu.intra_node_kind,
+                                intra_node_gbytes_per_s=gpu.intra_node_gbytes_per_s, nic_transport=Transport.INFINIBAND,
+                                nic_gbps=rng.choice([100, 200, 400]), nic_count=rng.choice([1, 2]), gpu_hour_usd=None,
+                                order=i))
+    used = sorted({g.site for g in groups})
+    links = [Link(scope="site", a=a, b=b, gbps=rng.choice([10, 100, 400]), latency_ms=rng.choice([0.5, 5, 20]),
+                  transport=Transport.ETHERNET, egress_usd_per_gb=None)
+             for i, a in enumerate(used) for b in used[i + 1:] if len(used) == 2 or rng.random() < 0.8]
+    return Fleet(name="random-multisite", groups=tuple(groups), links=tuple(links), transports=cat.transports)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lower_bounds_never_exceed_the_exhaustive_optimum(seed):
+    """Every bound the search prunes with (per candidate, per group set, and the block bound) is at most the best
+    plan the exhaustive search finds on that candidate and group set; a bound above it could prune the optimum."""
+    from dataclasses import replace
+
+    from hgplan.planner.exhaustive import best_for_tables
+    from hgplan.planner.search import block_bound_us, enumerate_candidates, subset_bounds_us
+
+    rng = random.Random(1000 + seed)
+    fleet = random_multisite_fleet(rng)
+    model = small_model(rng.choice([6, 8, 12]), hidden=rng.choice([2048, 4096]), heads=32)
+    train = TrainingSettings(seq_length=2048, global_batch_size=rng.choice([16, 32, 64]))
+    opts = SearchOptions(max_pp=5, mbs_options=(1, 2), recompute_options=(Recompute.NONE, Recompute.FULL))
+    by_key = {g.key: g for g in fleet.groups}
+    checked = tight = 0
+    for cand in enumerate_candidates(fleet, model, train, opts, list(fleet.groups)):
+        m = cand.cfg.num_microbatches(train.global_batch_size)
+        whole = build_tables(fleet, model, train, cand.cfg, list(fleet.groups))
+        best_any = best_for_tables(whole) if whole else None
+        if best_any is not None:
+            assert cand.lower_bound_us <= best_any[0] / cand.cfg.vpp + 1
+        for subset, sub_lb in subset_bounds_us(cand, L=model.num_layers, m=m).items():
+            tables = build_tables(fleet, model, train, cand.cfg, [by_key[k] for k in subset])
+            if tables is None or len(tables.groups) != len(subset):
+                continue
+            best = best_for_tables(replace(tables, require_all=True))
+            if best is None:
+                continue
+            optimum = best[0] / cand.cfg.vpp
+            block = block_bound_us(cand, subset, L=model.num_layers, m=m)
+            assert sub_lb <= optimum + 1, (cand.cfg, subset)
+            assert block <= optimum + 1, (cand.cfg, subset)
+            checked += 1
+            tight += block >= 0.97 * optimum
+    assert checked >= 50
+    assert tight >= checked // 4, (tight, checked)  # the block bound is also close, not merely valid
+
+
+def test_integer_cycle_bound_matches_its_definition():
+    """The breakpoint walk returns the smallest cycle whose whole-chunk capacity holds the layers."""
+    import math
+
+    from hgplan.planner.search import integer_cycle_bound
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        v = rng.choice([1, 2, 3])
+        layers = v * rng.randint(1, 30)
+        slots = [(rng.uniform(0.001, 0.05), rng.randint(1, 6), rng.choice([0.0, rng.uniform(0, 0.1)]))
+                 for _ in range(rng.randint(1, 4))]
+        points = sorted(e + j * v * tau for tau, _, e in slots for j in range(1, layers // v + 1))
+
+        def holds(c):
+            return sum(n * v * math.floor((c - e) / (v * tau) + 1e-9) for tau, n, e in slots if c >= e) >= layers
+
+        expected = next(c for c in points if holds(c))
+        assert integer_cycle_bound(slots, layers, v) == pytest.approx(expected, rel=1e-9)

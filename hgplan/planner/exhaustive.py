@@ -28,10 +28,11 @@ def compositions(total: int, parts: int) -> np.ndarray:
 
 
 def block_placements(t: CostTables) -> list[list[int]]:
-    """Contiguous placements: an ordered choice of groups, each used for a positive number of stages <= its slots."""
+    """Contiguous placements: an ordered choice of groups, each used for a positive number of stages <= its slots
+    (every group of the table when t.require_all)."""
     p, K = t.pp, len(t.groups)
     out = []
-    for n in range(1, K + 1):
+    for n in range(K if t.require_all else 1, K + 1):
         for order in itertools.permutations(range(K), n):
             for counts in compositions(p, n):
                 if all(c <= t.slots[k] for c, k in zip(counts, order)):

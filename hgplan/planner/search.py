@@ -58,6 +58,8 @@ class BoundContext:
     tails: dict
     pair_send: dict
     pair_lat: dict
+    self_send: dict
+    """Send between two stages of the same group (seconds)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,11 +188,13 @@ def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings
                     ef, eb, hf, hb = edge_costs(g, model, base, train)
                     layer_cache[key][g.key] = (f_l, b_l, ef + eb, hf + hb)
         costs = layer_cache[key]
-        speeds = {g.key: (costs[g.key][0] + costs[g.key][1], costs[g.key][2], costs[g.key][3]) for g in hosts}
+        # rounded to whole microseconds exactly as the cost tables are, so the bounds hold for the tables' objective
+        speeds = {g.key: (max(1, round((costs[g.key][0] + costs[g.key][1]) * US)) / US, _us(costs[g.key][2]),
+                          _us(costs[g.key][3])) for g in hosts}
         ckey = (tp, cp, dp, mbs)
         if ckey not in comm_cache:
             comm_cache[ckey] = _crossing_costs(fleet, model, train, base, hosts)
-        pair_send, pair_lat = comm_cache[ckey]
+        pair_send, pair_lat, self_send = comm_cache[ckey]
         cross_send = min(pair_send.values(), default=math.inf)
         cross_lat = min(pair_lat.values(), default=math.inf)
         # memory: weights + grads + optimizer of every layer, sharded over the stage's DP, must fit the largest slots
@@ -210,31 +214,42 @@ def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings
                 cfg = replace(base, pp=pp, vpp=v)
                 tail_key = (tp, cp, dp, mbs, rc, v)
                 if tail_key not in tail_cache:
-                    tail_cache[tail_key] = {g.key: tail_coeffs(fleet, g, model, cfg, train, fwd_per_layer_s=costs[g.key][0],
-                                                               bwd_per_layer_s=costs[g.key][1]) for g in hosts}
+                    tail_cache[tail_key] = {g.key: tuple(map(_us, tail_coeffs(
+                        fleet, g, model, cfg, train, fwd_per_layer_s=costs[g.key][0],
+                        bwd_per_layer_s=costs[g.key][1]))) for g in hosts}
                 tails = tail_cache[tail_key]
                 lb = _lower_bound(hosts, slots, speeds, tails, cross_send, cross_lat, L=L, pp=pp, v=v, m=m,
                                   first_min=first_min, last_min=last_min)
-                ctx = BoundContext(speeds=speeds, slots=slots, tails=tails, pair_send=pair_send, pair_lat=pair_lat)
+                if not math.isfinite(lb):
+                    continue  # no group holds pp stages and no link joins two groups that could
+                ctx = BoundContext(speeds=speeds, slots=slots, tails=tails, pair_send=pair_send, pair_lat=pair_lat,
+                                   self_send=self_send)
                 out.append(Candidate(cfg=cfg, lower_bound_us=lb * US, ctx=ctx,
                                      key=(round(lb * US), tp, cp, dp, mbs, RECOMPUTE_OPTIONS.index(rc), pp, v)))
     out.sort(key=lambda c: c.key)
     return out
 
 
+def _us(seconds: float) -> float:
+    """Seconds rounded to the whole microsecond, as build_tables rounds them."""
+    return round(seconds * US) / US
+
+
 def _crossing_costs(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: ParallelConfig,
-                    hosts: list[NodeGroup]) -> tuple[dict, dict]:
-    """Sender-busy time and latency (seconds) of one micro-batch between each pair of different, linked groups."""
+                    hosts: list[NodeGroup]) -> tuple[dict, dict, dict]:
+    """Sender-busy time and latency (seconds) of one micro-batch between each pair of different, linked groups,
+    and the sender-busy time between two stages of one group."""
     msg = p2p_message_bytes(model, cfg, train)
-    send, lat = {}, {}
+    send, lat, own = {}, {}, {}
     for a in hosts:
+        own[a.key] = _us(p2p_seconds(fleet, a, a, cfg, msg_bytes=msg, crossings=1)[0])
         for b in hosts:
             if a.key < b.key:
                 busy, latency, path = p2p_seconds(fleet, a, b, cfg, msg_bytes=msg, crossings=1)
                 if path is not None:
-                    send[(a.key, b.key)] = busy
-                    lat[(a.key, b.key)] = latency
-    return send, lat
+                    send[(a.key, b.key)] = _us(busy)
+                    lat[(a.key, b.key)] = _us(latency)
+    return send, lat, own
 
 
 Slots = list[tuple[float, int, float]]
@@ -246,7 +261,7 @@ def _lower_bound(hosts: list[NodeGroup], slots: dict[str, int], speeds: dict, ta
     """Lower bound (seconds) on the predicted iteration time of any placement with pp stages.
 
     min over (a) all stages inside one group, (b) stages over several groups, which pay at least one crossing:
-    its send sits in two stages' cycles (taking capacity from the two slowest of the fastest slots) and in the fill.
+    in the fill, and in the cycle of a stage that also holds at least v layers.
     Each adds the compute-only bounds, the edge layers and the smallest DP/optimizer tail of the fullest stage.
     """
     vm = v * m
@@ -268,73 +283,204 @@ def _lower_bound(hosts: list[NodeGroup], slots: dict[str, int], speeds: dict, ta
             if take:
                 grouped.append((tau, take, 0.0))
             need -= take
-        crossing: Slots = []
-        for _ in range(2):  # the two slowest chosen slots carry the crossing's send
-            tau, n, _ = grouped[-1]
-            grouped = grouped[:-1] + ([(tau, n - 1, 0.0)] if n > 1 else [])
-            crossing.append((tau, 1, v * cross_send))
-        full = grouped + crossing
-        cyc = max(integer_cycle_bound(full, L, v), v * cross_send)
-        compute = max(relaxation_bound(full, L, vm), (vm - 1) * cyc + L * fastest[0][0])
+        # a stage next to the crossing sends it and holds at least v layers
+        cyc = max(integer_cycle_bound(grouped, L, v), v * cross_send + v * fastest[0][0])
+        compute = max(relaxation_bound(grouped, L, vm), (vm - 1) * cyc + L * fastest[0][0])
         best = min(best, compute + 2 * cross_send + 2 * cross_lat + first_min + last_min)
     return (best + v * tail) / v if math.isfinite(best) else math.inf
 
 
-def subset_bounds_us(cand: Candidate, *, L: int, m: int) -> dict[tuple[str, ...], float]:
-    """Tighter lower bound (us): minimum over the set S of groups a placement uses.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubsetTerms:
+    """What every placement on exactly the node groups S pays besides its layers (seconds)."""
 
-    A contiguous placement on exactly S has one block per group, so |S| - 1 crossings, whose costs are at least the
-    |S| - 1 cheapest distinct pairs inside S; each crossing's send sits in the cycles of two stages (charged to the
-    slowest chosen slots, at most two per slot) and, with its latency, in the fill. Compute uses one slot of every group
-    of S plus the fastest others.
+    crossings: tuple[tuple[float, float], ...]
+    """(send, latency) of the |S| - 1 cheapest admissible crossings, cheapest first."""
+    dearest: float
+    """A lower bound on the dearest send of the path."""
+    edges: float
+    """Embedding and LM-head work (cheapest first and last group)."""
+    fill_extra: float
+    tail: float
+
+
+def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) -> SubsetTerms | None:
+    """Crossing, edge and tail terms of a placement on exactly `subset` (None when no such placement exists).
+
+    A contiguous placement on exactly S has one block per group, so |S| - 1 crossings: distinct linked pairs inside S,
+    of which at least (sites - 1) join two sites (the path crosses every site boundary). Their fill costs are
+    therefore at least those of the (sites - 1) cheapest inter-site pairs plus the cheapest of the rest.
+    """
+    import itertools
+
+    r = len(subset)
+    if sum(ctx.slots[k] for k in subset) < p or r > p:
+        return None
+    linked = [(a, b) for a, b in itertools.combinations(subset, 2) if (a, b) in ctx.pair_send]
+    if len(linked) < r - 1:
+        return None
+    sites = {k.split("/")[0] for k in subset}
+    inter = [e for e in linked if e[0].split("/")[0] != e[1].split("/")[0]]
+    if len(inter) < len(sites) - 1:
+        return None
+
+    def fill_cost(e: tuple[str, str]) -> float:  # the fill pays 2 sends and 2 latencies per crossing
+        return 2 * ctx.pair_send[e] + 2 * ctx.pair_lat[e]
+
+    must = sorted(inter, key=fill_cost)[:len(sites) - 1]
+    rest = sorted((e for e in linked if e not in must), key=fill_cost)[:r - 1 - len(must)]
+    crossings = sorted((ctx.pair_send[e], ctx.pair_lat[e]) for e in must + rest)
+    # the dearest send is at least the (sites-1)-th cheapest inter-site send and the (r-1)-th cheapest send of all
+    dearest = sorted(ctx.pair_send[e] for e in inter)[len(sites) - 2] if len(sites) > 1 else 0.0
+    if r > 1:
+        dearest = max(dearest, sorted(ctx.pair_send[e] for e in linked)[r - 2])
+    per_stage = math.ceil(L / p)
+    return SubsetTerms(crossings=tuple(crossings), dearest=dearest,
+                       edges=min(ctx.speeds[k][1] for k in subset) + min(ctx.speeds[k][2] for k in subset),
+                       fill_extra=sum(2 * send + 2 * lat for send, lat in crossings),
+                       tail=min(ctx.tails[k][0] + ctx.tails[k][1] * per_stage for k in subset))
+
+
+def subset_bounds_us(cand: Candidate, *, L: int, m: int) -> dict[tuple[str, ...], float]:
+    """Lower bound (us) per set S of groups a placement uses (fast; block_bound_us refines one S later).
+
+    Compute uses one slot of every group of S plus the fastest others; the crossings' sends and latencies sit in
+    the fill, and the stage next to the dearest crossing holds at least v layers besides sending it.
+    (Charging the sends to particular slots' cycles is left to block_bound_us: with whole layers per stage, which
+    slot absorbs a send best is not known in advance.)
     """
     import itertools
 
     ctx, p, v = cand.ctx, cand.cfg.pp, cand.cfg.vpp
     vm = v * m
     keys = sorted(ctx.speeds)
-    per_stage = math.ceil(L / p)
     out: dict[tuple[str, ...], float] = {}
     for r in range(1, len(keys) + 1):
         for subset in itertools.combinations(keys, r):
-            if sum(ctx.slots[k] for k in subset) < p or r > p:
+            terms = subset_terms(ctx, subset, L=L, p=p)
+            if terms is None:
                 continue
-            linked = [(a, b) for a, b in itertools.combinations(subset, 2) if (a, b) in ctx.pair_send]
-            if len(linked) < r - 1:
-                continue
-            # A path through the blocks crosses every site boundary: at least (sites - 1) of its r - 1 crossings
-            # join two sites, so charge the cheapest inter-site pairs first, then the cheapest of the rest.
-            sites = {k.split("/")[0] for k in subset}
-            inter = sorted((ctx.pair_send[e], ctx.pair_lat[e], e) for e in linked if e[0].split("/")[0] != e[1].split("/")[0])
-            if len(inter) < len(sites) - 1:
-                continue
-            must = inter[:len(sites) - 1]
-            rest = sorted((ctx.pair_send[e], ctx.pair_lat[e], e) for e in linked if e not in {x[2] for x in must})
-            crossings = [(s_, l_) for s_, l_, _ in must] + [(s_, l_) for s_, l_, _ in rest[:r - 1 - len(must)]]
-            crossings.sort()
-            # The path's r - 1 crossings are distinct pairs with >= sites - 1 of them between sites, so its dearest
-            # send is at least the (sites-1)-th cheapest inter-site send and the (r-1)-th cheapest send of all.
-            all_sends = sorted(ctx.pair_send[e] for e in linked)
-            dearest = max([must[-1][0]] if must else [0.0]) if must else 0.0
-            if r > 1:
-                dearest = max(dearest, all_sends[r - 2])
             chosen = [ctx.speeds[k][0] for k in subset]
             rest = sorted(ctx.speeds[k][0] for k in subset for _ in range(ctx.slots[k] - 1))
             taus = sorted(chosen + rest[:p - r])
-            extras = [0.0] * p
-            charges = sorted((v * send for send, _ in crossings for _ in range(2)), reverse=True)
-            for i, e in enumerate(charges):
-                extras[p - 1 - (i // 2)] += e
-            grouped = [(tau, 1, e) for tau, e in zip(taus, extras)]
-            cyc = integer_cycle_bound(grouped, L, v)
-            if crossings:  # the stage next to the dearest crossing sends it and works on >= v layers
-                cyc = max(cyc, v * dearest + v * min(taus))
+            cyc = integer_cycle_bound([(tau, 1, 0.0) for tau in taus], L, v)
+            if terms.crossings:  # the stage next to the dearest crossing sends it and works on >= v layers
+                cyc = max(cyc, v * terms.dearest + v * min(taus))
             compute = max(relaxation_bound([(tau, 1, 0.0) for tau in taus], L, vm), (vm - 1) * cyc + L * taus[0])
-            edges = min(ctx.speeds[k][1] for k in subset) + min(ctx.speeds[k][2] for k in subset)
-            fill_extra = sum(2 * send + 2 * lat for send, lat in crossings)
-            tail = min(ctx.tails[k][0] + ctx.tails[k][1] * per_stage for k in subset)
-            out[subset] = (compute + edges + fill_extra + v * tail) / v * US
+            out[subset] = (compute + terms.edges + terms.fill_extra + v * terms.tail) / v * US
     return out
+
+
+def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int) -> float:
+    """Block-structured lower bound (us) on any placement on exactly `subset`; slower, tighter than subset_bounds_us.
+
+    Each group's stages form one block and the blocks form a path, so for every ordered choice of the first and last
+    group, each group's role is known: how many crossings its block touches (one for an end block, two otherwise)
+    and whether it holds the embedding or the LM head. Every stage's cycle holds its layers plus what it surely
+    pays: v x (its cheapest crossing send and/or the send inside the group), and the embedding or head work. That
+    caps the layers a block of n stages holds at cycle C (taking, for a valid bound, the most a group gains from
+    each extra stage as non-increasing). Then the smallest cycle C* whose capacity holds L layers, and
+    min over C >= C* of (v m - 1) C + W(C), W being the cheapest way to place the layers within those capacities
+    (fastest groups first), plus the edge, crossing and tail terms. With interleaving the wrap-around boundary is
+    left out, which only loosens the bound.
+    """
+    import itertools
+
+    ctx, p, v = cand.ctx, cand.cfg.pp, cand.cfg.vpp
+    terms = subset_terms(ctx, subset, L=L, p=p)
+    if terms is None:
+        return math.inf
+    vm, r, units = v * m, len(subset), L // v
+    tau = {k: ctx.speeds[k][0] for k in subset}
+    cross = {k: min((ctx.pair_send[e] for e in itertools.combinations(subset, 2) if k in e and e in ctx.pair_send),
+                    default=0.0) for k in subset}
+    inner = {k: ctx.self_send[k] for k in subset}
+    by_speed = sorted(subset, key=lambda k: (tau[k], k))
+    tau_min = tau[by_speed[0]]
+
+    def held(c: float, k: str, extra: float) -> int:
+        return v * max(0, math.floor((c - extra) / (v * tau[k]) + 1e-9))
+
+    def roles(first: str, last: str) -> dict[str, tuple[float, float, float]]:
+        """Per group: the sure extra of a lone stage, and of the two end stages of a block of >= 2 stages."""
+        out = {}
+        for k in subset:
+            work_in = ctx.speeds[k][1] * (k == first), ctx.speeds[k][2] * (k == last)
+            crossings = 0 if r == 1 else (1 if k in (first, last) else 2)
+            lone = crossings * v * cross[k] + sum(work_in)
+            if crossings == 2:
+                ends = (v * (cross[k] + inner[k]), v * (cross[k] + inner[k]))
+            elif crossings == 1:
+                ends = (v * (cross[k] + inner[k]), v * inner[k] + sum(work_in))
+            else:
+                ends = (v * inner[k] + work_in[0], v * inner[k] + work_in[1])
+            out[k] = (lone, *ends)
+        return out
+
+    def pools(c: float, role: dict) -> dict[str, int] | None:
+        """Most layers each group's block can hold at cycle c, or None if the p stages cannot all be formed."""
+        base, incs, n_min = {}, {}, {}
+        for k in subset:
+            lone, end_a, end_b = role[k]
+            one, two = held(c, k, lone), held(c, k, end_a) + held(c, k, end_b)
+            pair_ok = min(held(c, k, end_a), held(c, k, end_b)) >= v and ctx.slots[k] >= 2
+            interior = held(c, k, 2 * v * inner[k])
+            more = [interior] * (ctx.slots[k] - 2) if pair_ok and interior >= v else []
+            if one >= v:
+                n_min[k], base[k] = 1, one
+                incs[k] = [max([two - one] + more[:1])] + more if pair_ok else []
+            elif pair_ok:
+                n_min[k], base[k], incs[k] = 2, two, more
+            else:
+                return None
+        spare = p - sum(n_min.values())
+        if spare < 0 or sum(len(x) for x in incs.values()) < spare:
+            return None
+        # capacity: the largest `spare` increments over all groups (each group's list is non-increasing)
+        top = sorted((x for k in subset for x in incs[k]), reverse=True)[:spare]
+        if sum(base.values()) + sum(top) < L:
+            return None
+        # for W: each group may take every spare stage the others leave (a relaxation of sum n = p)
+        return {k: base[k] + sum(incs[k][:spare]) for k in subset}
+
+    def cheapest(pool: dict[str, int]) -> float:
+        left, cost = L, 0.0
+        for k in by_speed:
+            take = min(left, pool[k])
+            cost += take * tau[k]
+            left -= take
+        return cost
+
+    orders = [(subset[0], subset[0])] if r == 1 else list(itertools.permutations(subset, 2))
+    best = math.inf
+    for first, last in orders:
+        role = roles(first, last)
+        # capacity only changes where some stage's sure extra plus whole chunks of v layers meets the cycle
+        points = sorted({v * tau[k] * j + extra for k in subset for j in range(1, units + 1)
+                         for extra in (*role[k], 2 * v * inner[k])})
+        lo, hi = 0, len(points)
+        while lo < hi:  # first breakpoint with enough capacity (capacity grows with c)
+            mid = (lo + hi) // 2
+            if pools(points[mid], role) is None:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(points):
+            continue
+        c_star = points[lo]
+        w_star = cheapest(pools(c_star, role))
+        value = (vm - 1) * c_star + w_star
+        for c in points[lo + 1:lo + 400]:
+            if (vm - 1) * (c - c_star) >= w_star - L * tau_min:
+                break
+            value = min(value, (vm - 1) * c + cheapest(pools(c, role)))
+        else:
+            if lo + 400 < len(points):
+                value = min(value, (vm - 1) * points[lo + 400] + L * tau_min)
+        best = min(best, value + ctx.speeds[first][1] + ctx.speeds[last][2])
+    if not math.isfinite(best):
+        return math.inf
+    return (best + terms.fill_extra + v * terms.tail) / v * US
 
 
 def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:
@@ -356,19 +502,35 @@ def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:
 
 
 def integer_cycle_bound(slots: Slots, layers: int, v: int) -> float:
-    """Smallest cycle c at which the slots hold all layers in whole chunks of v: sum v floor((c - e)/(v tau)) >= L."""
-    def holds(c: float) -> bool:
-        return sum(n * v * math.floor(max(0.0, c - e) / (v * tau) + 1e-9) for tau, n, e in slots) >= layers
+    """Smallest cycle c at which the slots hold all layers in whole chunks of v: sum v floor((c - e)/(v tau)) >= L.
 
-    lo, hi = 0.0, v * max(t for t, _, _ in slots) * math.ceil(layers / v) + max(e for _, _, e in slots)
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        if holds(mid):
-            hi = mid
-        else:
-            lo = mid
-    cands = [e + math.ceil(max(0.0, lo - e) / (v * tau) - 1e-9) * v * tau for tau, _, e in slots]
-    return min([c for c in cands if holds(c)] + [hi])
+    Starts from the continuous relaxation sum n (c - e) / tau >= L (a lower bound) and walks up the breakpoints
+    e + j v tau, each of which adds n v layers; the walk is short because the floors lose less than n v per slot.
+    """
+    live = sorted((e, tau, n) for tau, n, e in slots if n > 0)
+    if not live:
+        return math.inf
+    # continuous relaxation: sweep the slots in order of e, the capacity slope grows by n / tau at each e
+    c_lo, slope, offset = live[-1][0], 0.0, 0.0
+    for idx, (e, tau, n) in enumerate(live):
+        slope += n / tau
+        offset += n * e / tau
+        c = (layers + offset) / slope
+        nxt = live[idx + 1][0] if idx + 1 < len(live) else math.inf
+        if c <= nxt:
+            c_lo = max(e, c)
+            break
+    steps = [max(0, math.floor((c_lo - e) / (v * tau) + 1e-9)) for e, tau, _ in live]
+    have = sum(v * n * j for j, (_, _, n) in zip(steps, live))
+    c = c_lo
+    while have < layers:
+        nxt = [e + (j + 1) * v * tau for j, (e, tau, _) in zip(steps, live)]
+        c = min(nxt)
+        for i, val in enumerate(nxt):
+            if val <= c + 1e-12:
+                steps[i] += 1
+                have += v * live[i][2]
+    return c
 
 
 def apportion(total: int, weights: list[float]) -> list[int]:
@@ -471,6 +633,10 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             for sub, sub_lb in sorted(subset_bounds_us(cand, L=L, m=m_of(cand.cfg)).items()):
                 heapq.heappush(heap, (max(lb, sub_lb), key, 1, i, sub))
             continue
+        if stage == 1:
+            # about to be solved: first the slower block bound, which often closes the item without a solve
+            heapq.heappush(heap, (max(lb, block_bound_us(cand, subset, L=L, m=m_of(cand.cfg))), key, 2, i, subset))
+            continue
         item = (i, subset)
         if item not in tables_of:
             tables = build_tables(fleet, model, train, cand.cfg, [by_key[k] for k in subset])
@@ -479,7 +645,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
                 continue
             tables_of[item] = replace(tables, require_all=True)
         tables = tables_of[item]
-        attempt = stage - 1
+        attempt = stage - 2
         prev = found.get(item)
         hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else greedy_hint(tables, order)
         params = SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * 2 ** attempt, remaining),
