@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import traceback
 from enum import StrEnum
@@ -26,7 +27,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 profiles_app = typer.Typer(no_args_is_help=True, help="List and show the shipped GPU, model and cluster catalog.")
 app.add_typer(profiles_app, name="profiles")
 
-out = Console(soft_wrap=True)
+# Piped into a file or a CI log, rich would cut tables at 80 columns; use a wide page there unless COLUMNS says
+# otherwise.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 180)
 err = Console(stderr=True, soft_wrap=True)
 
 
