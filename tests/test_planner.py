@@ -209,3 +209,39 @@ def test_integer_cycle_bound_matches_its_definition():
 
         expected = next(c for c in points if holds(c))
         assert integer_cycle_bound(slots, layers, v) == pytest.approx(expected, rel=1e-9)
+
+
+def test_layer_split_heuristic_against_every_split():
+    """For fixed placements on random fleets, best_layers finds a valid split whenever any split fits, and the
+    best one on most placements (it balances the cycle and the work; the DP tail it only checks)."""
+    from hgplan.planner.exhaustive import block_placements, compositions
+    from hgplan.planner.heuristic import best_layers, improve
+    from hgplan.planner.search import enumerate_candidates, greedy_hint
+
+    exact = total = 0
+    for seed in range(6):
+        rng = random.Random(seed)
+        fleet = random_fleet(rng)
+        model = small_model(rng.choice([8, 12, 16, 24]), hidden=rng.choice([4096, 5120]), heads=32)
+        train = TrainingSettings(seq_length=4096, global_batch_size=rng.choice([32, 64]))
+        opts = SearchOptions(max_pp=4, mbs_options=(1, 2), recompute_options=(Recompute.NONE, Recompute.FULL))
+        for cand in enumerate_candidates(fleet, model, train, opts, list(fleet.groups))[:30]:
+            tables = build_tables(fleet, model, train, cand.cfg, list(fleet.groups))
+            if tables is None:
+                continue
+            splits = compositions(tables.num_layers // tables.vpp, tables.pp) * tables.vpp
+            for assign in block_placements(tables)[:8]:
+                objectives = [o for o in (tables.objective(assign, [int(x) for x in s]) for s in splits) if o is not None]
+                found = best_layers(tables, assign)
+                if not objectives:
+                    assert found is None
+                    continue
+                assert found is not None and tables.objective(assign, found[1]) == found[0]
+                total += 1
+                exact += found[0] == min(objectives)
+            start = greedy_hint(tables, [g.key for g in fleet.groups])
+            better = improve(tables, start)
+            if tables.objective(*start) is not None:
+                assert tables.objective(*better) <= tables.objective(*start)
+    assert total >= 200
+    assert exact >= 0.85 * total, (exact, total)

@@ -16,11 +16,14 @@ from hgplan.costmodel.evaluate import edge_costs, layer_cost, p2p_message_bytes,
 from hgplan.costmodel.memory import GIB, FRAMEWORK_OVERHEAD_GIB, state_bytes_per_param
 from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
+from hgplan.planner.heuristic import improve
 from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.tables import US, CostTables, build_tables, eligible, tail_coeffs
 
 RECOMPUTE_OPTIONS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 DTIME_PER_WALL = 0.6
+BLOCK_GRID = 24
+"""Intervals over which block_bound_us minimises (v m - 1) C + W(C); each costs at most 1/BLOCK_GRID of W's range."""
 """CP-SAT deterministic seconds per wall second measured on the 2-core CI machine (benchmarks/search_scaling.py)."""
 
 
@@ -371,7 +374,7 @@ def subset_bounds_us(cand: Candidate, *, L: int, m: int) -> dict[tuple[str, ...]
     return out
 
 
-def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int) -> float:
+def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, ends_known: bool = True) -> float:
     """Block-structured lower bound (us) on any placement on exactly `subset`; slower, tighter than subset_bounds_us.
 
     Each group's stages form one block and the blocks form a path, so for every ordered choice of the first and last
@@ -381,8 +384,10 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int) 
     caps the layers a block of n stages holds at cycle C (taking, for a valid bound, the most a group gains from
     each extra stage as non-increasing). Then the smallest cycle C* whose capacity holds L layers, and
     min over C >= C* of (v m - 1) C + W(C), W being the cheapest way to place the layers within those capacities
-    (fastest groups first), plus the edge, crossing and tail terms. With interleaving the wrap-around boundary is
-    left out, which only loosens the bound.
+    (fastest groups first), plus the edge, crossing and tail terms. With interleaving the wrap-around boundary
+    (last stage back to the first) makes the end blocks touch two crossings too. With ends_known=False one pass
+    gives every group the least demanding role (no edge work, and one crossing without interleaving): weaker, but
+    |S| (|S| - 1) times cheaper.
     """
     import itertools
 
@@ -401,12 +406,14 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int) 
     def held(c: float, k: str, extra: float) -> int:
         return v * max(0, math.floor((c - extra) / (v * tau[k]) + 1e-9))
 
-    def roles(first: str, last: str) -> dict[str, tuple[float, float, float]]:
-        """Per group: the sure extra of a lone stage, and of the two end stages of a block of >= 2 stages."""
+    def roles(first: str | None, last: str | None) -> dict[str, tuple[float, float, float]]:
+        """Per group: the sure extra of a lone stage, and of the two end stages of a block of >= 2 stages.
+        Without known ends (None), every group gets the least of the roles: one crossing and no edge work."""
         out = {}
         for k in subset:
             work_in = ctx.speeds[k][1] * (k == first), ctx.speeds[k][2] * (k == last)
-            crossings = 0 if r == 1 else (1 if k in (first, last) else 2)
+            # with interleaving the wrap-around boundary (last stage -> first) is one more crossing of the end blocks
+            crossings = 0 if r == 1 else (1 if v == 1 and (first is None or k in (first, last)) else 2)
             lone = crossings * v * cross[k] + sum(work_in)
             if crossings == 2:
                 ends = (v * (cross[k] + inner[k]), v * (cross[k] + inner[k]))
@@ -418,30 +425,49 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int) 
         return out
 
     def pools(c: float, role: dict) -> dict[str, int] | None:
-        """Most layers each group's block can hold at cycle c, or None if the p stages cannot all be formed."""
-        base, incs, n_min = {}, {}, {}
+        """Most layers each group's block can hold at cycle c, or None if the p stages cannot all be formed.
+
+        A group's stages beyond its first (or first two) add increments [first] + [interior] x n_more, a
+        non-increasing list, so the best `spare` extra stages over all groups are the largest increments."""
+        spare, base_sum, info, incs = p, 0, {}, []
         for k in subset:
             lone, end_a, end_b = role[k]
-            one, two = held(c, k, lone), held(c, k, end_a) + held(c, k, end_b)
-            pair_ok = min(held(c, k, end_a), held(c, k, end_b)) >= v and ctx.slots[k] >= 2
+            held_a, held_b = held(c, k, end_a), held(c, k, end_b)
+            one, two = held(c, k, lone), held_a + held_b
+            pair_ok = min(held_a, held_b) >= v and ctx.slots[k] >= 2
             interior = held(c, k, 2 * v * inner[k])
-            more = [interior] * (ctx.slots[k] - 2) if pair_ok and interior >= v else []
+            n_more = ctx.slots[k] - 2 if pair_ok and interior >= v else 0
             if one >= v:
-                n_min[k], base[k] = 1, one
-                incs[k] = [max([two - one] + more[:1])] + more if pair_ok else []
+                spare, base = spare - 1, one
+                first = (max(two - one, interior) if n_more else two - one) if pair_ok else None
             elif pair_ok:
-                n_min[k], base[k], incs[k] = 2, two, more
+                spare, base, first = spare - 2, two, None
             else:
                 return None
-        spare = p - sum(n_min.values())
-        if spare < 0 or sum(len(x) for x in incs.values()) < spare:
+            base_sum += base
+            info[k] = (base, first, interior, n_more)
+            if first is not None:
+                incs.append((first, 1))
+            if n_more:
+                incs.append((interior, n_more))
+        if spare < 0 or sum(n for _, n in incs) < spare:
             return None
-        # capacity: the largest `spare` increments over all groups (each group's list is non-increasing)
-        top = sorted((x for k in subset for x in incs[k]), reverse=True)[:spare]
-        if sum(base.values()) + sum(top) < L:
+        top, need = 0, spare
+        for value, n in sorted(incs, reverse=True):
+            take = min(n, need)
+            top, need = top + take * value, need - take
+        if base_sum + top < L:
             return None
         # for W: each group may take every spare stage the others leave (a relaxation of sum n = p)
-        return {k: base[k] + sum(incs[k][:spare]) for k in subset}
+        out = {}
+        for k, (base, first, interior, n_more) in info.items():
+            extra = 0
+            if spare and first is not None:
+                extra = first + interior * min(n_more, spare - 1)
+            elif spare:
+                extra = interior * min(n_more, spare)
+            out[k] = base + extra
+        return out
 
     def cheapest(pool: dict[str, int]) -> float:
         left, cost = L, 0.0
@@ -451,33 +477,36 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int) 
             left -= take
         return cost
 
-    orders = [(subset[0], subset[0])] if r == 1 else list(itertools.permutations(subset, 2))
+    if r == 1:
+        orders: list[tuple[str | None, str | None]] = [(subset[0], subset[0])]
+    else:
+        orders = list(itertools.permutations(subset, 2)) if ends_known else [(None, None)]
     best = math.inf
     for first, last in orders:
         role = roles(first, last)
-        # capacity only changes where some stage's sure extra plus whole chunks of v layers meets the cycle
-        points = sorted({v * tau[k] * j + extra for k in subset for j in range(1, units + 1)
-                         for extra in (*role[k], 2 * v * inner[k])})
-        lo, hi = 0, len(points)
-        while lo < hi:  # first breakpoint with enough capacity (capacity grows with c)
-            mid = (lo + hi) // 2
-            if pools(points[mid], role) is None:
-                lo = mid + 1
+        # bisection for the smallest feasible cycle C*: lo stays below it (a valid bound), hi above
+        hi = top = max(v * tau[k] * units + max(role[k]) + 2 * v * inner[k] for k in subset)
+        if pools(hi, role) is None:
+            continue  # this order of ends admits no placement
+        lo = 0.0
+        while hi - lo > 1e-9 * hi:
+            mid = (lo + hi) / 2
+            if pools(mid, role) is None:
+                lo = mid
             else:
                 hi = mid
-        if lo == len(points):
-            continue
-        c_star = points[lo]
-        w_star = cheapest(pools(c_star, role))
-        value = (vm - 1) * c_star + w_star
-        for c in points[lo + 1:lo + 400]:
-            if (vm - 1) * (c - c_star) >= w_star - L * tau_min:
-                break
-            value = min(value, (vm - 1) * c + cheapest(pools(c, role)))
-        else:
-            if lo + 400 < len(points):
-                value = min(value, (vm - 1) * points[lo + 400] + L * tau_min)
-        best = min(best, value + ctx.speeds[first][1] + ctx.speeds[last][2])
+        # min over C >= C* of (v m - 1) C + W(C), W non-increasing: on [c_i, c_i+1) it is at least
+        # (v m - 1) c_i + W(c_i+1); past lo + span nothing can beat the value at C*.
+        w_star = cheapest(pools(hi, role))
+        value = (vm - 1) * lo + w_star
+        if vm > 1:
+            span = (w_star - L * tau_min) / (vm - 1)
+            grid = [lo + span * i / BLOCK_GRID for i in range(BLOCK_GRID + 1)]
+            for c_i, c_next in zip(grid, grid[1:]):
+                value = min(value, (vm - 1) * c_i + cheapest(pools(max(c_next, hi), role)))
+        else:  # a single micro-batch: only the work counts, least where every stage could hold every layer
+            value = cheapest(pools(top, role))
+        best = min(best, value + (terms.edges if first is None else ctx.speeds[first][1] + ctx.speeds[last][2]))
     if not math.isfinite(best):
         return math.inf
     return (best + terms.fill_extra + v * terms.tail) / v * US
@@ -633,9 +662,11 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             for sub, sub_lb in sorted(subset_bounds_us(cand, L=L, m=m_of(cand.cfg)).items()):
                 heapq.heappush(heap, (max(lb, sub_lb), key, 1, i, sub))
             continue
-        if stage == 1:
-            # about to be solved: first the slower block bound, which often closes the item without a solve
-            heapq.heappush(heap, (max(lb, block_bound_us(cand, subset, L=L, m=m_of(cand.cfg))), key, 2, i, subset))
+        if stage in (1, 2):
+            # about to be solved: first the block bound, without and then with the choice of end groups (slower,
+            # tighter); either often closes the item without a solve
+            block = block_bound_us(cand, subset, L=L, m=m_of(cand.cfg), ends_known=stage == 2)
+            heapq.heappush(heap, (max(lb, block), key, stage + 1, i, subset))
             continue
         item = (i, subset)
         if item not in tables_of:
@@ -645,9 +676,10 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
                 continue
             tables_of[item] = replace(tables, require_all=True)
         tables = tables_of[item]
-        attempt = stage - 2
+        attempt = stage - 3
         prev = found.get(item)
-        hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else greedy_hint(tables, order)
+        hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else \
+            improve(tables, greedy_hint(tables, order))
         params = SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * 2 ** attempt, remaining),
                               max_time_in_seconds=max(5.0, 3 * opts.per_solve_s * 2 ** attempt),
                               relative_gap_limit=opts.solve_gap, log_search_progress=opts.solver_log)

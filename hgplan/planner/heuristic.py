@@ -1,0 +1,164 @@
+"""A fast primal heuristic for one (configuration, node-group set): good plans before CP-SAT starts.
+
+CP-SAT receives its result as the warm start (and the search keeps it as a plan), so a strong incumbent
+prunes other items early. Everything here works on the integer cost tables and is deterministic.
+
+- `best_layers`: for a fixed placement of stages on groups, the layer split. At cycle C stage s holds at
+  most min(v floor((C - e_s) / (v tau_s)), its memory cap) layers, e_s being its edge work plus v x the sends
+  it touches; the smallest C that holds all layers is found by bisection, then for a few larger C the layers
+  go to the cheapest stages first (least total work), and the best objective of CostTables.objective wins.
+- `improve`: block order by cheapest crossings, then a local search that moves one stage between groups or
+  swaps two neighbouring blocks while the objective improves.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from hgplan.planner.tables import CostTables
+
+GRID = 12
+"""Cycles tried above the smallest feasible one when splitting layers."""
+MAX_ROUNDS = 6
+"""Rounds of local search (each tries every single move once)."""
+
+
+def best_layers(t: CostTables, assign: list[int]) -> tuple[int, list[int]] | None:
+    """(v-scaled objective, layers) of the best split found for this placement, or None if it has none."""
+    p, v, m, L = t.pp, t.vpp, t.microbatches, t.num_layers
+    units = L // v
+    if len(assign) != p or p > units:
+        return None
+    extra = [0] * p
+    for a, b in t.boundaries():
+        send = t.send_us[assign[a]][assign[b]]
+        if send is None:
+            return None
+        extra[a] += v * send
+        extra[b] += v * send
+    extra[0] += t.first_us[assign[0]]
+    extra[-1] += t.last_us[assign[-1]]
+    tau = [t.layer_us[k] for k in assign]
+    mem_units = []
+    for s, k in enumerate(assign):
+        room = t.cap_mib[k] - t.mem_a_mib[s][k]
+        most = room // t.mem_b_mib[s][k] if t.mem_b_mib[s][k] > 0 else L
+        mem_units.append(min(units, most // v))
+    if min(mem_units) < 1 or sum(mem_units) < units:
+        return None
+    order = sorted(range(p), key=lambda s: (tau[s], s))
+
+    def caps(c: int) -> list[int] | None:
+        out = [min(mem_units[s], max(0, (c - extra[s]) // (v * tau[s]))) for s in range(p)]
+        return out if min(out) >= 1 and sum(out) >= units else None
+
+    lo, hi = 0, max(extra[s] + v * tau[s] * mem_units[s] for s in range(p))
+    if caps(hi) is None:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if caps(mid) is None:
+            lo = mid
+        else:
+            hi = mid
+
+    def split(c: int) -> list[int]:
+        cap = caps(c)
+        assert cap is not None
+        got = [1] * p
+        left = units - p
+        for s in order:
+            take = min(left, cap[s] - 1)
+            got[s] += take
+            left -= take
+        return [n * v for n in got]
+
+    best: tuple[int, list[int]] | None = None
+    layers = split(hi)
+    span = sum(n * tau[s] for s, n in enumerate(layers)) - L * min(tau)
+    steps = [hi] + [hi + span * i // (GRID * max(1, v * m - 1)) for i in range(1, GRID + 1)]
+    for c in dict.fromkeys(steps):
+        layers = split(c)
+        obj = t.objective(assign, layers)
+        if obj is not None and (best is None or obj < best[0]):
+            best = (obj, layers)
+    return best
+
+
+def _blocks(assign: list[int]) -> list[tuple[int, int]]:
+    """(group, stages) per block, in pipeline order."""
+    out: list[tuple[int, int]] = []
+    for k in assign:
+        if out and out[-1][0] == k:
+            out[-1] = (k, out[-1][1] + 1)
+        else:
+            out.append((k, 1))
+    return out
+
+
+def _expand(blocks: list[tuple[int, int]]) -> list[int]:
+    return [k for k, n in blocks for _ in range(n)]
+
+
+def _crossing_cost(t: CostTables, order: list[int]) -> float:
+    total = 0
+    for a, b in zip(order, order[1:]):
+        send = t.send_us[a][b]
+        if send is None:
+            return float("inf")
+        total += 2 * send + 2 * t.lat_us[a][b] + 2 * t.vpp * t.microbatches * send
+    return total
+
+
+def _orders(t: CostTables, groups: list[int]) -> list[list[int]]:
+    """Block orders worth trying: the cheapest paths through the groups' crossings (all orders up to 6 groups,
+    otherwise the nearest-neighbour path from every start)."""
+    if len(groups) <= 6:
+        paths = [list(q) for q in itertools.permutations(groups)]
+    else:
+        paths = []
+        for start in groups:
+            path, rest = [start], set(groups) - {start}
+            while rest:
+                nxt = min(rest, key=lambda k: (t.send_us[path[-1]][k] is None, t.send_us[path[-1]][k] or 0,
+                                               t.lat_us[path[-1]][k], k))
+                path.append(nxt)
+                rest.remove(nxt)
+            paths.append(path)
+    paths.sort(key=lambda q: (_crossing_cost(t, q), q))
+    return [q for q in paths[:8] if _crossing_cost(t, q) < float("inf")]
+
+
+def improve(t: CostTables, start: tuple[list[int], list[int]]) -> tuple[list[int], list[int]]:
+    """A placement at least as good as `start` (assign, layers): better block orders, then local moves."""
+    best_assign, best_layers_ = list(start[0]), list(start[1])
+    best_obj = t.objective(best_assign, best_layers_)
+
+    def consider(assign: list[int]) -> bool:
+        nonlocal best_assign, best_layers_, best_obj
+        found = best_layers(t, assign)
+        if found is not None and (best_obj is None or found[0] < best_obj):
+            best_obj, best_layers_, best_assign = found[0], found[1], list(assign)
+            return True
+        return False
+
+    consider(best_assign)
+    counts = dict(_blocks(best_assign))
+    for order in _orders(t, [k for k, _ in _blocks(best_assign)]):
+        consider(_expand([(k, counts[k]) for k in order]))
+    for _ in range(MAX_ROUNDS):
+        blocks = _blocks(best_assign)
+        moved = False
+        for i, j in itertools.permutations(range(len(blocks)), 2):  # one stage from block i to block j
+            (ki, ni), (kj, nj) = blocks[i], blocks[j]
+            if ni > 1 and nj < t.slots[kj]:
+                trial = list(blocks)
+                trial[i], trial[j] = (ki, ni - 1), (kj, nj + 1)
+                moved |= consider(_expand(trial))
+        for i in range(len(blocks) - 1):  # swap neighbouring blocks
+            trial = list(blocks)
+            trial[i], trial[i + 1] = trial[i + 1], trial[i]
+            moved |= consider(_expand(trial))
+        if not moved:
+            break
+    return best_assign, best_layers_
