@@ -397,8 +397,13 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
         return math.inf
     vm, r, units = v * m, len(subset), L // v
     tau = {k: ctx.speeds[k][0] for k in subset}
-    cross = {k: min((ctx.pair_send[e] for e in itertools.combinations(subset, 2) if k in e and e in ctx.pair_send),
-                    default=0.0) for k in subset}
+    # each block's crossings lead to distinct neighbouring groups (a path or, interleaved, a ring visits each group
+    # once), so its two crossings cost at least its two cheapest partners' sends (the same partner twice if r = 2)
+    cross: dict[str, tuple[float, float]] = {}
+    for k in subset:
+        sends = sorted(ctx.pair_send[e] for e in itertools.combinations(subset, 2) if k in e and e in ctx.pair_send)
+        sends = (sends or [0.0]) * 2 if r == 2 or len(sends) < 2 else sends
+        cross[k] = (sends[0], sends[1])
     inner = {k: ctx.self_send[k] for k in subset}
     by_speed = sorted(subset, key=lambda k: (tau[k], k))
     tau_min = tau[by_speed[0]]
@@ -414,11 +419,12 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
             work_in = ctx.speeds[k][1] * (k == first), ctx.speeds[k][2] * (k == last)
             # with interleaving the wrap-around boundary (last stage -> first) is one more crossing of the end blocks
             crossings = 0 if r == 1 else (1 if v == 1 and (first is None or k in (first, last)) else 2)
-            lone = crossings * v * cross[k] + sum(work_in)
+            c1, c2 = cross[k]
+            lone = v * (c1 + c2 if crossings == 2 else c1 * crossings) + sum(work_in)
             if crossings == 2:
-                ends = (v * (cross[k] + inner[k]), v * (cross[k] + inner[k]))
+                ends = (v * (c1 + inner[k]), v * (c2 + inner[k]))
             elif crossings == 1:
-                ends = (v * (cross[k] + inner[k]), v * inner[k] + sum(work_in))
+                ends = (v * (c1 + inner[k]), v * inner[k] + sum(work_in))
             else:
                 ends = (v * inner[k] + work_in[0], v * inner[k] + work_in[1])
             out[k] = (lone, *ends)
