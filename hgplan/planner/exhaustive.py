@@ -13,7 +13,7 @@ import numpy as np
 
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.planner.search import SearchOptions, enumerate_candidates
-from hgplan.planner.tables import CostTables, build_tables
+from hgplan.planner.tables import CostTables, build_tables, tail_class
 
 
 def compositions(total: int, parts: int) -> np.ndarray:
@@ -63,7 +63,9 @@ def best_for_tables(t: CostTables) -> tuple[float, list[int], list[int]] | None:
         cycle = (work + v * sends).max(axis=1)
         fill = work.sum(axis=1) + sum(2 * t.send_us[assign[a]][assign[b]] + 2 * t.lat_us[assign[a]][assign[b]]
                                       for a, b in bounds if b == a + 1)
-        tails = np.array([t.tail_a_us[k] for k in assign]) + splits * np.array([t.tail_b_us[k] for k in assign])
+        cls = [tail_class(s, p) for s in range(p)]
+        tails = (np.array([t.tail_a_us[c][k] for c, k in zip(cls, assign)])
+                 + splits * np.array([t.tail_b_us[c][k] for c, k in zip(cls, assign)]))
         tied = t.tied_us[assign[0]][assign[-1]]
         tails[:, 0] += tied
         if p > 1:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from hgplan.planner.tables import CostTables
+from hgplan.planner.tables import CostTables, tail_class
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,7 +119,7 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
     for bi, (a, b) in enumerate(t.boundaries()):
         if b == a + 1:
             fill += sum((2 * t.send_us[k][k2] + 2 * t.lat_us[k][k2]) * var for (b2, k, k2), var in z.items() if b2 == bi)
-    tail_max = max(t.tail_a_us) + max(t.tail_b_us) * L + max(max(r) for r in t.tied_us) + 1
+    tail_max = max(map(max, t.tail_a_us)) + max(map(max, t.tail_b_us)) * L + max(max(r) for r in t.tied_us) + 1
     tail = md.new_int_var(0, tail_max, "tail")
     tied_expr = 0
     if p > 1 and max(max(r) for r in t.tied_us) > 0:
@@ -133,7 +133,8 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
                     md.add_bool_or([w[(k, k2)], ~x[0][k], ~x[p - 1][k2]])
         tied_expr = sum(t.tied_us[k][k2] * var for (k, k2), var in w.items())
     for s in range(p):
-        expr = sum(t.tail_a_us[k] * x[s][k] + t.tail_b_us[k] * y[s][k] for k in range(K))
+        c = tail_class(s, p)
+        expr = sum(t.tail_a_us[c][k] * x[s][k] + t.tail_b_us[c][k] * y[s][k] for k in range(K))
         if s in (0, p - 1):
             expr += tied_expr
         md.add(tail >= expr)

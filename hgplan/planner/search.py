@@ -18,7 +18,7 @@ from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
 from hgplan.planner.heuristic import improve
 from hgplan.planner.model import SolverParams, Solution, solve
-from hgplan.planner.tables import US, CostTables, build_tables, eligible, tail_coeffs
+from hgplan.planner.tables import US, CostTables, build_tables, edge_tail_inputs, eligible, tail_coeffs
 
 RECOMPUTE_OPTIONS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 DTIME_PER_WALL = 0.6
@@ -217,9 +217,8 @@ def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings
                 cfg = replace(base, pp=pp, vpp=v)
                 tail_key = (tp, cp, dp, mbs, rc, v)
                 if tail_key not in tail_cache:
-                    tail_cache[tail_key] = {g.key: tuple(map(_us, tail_coeffs(
-                        fleet, g, model, cfg, train, fwd_per_layer_s=costs[g.key][0],
-                        bwd_per_layer_s=costs[g.key][1]))) for g in hosts}
+                    tail_cache[tail_key] = {g.key: _tail_lower(fleet, g, model, cfg, train, costs[g.key], m)
+                                            for g in hosts}
                 tails = tail_cache[tail_key]
                 lb = _lower_bound(hosts, slots, speeds, tails, cross_send, cross_lat, L=L, pp=pp, v=v, m=m,
                                   first_min=first_min, last_min=last_min)
@@ -231,6 +230,19 @@ def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings
                                      key=(round(lb * US), tp, cp, dp, mbs, RECOMPUTE_OPTIONS.index(rc), pp, v)))
     out.sort(key=lambda c: c.key)
     return out
+
+
+def _tail_lower(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings,
+                costs: tuple[float, float, float, float], m: int) -> tuple[float, float]:
+    """(intercept, slope) no stage on g undercuts, whatever its place in the pipeline (the least of the tables'
+    tail classes, for any number of stages), rounded like the tables."""
+    pairs = []
+    for pp in ((1, 2) if cfg.vpp == 1 else (2,)):
+        shaped = replace(cfg, pp=pp)
+        for edge in edge_tail_inputs(g, model, shaped, train, m):
+            pairs.append(tuple(map(_us, tail_coeffs(fleet, g, model, shaped, train, fwd_per_layer_s=costs[0],
+                                                    bwd_per_layer_s=costs[1], **edge))))
+    return min(a for a, _ in pairs), min(b for _, b in pairs)
 
 
 def _us(seconds: float) -> float:

@@ -39,9 +39,10 @@ class CostTables:
     """Per stage index s and group k: memory = a + b x layers (MiB)."""
     mem_b_mib: tuple[tuple[int, ...], ...]
     cap_mib: tuple[int, ...]
-    tail_a_us: tuple[int, ...]
-    """After the flush, stage on group k waits tail_a + tail_b x layers (DP sync + optimizer)."""
-    tail_b_us: tuple[int, ...]
+    tail_a_us: tuple[tuple[int, ...], ...]
+    """After the flush, stage s on group k waits tail_a[c][k] + tail_b[c][k] x layers (DP sync + optimizer), c being
+    tail_class(s, pp): the first and last stages also reduce the embedding's or LM head's gradients."""
+    tail_b_us: tuple[tuple[int, ...], ...]
     tied_us: tuple[tuple[int, ...], ...]
     """Tied-embedding sync between first stage on k and last stage on k'."""
     require_all: bool = False
@@ -99,7 +100,8 @@ class CostTables:
         fill = sum(work) + sum(2 * send[(a, b)] + 2 * self.lat_us[assign[a]][assign[b]] for a, b in send if b == a + 1)
         tail = 0
         for s, (k, n) in enumerate(zip(assign, layers)):
-            t = self.tail_a_us[k] + self.tail_b_us[k] * n
+            c = tail_class(s, p)
+            t = self.tail_a_us[c][k] + self.tail_b_us[c][k] * n
             if s in (0, p - 1):
                 t += self.tied_us[assign[0]][assign[-1]]
             tail = max(tail, t)
@@ -117,19 +119,48 @@ def eligible(group: NodeGroup, cfg: ParallelConfig, train: TrainingSettings) -> 
     return group.num_gpus >= g
 
 
+TAIL_CLASSES = ("first", "middle", "last", "only")
+
+
+def tail_class(stage: int, pp: int) -> int:
+    """Index into TAIL_CLASSES of pipeline stage `stage` of `pp`."""
+    if pp == 1:
+        return 3
+    return 0 if stage == 0 else 2 if stage == pp - 1 else 1
+
+
 def tail_coeffs(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings, *,
-                fwd_per_layer_s: float, bwd_per_layer_s: float) -> tuple[float, float]:
+                fwd_per_layer_s: float, bwd_per_layer_s: float, edge_params: float = 0.0, edge_fwd_s: float = 0.0,
+                edge_bwd_s: float = 0.0) -> tuple[float, float]:
     """DP sync + optimizer after the flush of a stage on g, linear in its layers: (intercept, slope) seconds.
 
-    Evaluated at 1 and 2 layers; the exposed part of an overlapped reduction grows linearly once it exceeds
-    the backward window, and the optimizer step is linear in parameters.
+    Evaluated at 1 and 2 layers (plus the embedding or LM head of an edge stage: its parameters and work);
+    the exposed part of an overlapped reduction grows linearly once it exceeds the backward window, and the
+    optimizer step is linear in parameters.
     """
     per = model.layer_params() / cfg.tp
-    t1 = sum(dp_tail(fleet, g, cfg, train, params=per, layers=1, fwd_s=fwd_per_layer_s, bwd_s=bwd_per_layer_s))
-    t2 = sum(dp_tail(fleet, g, cfg, train, params=2 * per, layers=2, fwd_s=2 * fwd_per_layer_s,
-                     bwd_s=2 * bwd_per_layer_s))
+    t1, t2 = (sum(dp_tail(fleet, g, cfg, train, params=n * per + edge_params, layers=n,
+                          fwd_s=n * fwd_per_layer_s + edge_fwd_s, bwd_s=n * bwd_per_layer_s + edge_bwd_s))
+              for n in (1, 2))
     slope = max(0.0, t2 - t1)
     return max(0.0, t1 - slope), slope
+
+
+def edge_tail_inputs(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings,
+                     num_microbatches: int) -> list[dict]:
+    """Keyword arguments of tail_coeffs for each of TAIL_CLASSES: the edge stages' extra parameters and work."""
+    ef, eb, hf, hb = edge_costs(g, model, cfg, train)
+    per = model.layer_params() / cfg.tp
+    out = []
+    for cls, (fwd, bwd) in enumerate([(ef, eb), (0.0, 0.0), (hf, hb), (ef + hf, eb + hb)]):
+        stage = {0: 0, 1: None, 2: cfg.pp - 1, 3: 0}[cls]
+        if stage is None or (cls == 3) != (cfg.pp == 1):
+            out.append({})
+            continue
+        mem = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length,
+                           num_microbatches=num_microbatches, stage=stage, layers=1, flash=train.attention == "flash")
+        out.append({"edge_params": mem.params - per, "edge_fwd_s": fwd, "edge_bwd_s": bwd})
+    return out
 
 
 def build_tables(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: ParallelConfig,
@@ -139,16 +170,20 @@ def build_tables(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: P
     if not groups:
         return None
     p, m = cfg.pp, cfg.num_microbatches(train.global_batch_size)
-    layer_us, first_us, last_us, tail_a, tail_b = [], [], [], [], []
+    layer_us, first_us, last_us = [], [], []
+    tail_a: list[list[int]] = [[] for _ in TAIL_CLASSES]
+    tail_b: list[list[int]] = [[] for _ in TAIL_CLASSES]
     for g in groups:
         _, f_l, b_l = layer_cost(fleet, g, model, cfg, train)
         layer_us.append(max(1, round((f_l + b_l) * US)))
         ef, eb, hf, hb = edge_costs(g, model, cfg, train)
         first_us.append(round((ef + eb) * US))
         last_us.append(round((hf + hb) * US))
-        intercept, slope = tail_coeffs(fleet, g, model, cfg, train, fwd_per_layer_s=f_l, bwd_per_layer_s=b_l)
-        tail_a.append(round(intercept * US))
-        tail_b.append(round(slope * US))
+        for cls, edge in enumerate(edge_tail_inputs(g, model, cfg, train, m)):
+            intercept, slope = tail_coeffs(fleet, g, model, cfg, train, fwd_per_layer_s=f_l, bwd_per_layer_s=b_l,
+                                           **edge)
+            tail_a[cls].append(round(intercept * US))
+            tail_b[cls].append(round(slope * US))
     msg = p2p_message_bytes(model, cfg, train)
     send: list[list[int | None]] = []
     lat: list[list[int]] = []
@@ -182,4 +217,5 @@ def build_tables(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: P
                       slots=tuple(g.num_gpus // cfg.gpus_per_stage for g in groups), layer_us=tuple(layer_us),
                       first_us=tuple(first_us), last_us=tuple(last_us), send_us=tuple(tuple(r) for r in send),
                       lat_us=tuple(tuple(r) for r in lat), mem_a_mib=tuple(mem_a), mem_b_mib=tuple(mem_b), cap_mib=cap,
-                      tail_a_us=tuple(tail_a), tail_b_us=tuple(tail_b), tied_us=tuple(tuple(r) for r in tied))
+                      tail_a_us=tuple(map(tuple, tail_a)), tail_b_us=tuple(map(tuple, tail_b)),
+                      tied_us=tuple(tuple(r) for r in tied))
