@@ -235,14 +235,16 @@ def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings
 def _tail_lower(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings,
                 costs: tuple[float, float, float, float], m: int) -> tuple[float, float]:
     """(intercept, slope) no stage on g undercuts, whatever its place in the pipeline (the least of the tables'
-    tail classes, for any number of stages), rounded like the tables."""
+    tail classes, for any number of stages), then the (intercept, slope) of a first and of a last stage of a
+    pipeline of two or more stages; rounded like the tables."""
     pairs = []
     for pp in ((1, 2) if cfg.vpp == 1 else (2,)):
         shaped = replace(cfg, pp=pp)
         for edge in edge_tail_inputs(g, model, shaped, train, m):
             pairs.append(tuple(map(_us, tail_coeffs(fleet, g, model, shaped, train, fwd_per_layer_s=costs[0],
                                                     bwd_per_layer_s=costs[1], **edge))))
-    return min(a for a, _ in pairs), min(b for _, b in pairs)
+    first, last = pairs[-4], pairs[-2]  # classes "first" and "last" of the two-stage shape
+    return min(a for a, _ in pairs), min(b for _, b in pairs), first, last
 
 
 def _us(seconds: float) -> float:
@@ -524,10 +526,20 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
                 value = min(value, (vm - 1) * c_i + cheapest(pools(max(c_next, hi), role)))
         else:  # a single micro-batch: only the work counts, least where every stage could hold every layer
             value = cheapest(pools(top, role))
-        best = min(best, value + (terms.edges if first is None else ctx.speeds[first][1] + ctx.speeds[last][2]))
+        # the first and last stages pay their class's DP tail (embedding / LM-head gradients) on >= v layers
+        if p == 1:
+            tail = terms.tail
+        elif first is None:
+            tail = max(terms.tail, min(ctx.tails[k][2][0] + ctx.tails[k][2][1] * v for k in subset),
+                       min(ctx.tails[k][3][0] + ctx.tails[k][3][1] * v for k in subset))
+        else:
+            tail = max(terms.tail, ctx.tails[first][2][0] + ctx.tails[first][2][1] * v,
+                       ctx.tails[last][3][0] + ctx.tails[last][3][1] * v)
+        edges = terms.edges if first is None else ctx.speeds[first][1] + ctx.speeds[last][2]
+        best = min(best, value + edges + v * tail)
     if not math.isfinite(best):
         return math.inf
-    return (best + terms.fill_extra + v * terms.tail) / v * US
+    return (best + terms.fill_extra) / v * US
 
 
 def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:
