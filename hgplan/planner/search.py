@@ -394,7 +394,8 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
     Each group's stages form one block and the blocks form a path, so for every ordered choice of the first and last
     group, each group's role is known: how many crossings its block touches (one for an end block, two otherwise)
     and whether it holds the embedding or the LM head. Every stage's cycle holds its layers plus what it surely
-    pays: v x (its cheapest crossing send and/or the send inside the group), and the embedding or head work. That
+    pays: v x (its share of the block's two cheapest partners' sends and/or the send inside the group), and the
+    embedding or head work; the first and last stages also pay their class's DP tail. That
     caps the layers a block of n stages holds at cycle C (taking, for a valid bound, the most a group gains from
     each extra stage as non-increasing). Then the smallest cycle C* whose capacity holds L layers, and
     min over C >= C* of (v m - 1) C + W(C), W being the cheapest way to place the layers within those capacities
@@ -459,31 +460,31 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
             n_more = ctx.slots[k] - 2 if pair_ok and interior >= v else 0
             if one >= v:
                 spare, base = spare - 1, one
-                first = (max(two - one, interior) if n_more else two - one) if pair_ok else None
+                inc1 = (max(two - one, interior) if n_more else two - one) if pair_ok else None
             elif pair_ok:
-                spare, base, first = spare - 2, two, None
+                spare, base, inc1 = spare - 2, two, None
             else:
                 return None
             base_sum += base
-            info[k] = (base, first, interior, n_more)
-            if first is not None:
-                incs.append((first, 1))
+            info[k] = (base, inc1, interior, n_more)
+            if inc1 is not None:
+                incs.append((inc1, 1))
             if n_more:
                 incs.append((interior, n_more))
         if spare < 0 or sum(n for _, n in incs) < spare:
             return None
-        top, need = 0, spare
+        gained, need = 0, spare
         for value, n in sorted(incs, reverse=True):
             take = min(n, need)
-            top, need = top + take * value, need - take
-        if base_sum + top < L:
+            gained, need = gained + take * value, need - take
+        if base_sum + gained < L:
             return None
         # for W: each group may take every spare stage the others leave (a relaxation of sum n = p)
         out = {}
-        for k, (base, first, interior, n_more) in info.items():
+        for k, (base, inc1, interior, n_more) in info.items():
             extra = 0
-            if spare and first is not None:
-                extra = first + interior * min(n_more, spare - 1)
+            if spare and inc1 is not None:
+                extra = inc1 + interior * min(n_more, spare - 1)
             elif spare:
                 extra = interior * min(n_more, spare)
             out[k] = base + extra
@@ -505,7 +506,7 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
     for first, last in orders:
         role = roles(first, last)
         # bisection for the smallest feasible cycle C*: lo stays below it (a valid bound), hi above
-        hi = top = max(v * tau[k] * units + max(role[k]) + 2 * v * inner[k] for k in subset)
+        hi = c_max = max(v * tau[k] * units + max(role[k]) + 2 * v * inner[k] for k in subset)
         if pools(hi, role) is None:
             continue  # this order of ends admits no placement
         lo = 0.0
@@ -525,7 +526,7 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
             for c_i, c_next in zip(grid, grid[1:]):
                 value = min(value, (vm - 1) * c_i + cheapest(pools(max(c_next, hi), role)))
         else:  # a single micro-batch: only the work counts, least where every stage could hold every layer
-            value = cheapest(pools(top, role))
+            value = cheapest(pools(c_max, role))
         # the first and last stages pay their class's DP tail (embedding / LM-head gradients) on >= v layers
         if p == 1:
             tail = terms.tail
