@@ -29,21 +29,11 @@ def best_layers(t: CostTables, assign: list[int]) -> tuple[int, list[int]] | Non
     units = L // v
     if len(assign) != p or p > units:
         return None
-    extra = [0] * p
-    for a, b in t.boundaries():
-        send = t.send_us[assign[a]][assign[b]]
-        if send is None:
-            return None
-        extra[a] += v * send
-        extra[b] += v * send
-    extra[0] += t.first_us[assign[0]]
-    extra[-1] += t.last_us[assign[-1]]
+    extra = t.cycle_extras(assign)
+    if extra is None:
+        return None
     tau = [t.layer_us[k] for k in assign]
-    mem_units = []
-    for s, k in enumerate(assign):
-        room = t.cap_mib[k] - t.mem_a_mib[s][k]
-        most = room // t.mem_b_mib[s][k] if t.mem_b_mib[s][k] > 0 else L
-        mem_units.append(min(units, most // v))
+    mem_units = [min(units, t.memory_layers(s, k) // v) for s, k in enumerate(assign)]
     if min(mem_units) < 1 or sum(mem_units) < units:
         return None
     order = sorted(range(p), key=lambda s: (tau[s], s))

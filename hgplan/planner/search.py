@@ -7,10 +7,11 @@ solved bounds and the skipped lower bounds, so best / bound is a proven ratio un
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from hgplan.costmodel.evaluate import edge_costs, layer_cost, p2p_message_bytes, p2p_seconds
 from hgplan.costmodel.memory import GIB, FRAMEWORK_OVERHEAD_GIB, state_bytes_per_param
@@ -18,7 +19,8 @@ from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
 from hgplan.planner.heuristic import improve
 from hgplan.planner.model import SolverParams, Solution, solve
-from hgplan.planner.tables import US, CostTables, build_tables, edge_tail_inputs, eligible, tail_coeffs
+from hgplan.planner.tables import (TAIL_CLASSES, US, CostTables, build_tables, edge_tail_inputs, eligible,
+                                   tail_coeffs)
 
 RECOMPUTE_OPTIONS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 DTIME_PER_WALL = 0.6
@@ -52,6 +54,20 @@ class SearchOptions:
     """CP-SAT stops a candidate once its own relative gap is below this; the reported gap is still proven."""
 
 
+class TailBound(NamedTuple):
+    """Data-parallel tail (seconds, intercept + slope x layers) of a stage on one group, for the bounds."""
+
+    intercept: float
+    """Least intercept of any stage class (first, middle, last, only), for any number of stages."""
+    slope: float
+    first: tuple[float, float]
+    """(intercept, slope) of the first stage of a pipeline of two or more stages."""
+    last: tuple[float, float]
+
+    def least(self, layers: int) -> float:
+        return self.intercept + self.slope * layers
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BoundContext:
     """What the lower bounds need for one (tp, cp, dp, mbs, recompute, vpp): per-group speeds, slots, tails, crossings."""
@@ -59,6 +75,7 @@ class BoundContext:
     speeds: dict
     slots: dict
     tails: dict
+    """Node-group key -> TailBound."""
     pair_send: dict
     pair_lat: dict
     self_send: dict
@@ -233,18 +250,17 @@ def enumerate_candidates(fleet: Fleet, model: ModelArch, train: TrainingSettings
 
 
 def _tail_lower(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings,
-                costs: tuple[float, float, float, float], m: int) -> tuple[float, float]:
-    """(intercept, slope) no stage on g undercuts, whatever its place in the pipeline (the least of the tables'
-    tail classes, for any number of stages), then the (intercept, slope) of a first and of a last stage of a
-    pipeline of two or more stages; rounded like the tables."""
-    pairs = []
+                costs: tuple[float, float, float, float], m: int) -> TailBound:
+    """The tail no stage on g undercuts, whatever its place in the pipeline, rounded like the tables."""
+    by_shape: dict[int, list[tuple[float, float]]] = {}
     for pp in ((1, 2) if cfg.vpp == 1 else (2,)):
         shaped = replace(cfg, pp=pp)
-        for edge in edge_tail_inputs(g, model, shaped, train, m):
-            pairs.append(tuple(map(_us, tail_coeffs(fleet, g, model, shaped, train, fwd_per_layer_s=costs[0],
-                                                    bwd_per_layer_s=costs[1], **edge))))
-    first, last = pairs[-4], pairs[-2]  # classes "first" and "last" of the two-stage shape
-    return min(a for a, _ in pairs), min(b for _, b in pairs), first, last
+        by_shape[pp] = [tuple(map(_us, tail_coeffs(fleet, g, model, shaped, train, fwd_per_layer_s=costs[0],
+                                                   bwd_per_layer_s=costs[1], **edge)))
+                        for edge in edge_tail_inputs(g, model, shaped, train, m)]
+    pairs = [pair for shape in by_shape.values() for pair in shape]
+    return TailBound(intercept=min(a for a, _ in pairs), slope=min(b for _, b in pairs),
+                     first=by_shape[2][TAIL_CLASSES.index("first")], last=by_shape[2][TAIL_CLASSES.index("last")])
 
 
 def _us(seconds: float) -> float:
@@ -283,7 +299,7 @@ def _lower_bound(hosts: list[NodeGroup], slots: dict[str, int], speeds: dict, ta
     """
     vm = v * m
     per_stage = math.ceil(L / pp)
-    tail = min(tails[g.key][0] + tails[g.key][1] * per_stage for g in hosts)
+    tail = min(tails[g.key].least(per_stage) for g in hosts)
     best = math.inf
     for g in hosts:
         if slots[g.key] >= pp:
@@ -328,8 +344,6 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) 
     of which at least (sites - 1) join two sites (the path crosses every site boundary). Their fill costs are
     therefore at least those of the (sites - 1) cheapest inter-site pairs plus the cheapest of the rest.
     """
-    import itertools
-
     r = len(subset)
     if sum(ctx.slots[k] for k in subset) < p or r > p:
         return None
@@ -355,7 +369,7 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) 
     return SubsetTerms(crossings=tuple(crossings), dearest=dearest,
                        edges=min(ctx.speeds[k][1] for k in subset) + min(ctx.speeds[k][2] for k in subset),
                        fill_extra=sum(2 * send + 2 * lat for send, lat in crossings),
-                       tail=min(ctx.tails[k][0] + ctx.tails[k][1] * per_stage for k in subset))
+                       tail=min(ctx.tails[k].least(per_stage) for k in subset))
 
 
 def subset_bounds_us(cand: Candidate, *, L: int, m: int) -> dict[tuple[str, ...], float]:
@@ -366,8 +380,6 @@ def subset_bounds_us(cand: Candidate, *, L: int, m: int) -> dict[tuple[str, ...]
     (Charging the sends to particular slots' cycles is left to block_bound_us: with whole layers per stage, which
     slot absorbs a send best is not known in advance.)
     """
-    import itertools
-
     ctx, p, v = cand.ctx, cand.cfg.pp, cand.cfg.vpp
     vm = v * m
     keys = sorted(ctx.speeds)
@@ -404,8 +416,6 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
     gives every group the least demanding role (no edge work, and one crossing without interleaving): weaker, but
     |S| (|S| - 1) times cheaper.
     """
-    import itertools
-
     ctx, p, v = cand.ctx, cand.cfg.pp, cand.cfg.vpp
     terms = subset_terms(ctx, subset, L=L, p=p)
     if terms is None:
@@ -530,12 +540,11 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
         # the first and last stages pay their class's DP tail (embedding / LM-head gradients) on >= v layers
         if p == 1:
             tail = terms.tail
-        elif first is None:
-            tail = max(terms.tail, min(ctx.tails[k][2][0] + ctx.tails[k][2][1] * v for k in subset),
-                       min(ctx.tails[k][3][0] + ctx.tails[k][3][1] * v for k in subset))
         else:
-            tail = max(terms.tail, ctx.tails[first][2][0] + ctx.tails[first][2][1] * v,
-                       ctx.tails[last][3][0] + ctx.tails[last][3][1] * v)
+            firsts = subset if first is None else (first,)
+            lasts = subset if last is None else (last,)
+            tail = max(terms.tail, min(ctx.tails[k].first[0] + ctx.tails[k].first[1] * v for k in firsts),
+                       min(ctx.tails[k].last[0] + ctx.tails[k].last[1] * v for k in lasts))
         edges = terms.edges if first is None else ctx.speeds[first][1] + ctx.speeds[last][2]
         best = min(best, value + edges + v * tail)
     if not math.isfinite(best):
@@ -643,10 +652,7 @@ def greedy_hint(t: CostTables, fleet_order: list[str]) -> tuple[list[int], list[
             chosen.append(item)
     chosen += pool[:max(0, p - len(chosen))]
     assign = [k for _, _, k in sorted(chosen[:p], key=lambda x: x[1])]
-    caps = []
-    for s, k in enumerate(assign):
-        room = (t.cap_mib[k] - t.mem_a_mib[s][k]) // max(1, t.mem_b_mib[s][k])
-        caps.append(max(1, room // v))
+    caps = [max(1, t.memory_layers(s, k) // v) for s, k in enumerate(assign)]
     layers = capped_apportion(L // v, [1.0 / t.layer_us[k] for k in assign], caps)
     return assign, [n * v for n in layers]
 

@@ -63,6 +63,26 @@ class CostTables:
             out.append((p - 1, 0))
         return out
 
+    def memory_layers(self, s: int, k: int) -> int:
+        """Most layers stage s can hold on group k within its memory (negative when not even none fit)."""
+        room = self.cap_mib[k] - self.mem_a_mib[s][k]
+        return room // self.mem_b_mib[s][k] if self.mem_b_mib[s][k] > 0 else (self.num_layers if room >= 0 else -1)
+
+    def cycle_extras(self, assign: list[int]) -> list[int] | None:
+        """Per stage, what its cycle holds besides its layers: v x the sends of the boundaries it touches, plus the
+        embedding (first stage) or LM-head (last stage) work; None when a boundary joins unlinked groups."""
+        p, v = self.pp, self.vpp
+        extras = [0] * p
+        for a, b in self.boundaries():
+            send = self.send_us[assign[a]][assign[b]]
+            if send is None:
+                return None
+            extras[a] += v * send
+            extras[b] += v * send
+        extras[0] += self.first_us[assign[0]]
+        extras[-1] += self.last_us[assign[-1]]
+        return extras
+
     def objective(self, assign: list[int], layers: list[int]) -> int | None:
         """v x predicted iteration time (us) of a placement, or None if it breaks a rule. Mirrors model.py."""
         p, v, m = self.pp, self.vpp, self.microbatches
@@ -78,26 +98,16 @@ class CostTables:
         blocks = [k for i, k in enumerate(assign) if i == 0 or assign[i - 1] != k]
         if len(blocks) != len(set(blocks)):
             return None  # a group's stages must be contiguous
-        for s, (k, n) in enumerate(zip(assign, layers)):
-            if self.mem_a_mib[s][k] + self.mem_b_mib[s][k] * n > self.cap_mib[k]:
-                return None
-        send = {}
-        for a, b in self.boundaries():
-            val = self.send_us[assign[a]][assign[b]]
-            if val is None:
-                return None
-            send[(a, b)] = val
+        if any(n > self.memory_layers(s, k) for s, (k, n) in enumerate(zip(assign, layers))):
+            return None
+        extras = self.cycle_extras(assign)
+        if extras is None:
+            return None
         work = [n * self.layer_us[k] for k, n in zip(assign, layers)]
-        work[0] += self.first_us[assign[0]]
-        work[-1] += self.last_us[assign[-1]]
-        cycle = 0
-        for s in range(p):
-            out = 0
-            for (a, b), val in send.items():
-                if a == s or b == s:
-                    out += val
-            cycle = max(cycle, work[s] + v * out)
-        fill = sum(work) + sum(2 * send[(a, b)] + 2 * self.lat_us[assign[a]][assign[b]] for a, b in send if b == a + 1)
+        cycle = max(w + e for w, e in zip(work, extras))
+        fill = sum(work) + self.first_us[assign[0]] + self.last_us[assign[-1]] + sum(
+            2 * self.send_us[assign[a]][assign[b]] + 2 * self.lat_us[assign[a]][assign[b]] for a, b in self.boundaries()
+            if b == a + 1)
         tail = 0
         for s, (k, n) in enumerate(zip(assign, layers)):
             c = tail_class(s, p)
