@@ -32,6 +32,8 @@ class ArchEfficiency:
     fp8: bool
     sustained_clock_fraction: float = 1.0
     """Tensor throughput sustained over a long multi-GPU run relative to short matmul benchmarks (power cap)."""
+    comm_sm_share: float = 0.0
+    """Share of the compute units a collective's kernels hold while it overlaps compute (NCCL/RCCL channels / SMs)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

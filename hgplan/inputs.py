@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -36,11 +36,7 @@ class Catalog:
 
     def gpu_type(self, spec: GpuSpec) -> GpuType:
         base = self.archs[spec.arch]
-        eff = base if spec.gemm_efficiency is None else ArchEfficiency(
-            gemm_efficiency=spec.gemm_efficiency, attention_efficiency=base.attention_efficiency,
-            hbm_efficiency=base.hbm_efficiency, collective_efficiency=base.collective_efficiency,
-            kernel_overhead_us=base.kernel_overhead_us, bf16=base.bf16, fp8=base.fp8,
-            sustained_clock_fraction=base.sustained_clock_fraction)
+        eff = base if spec.gemm_efficiency is None else replace(base, gemm_efficiency=spec.gemm_efficiency)
         return GpuType(id=spec.id, vendor=spec.vendor, arch=spec.arch, form_factor=spec.form_factor,
                        bf16_tflops=spec.bf16_tflops, fp16_tflops=spec.fp16_tflops, fp8_tflops=spec.fp8_tflops,
                        hbm_gib=spec.hbm_gib, hbm_gbytes_per_s=spec.hbm_gbytes_per_s,

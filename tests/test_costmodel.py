@@ -131,3 +131,17 @@ def test_simulator_respects_dependencies():
         for s in range(p - 1):
             assert start[("B", s, i)] >= end[("B", s + 1, i)] + 0.1 + 0.05 - 1e-9
     assert len(ops) == 2 * p * m
+
+
+@pytest.mark.parametrize("compute, comm, share, exposed", [
+    (10.0, 3.0, 0.22, 0.1), (2.0, 5.0, 0.22, 0.1), (4.0, 4.0, 0.0, 0.0), (1.0, 0.0, 0.3, 0.0), (3.0, 2.9, 0.18, 2.9)])
+def test_overlapped_time(compute, comm, share, exposed):
+    from hgplan.costmodel.comm import overlapped_s
+
+    t = overlapped_s(compute, comm, sm_share=share, exposed_s=exposed)
+    assert t >= comm and t >= compute + exposed  # never faster than either side, the exposed part in series
+    assert t <= compute + comm + 1e-12  # never slower than running them one after the other
+    if share == 0.0:
+        assert t == pytest.approx(max(compute + exposed, comm))
+    if comm <= compute:  # compute-bound: it pays the exposed part and the SMs the rest holds
+        assert t == pytest.approx(compute + exposed + share * (comm - exposed))

@@ -19,13 +19,22 @@ def test_fidelity_targets():
     summ = fidelity.summary(results)
     # Issue 3 target: median |error| <= 10%.
     assert summ["median_abs_error"] <= 0.10, summ
-    # Issue 3 target is every row <= 25%; two rows miss it (documented in docs/cost-model.md): hold the line at 30%.
-    assert summ["worst_abs_error"] <= 0.30, summ
-    over = sorted(r.id for r in results if abs(r.error) > 0.25)
-    assert over == ["megatron_sc21_table2_zero3_529.6B_2240gpu", "mosaic_a100_40gb_bf16_70b_s2048_64gpu_mbs2_gbs128"], over
+    # Issue 3 target: every row <= 25%.
+    over = sorted((r.id, round(r.error, 3)) for r in results if abs(r.error) > 0.25)
+    assert not over, over
     by_family = {}
     for r in results:
         by_family.setdefault(r.family, []).append(abs(r.error))
     # Megatron-LM families (what hgplan exports to) are all within 15%.
     for fam in ("sc21-weak-scaling", "sc21-ptdp", "korthikanti", "korthikanti-layer"):
         assert max(by_family[fam]) <= 0.15, (fam, max(by_family[fam]))
+
+
+def test_deepspeed_zero3_is_bound_by_its_gathers_not_by_rank_count():
+    """SC'21 Table 2: at one micro-batch per GPU, ZeRO-3 (DeepSpeed 2021) took the same time on 768 and 1536 GPUs
+    and on 1120 and 2240: the parameter traffic per GPU does not shrink with more ranks. The model must show it."""
+    rows = {r["id"]: r for r in yaml.safe_load(DATA.read_text())["rows"]}
+    for small, large in (("174.6B_768gpu", "174.6B_1536gpu"), ("529.6B_1120gpu", "529.6B_2240gpu")):
+        a, b = (fidelity.predict(fidelity.case_from_row(rows[f"megatron_sc21_table2_zero3_{k}"], catalog()))
+                for k in (small, large))
+        assert abs(b.predicted_s - a.predicted_s) / a.predicted_s < 0.02, (a.predicted_s, b.predicted_s)

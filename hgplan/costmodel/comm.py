@@ -60,3 +60,14 @@ def group_busbw_gbytes_per_s(group: NodeGroup, transport: TransportProfile, *, m
         return intra, NVLINK_HOP_S
     inter = nic_gbytes_per_s(group, transport) * per_node
     return min(intra, inter), transport.latency_us * 1e-6
+
+
+def overlapped_s(compute_s: float, comm_s: float, *, sm_share: float, exposed_s: float = 0.0) -> float:
+    """Time of compute that runs alongside a collective on another stream.
+
+    `exposed_s` of the collective cannot overlap (nothing to run beside it yet). While the rest runs, its
+    kernels hold a `sm_share` of the compute units, so compute slows by that share of the overlapped time;
+    the whole never takes less than the collective itself.
+    """
+    hidden = max(0.0, comm_s - exposed_s)
+    return max(compute_s + exposed_s + sm_share * min(hidden, compute_s), comm_s)

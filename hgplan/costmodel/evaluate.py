@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hgplan.costmodel.comm import (allreduce_s, group_busbw_gbytes_per_s, half_collective_s,
-                                   intra_node_busbw_gbytes_per_s, nic_gbytes_per_s, ring_latency_s)
+                                   intra_node_busbw_gbytes_per_s, nic_gbytes_per_s, overlapped_s, ring_latency_s)
 from hgplan.costmodel.compute import BYTES, LayerTime, embedding_time, hbm_s, head_time, layer_time
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
@@ -15,6 +15,11 @@ from hgplan.plan import ParallelConfig, Plan, Recompute
 
 OPTIMIZER_BYTES_PER_PARAM = 4 + 12 + 12 + 2
 """Adam step: read fp32 grad and master/m/v, write master/m/v and the 16-bit weight."""
+DEEPSPEED_ZERO3_GBYTES_PER_S = 24.3
+"""What DeepSpeed's ZeRO-3 of 2021 (0.3.x, PyTorch 1.8) moved per GPU per second through its parameter collectives,
+whatever the fabric: on one 8 x A100 NVLink node, gathering 5.1 B fp16 parameters took its forward from 60 ms
+(ZeRO-2) to 480 ms, i.e. 10.2 GB in 420 ms (DeepSpeed issue #1174). Each gather synchronised the device and copied
+its output (DeepSpeed PR #1188), so the bound is the runtime's, not the wire's."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,8 +137,9 @@ def layer_cost(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig
         cp_bw, cp_lat = group_busbw_gbytes_per_s(g, transport, members=c, stride=t)
         kv_step = cfg.micro_batch_size * (train.seq_length / c) * 2 * model.kv_dim / t * BYTES
         cp_f = (c - 1) * (kv_step / (cp_bw * 1e9) + cp_lat)
-        f_l += max(0.0, cp_f - lt.attention_fwd_s)
-        b_l += max(0.0, 2 * cp_f - 2.5 * lt.attention_fwd_s)
+        share = g.gpu.eff.comm_sm_share
+        f_l += overlapped_s(lt.attention_fwd_s, cp_f, sm_share=share) - lt.attention_fwd_s
+        b_l += overlapped_s(2.5 * lt.attention_fwd_s, 2 * cp_f, sm_share=share) - 2.5 * lt.attention_fwd_s
     return lt, f_l, b_l
 
 
@@ -163,8 +169,12 @@ def dp_tail(fleet: Fleet, g: NodeGroup, cfg: ParallelConfig, train: TrainingSett
     else:
         reduce = gather = 0.0  # ZeRO-3 traffic is per micro-batch, inside fwd/bwd
     if cfg.overlap_grad_reduce and layers:
+        # the reduction hides behind the last micro-batch's backward but for the first layer's bucket, the
+        # parameter all-gather behind the next forward; what they overlap slows by the SMs they hold
         window = bwd_s / v * (layers - 1) / layers
-        exposed = max(reduce / layers, reduce - window) + max(0.0, gather - fwd_s / v)
+        share = g.gpu.eff.comm_sm_share
+        exposed = (overlapped_s(window, reduce, sm_share=share, exposed_s=reduce / layers) - window
+                   + overlapped_s(fwd_s / v, gather, sm_share=share) - fwd_s / v)
     else:
         exposed = reduce + gather
     shard = params / (members if cfg.zero_stage >= 1 else 1)
@@ -211,19 +221,22 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
             bw, lat = group_busbw_gbytes_per_s(g, transport, members=d * c, stride=t)
             # Megatron-FSDP and PyTorch FSDP gather one flat buffer per layer; DeepSpeed ZeRO-3 one per module
             # (each parameter tensor), each paying the ring's n - 1 step latency.
-            calls = max(1, st.num_layers) * (1 if train.runtime != "deepspeed" else _tensors_per_layer(model))
+            deepspeed = train.runtime == "deepspeed"
+            calls = max(1, st.num_layers) * (_tensors_per_layer(model) if deepspeed else 1)
             latency = calls * ring_latency_s(d * c, lat)
             bandwidth = (d * c - 1) / (d * c) / (bw * 1e9)
             gather = mem.params * BYTES * bandwidth + latency
             scatter = mem.params * gbytes * bandwidth + latency
-            recompute_gather = gather if cfg.recompute is Recompute.FULL and train.runtime == "deepspeed" else 0.0
-            if train.runtime == "deepspeed":
-                f_s += gather
-                b_s += gather + scatter + recompute_gather
-            else:
-                first_layer = gather / max(1, st.num_layers)
-                f_s += max(first_layer, gather - f_s)
-                b_s += max(first_layer, gather + scatter - b_s)
+            if deepspeed:
+                gather = max(gather, mem.params * BYTES / (DEEPSPEED_ZERO3_GBYTES_PER_S * 1e9))
+                scatter = max(scatter, mem.params * gbytes / (DEEPSPEED_ZERO3_GBYTES_PER_S * 1e9))
+            # DeepSpeed releases each module's parameters after its forward, so full recompute gathers them again.
+            recompute_gather = gather if cfg.recompute is Recompute.FULL and deepspeed else 0.0
+            # Gathers are prefetched one layer ahead on a side stream: only the first layer's waits.
+            first_layer = gather / max(1, st.num_layers)
+            share = g.gpu.eff.comm_sm_share
+            f_s = overlapped_s(f_s, gather, sm_share=share, exposed_s=first_layer)
+            b_s = overlapped_s(b_s, gather + scatter + recompute_gather, sm_share=share, exposed_s=first_layer)
         fwd.append(f_s)
         bwd.append(b_s)
         layer_times.append(lt)
