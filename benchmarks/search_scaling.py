@@ -23,17 +23,20 @@ TYPES = [("H100-SXM5-80GB", Transport.INFINIBAND, 400), ("A100-SXM4-80GB", Trans
          ("MI300X", Transport.ROCE, 400)]
 
 
-def synthetic(num_gpus: int, sites: int, types: int) -> Fleet:
-    """num_gpus split evenly over `types` node groups (8-GPU nodes) spread round-robin over `sites`."""
+def synthetic(num_gpus: int, sites: int, types: int, groups: int | None = None) -> Fleet:
+    """num_gpus split evenly over `groups` node groups (default: one per type; 8-GPU nodes), the GPU types taken
+    round-robin, spread round-robin over `sites`."""
     cat = catalog()
-    groups = []
-    per_group_nodes = max(1, num_gpus // 8 // types)
-    for i in range(types):
-        gid, transport, gbps = TYPES[i]
+    out = []
+    groups = groups or types
+    per_group_nodes = max(1, num_gpus // 8 // groups)
+    for i in range(groups):
+        gid, transport, gbps = TYPES[i % types]
         gpu = cat.gpu_type(cat.gpus[gid])
-        groups.append(NodeGroup(site=f"s{i % sites}", name=f"g{i}", num_nodes=per_group_nodes, gpu=gpu, gpus_per_node=8,
-                                intra_node_kind=gpu.intra_node_kind, intra_node_gbytes_per_s=gpu.intra_node_gbytes_per_s,
-                                nic_transport=transport, nic_gbps=gbps, nic_count=8, gpu_hour_usd=None, order=i))
+        out.append(NodeGroup(site=f"s{i % sites}", name=f"g{i}", num_nodes=per_group_nodes, gpu=gpu, gpus_per_node=8,
+                             intra_node_kind=gpu.intra_node_kind, intra_node_gbytes_per_s=gpu.intra_node_gbytes_per_s,
+                             nic_transport=transport, nic_gbps=gbps, nic_count=8, gpu_hour_usd=None, order=i))
+    groups = out
     links = []
     site_names = sorted({g.site for g in groups})
     for a in range(len(site_names)):
@@ -46,7 +49,8 @@ def synthetic(num_gpus: int, sites: int, types: int) -> Fleet:
             if g.site == h.site and g.nic_transport != h.nic_transport:
                 links.append(Link(scope="group", a=g.name, b=h.name, gbps=400, latency_ms=0.02,
                                   transport=Transport.ETHERNET, egress_usd_per_gb=None))
-    return Fleet(name=f"{num_gpus}gpu-{sites}site-{types}type", groups=tuple(groups), links=tuple(links),
+    suffix = f"-{len(groups)}group" if len(groups) != types else ""
+    return Fleet(name=f"{num_gpus}gpu-{sites}site-{types}type{suffix}", groups=tuple(groups), links=tuple(links),
                  transports=cat.transports)
 
 
@@ -62,7 +66,7 @@ def measure(fleet: Fleet, model, train: TrainingSettings, repeat: int) -> dict:
         res, _ = seeded_search(fleet, model, train, SearchOptions(budget_s=60))
         times.append(time.perf_counter() - t0)
     return {"fleet": fleet.name, "gpus": fleet.num_gpus, "sites": len(fleet.sites),
-            "types": len({g.gpu.id for g in fleet.groups}), "model": model.name,
+            "types": len({g.gpu.id for g in fleet.groups}), "groups": len(fleet.groups), "model": model.name,
             "median_s": statistics.median(times), "runs": repeat, "candidates": res.candidates_total,
             "solved": res.candidates_solved, "gap": res.gap, "best_s": (res.best_us or 0) / 1e6,
             "stopped_by": res.stopped_by}
@@ -74,16 +78,20 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="only the fleets up to 1024 GPUs and the examples")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    grid = [(64, 1, 1), (64, 2, 3), (256, 2, 2), (512, 2, 3), (1024, 1, 1), (1024, 3, 4), (1024, 4, 5),
-            (4096, 3, 4), (16384, 1, 1), (16384, 4, 5)]
+    # (GPUs, sites, GPU types, node groups); the last two go beyond the issue's grid: more node groups than types
+    grid = [(64, 1, 1, None), (64, 2, 3, None), (256, 2, 2, None), (512, 2, 3, None), (1024, 1, 1, None),
+            (1024, 3, 4, None), (1024, 4, 5, None), (4096, 3, 4, None), (16384, 1, 1, None), (16384, 4, 5, None),
+            (1024, 4, 5, 8), (640, 5, 5, 10)]
     if args.quick:
         grid = [g for g in grid if g[0] <= 1024]
     rows = []
-    for n, s, k in grid:
-        fleet = synthetic(n, s, k)
+    for n, s, k, groups in grid:
+        fleet = synthetic(n, s, k, groups)
         name, model = model_for(n)
         train = TrainingSettings(seq_length=4096, global_batch_size=max(512, n // 2))
-        rows.append(measure(fleet, model, train, args.repeat if n <= 1024 else 1))
+        row = measure(fleet, model, train, args.repeat if n <= 1024 else 1)
+        row["target"] = groups is None  # the issue's grid: one node group per GPU type
+        rows.append(row)
     cat = catalog()
     example_models = {"two-site": "llama3.1-70b", "mixed-nic": "gpt-7.5b", "three-generations": "llama2-13b",
                       "mixed-vendor": "llama3.1-8b", "large": "llama3.1-405b"}
@@ -96,17 +104,20 @@ def main() -> int:
                                  precision=Precision(precision))
         row = measure(fleet, model, train, args.repeat if fleet.num_gpus <= 1024 else 1)
         row["fleet"] = f"example:{ex}"
+        row["target"] = True
         rows.append(row)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        print(f"{'fleet':28} {'GPUs':>6} {'sites':>5} {'types':>5} {'model':14} {'median s':>9} {'cands':>7} "
-              f"{'solved':>6} {'gap':>7} {'iter s':>8}")
+        print(f"{'fleet':36} {'GPUs':>6} {'sites':>5} {'types':>5} {'groups':>6} {'model':14} {'median s':>9} "
+              f"{'cands':>7} {'solved':>6} {'gap':>7} {'iter s':>8}")
         for r in rows:
-            print(f"{r['fleet']:28} {r['gpus']:6} {r['sites']:5} {r['types']:5} {r['model']:14} {r['median_s']:9.2f} "
+            print(f"{r['fleet']:36} {r['gpus']:6} {r['sites']:5} {r['types']:5} {r['groups']:6} {r['model']:14} "
+                  f"{r['median_s']:9.2f} "
                   f"{r['candidates']:7} {r['solved']:6} {r['gap']:7.2%} {r['best_s']:8.2f}")
+        print("(rows with more node groups than GPU types are beyond the issue's grid and not held to its targets)")
     ok = all(r["gap"] is not None and r["gap"] <= 0.01 and r["median_s"] <= (10 if r["gpus"] <= 1024 else 60)
-             for r in rows)
+             for r in rows if r["target"])
     return 0 if ok else 1
 
 

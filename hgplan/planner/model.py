@@ -167,5 +167,9 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
         return Solution(status=name, objective=int(solver.objective_value), bound=float(solver.best_objective_bound),
                         assign=assign, layers=layers, deterministic_time=solver.deterministic_time,
                         wall_time_s=solver.wall_time)
-    return Solution(status=name, objective=None, bound=float("inf") if status == cp_model.INFEASIBLE else 0.0,
+    # INFEASIBLE: nothing (better than upper_bound) exists. UNKNOWN: no plan found, but CP-SAT's bound still holds
+    # for every plan better than upper_bound.
+    bound = float("inf") if status == cp_model.INFEASIBLE else (
+        float(solver.best_objective_bound) if status == cp_model.UNKNOWN else 0.0)
+    return Solution(status=name, objective=None, bound=bound,
                     assign=(), layers=(), deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time)

@@ -433,14 +433,14 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
     by_speed = sorted(subset, key=lambda k: (tau[k], k))
     tau_min = tau[by_speed[0]]
 
-    def held(c: float, k: str, extra: float) -> int:
-        return v * max(0, math.floor((c - extra) / (v * tau[k]) + 1e-9))
+    floor = math.floor
 
-    def roles(first: str | None, last: str | None) -> dict[str, tuple[float, float, float]]:
-        """Per group: the sure extra of a lone stage, and of the two end stages of a block of >= 2 stages.
-        Without known ends (None), every group gets the least of the roles: one crossing and no edge work."""
-        out = {}
-        for k in subset:
+    def roles(first: str | None, last: str | None) -> list[tuple[float, float, float, float, float, int]]:
+        """Per group, fastest first: v tau, then the sure extra of a lone stage, of the two end stages of a block of
+        >= 2 stages and of an interior stage, and the group's slots. Without known ends (None), every group gets
+        the least of the roles: one crossing and no edge work."""
+        out = []
+        for k in by_speed:
             work_in = ctx.speeds[k][1] * (k == first), ctx.speeds[k][2] * (k == last)
             # with interleaving the wrap-around boundary (last stage -> first) is one more crossing of the end blocks
             crossings = 0 if r == 1 else (1 if v == 1 and (first is None or k in (first, last)) else 2)
@@ -452,22 +452,25 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
                 ends = (v * (c1 + inner[k]), v * inner[k] + sum(work_in))
             else:
                 ends = (v * inner[k] + work_in[0], v * inner[k] + work_in[1])
-            out[k] = (lone, *ends)
+            out.append((v * tau[k], lone, *ends, 2 * v * inner[k], ctx.slots[k]))
         return out
 
-    def pools(c: float, role: dict) -> dict[str, int] | None:
-        """Most layers each group's block can hold at cycle c, or None if the p stages cannot all be formed.
+    def pools(c: float, role: list, *, feasible_only: bool = False) -> list[int] | None:
+        """Most layers each group's block (fastest first) can hold at cycle c, or None if the p stages cannot all
+        be formed; with feasible_only, an empty list instead of the pools when they can.
 
         A group's stages beyond its first (or first two) add increments [first] + [interior] x n_more, a
-        non-increasing list, so the best `spare` extra stages over all groups are the largest increments."""
-        spare, base_sum, info, incs = p, 0, {}, []
-        for k in subset:
-            lone, end_a, end_b = role[k]
-            held_a, held_b = held(c, k, end_a), held(c, k, end_b)
-            one, two = held(c, k, lone), held_a + held_b
-            pair_ok = min(held_a, held_b) >= v and ctx.slots[k] >= 2
-            interior = held(c, k, 2 * v * inner[k])
-            n_more = ctx.slots[k] - 2 if pair_ok and interior >= v else 0
+        non-increasing list, so the best `spare` extra stages over all groups are the largest increments. A
+        group's stage at cycle c holds v floor((c - extra) / (v tau)) layers."""
+        spare, base_sum, info, incs = p, 0, [], []
+        for vt, lone, end_a, end_b, inner_extra, slots in role:
+            held_a = v * max(0, floor((c - end_a) / vt + 1e-9))
+            held_b = v * max(0, floor((c - end_b) / vt + 1e-9))
+            one = v * max(0, floor((c - lone) / vt + 1e-9))
+            two = held_a + held_b
+            pair_ok = held_a >= v and held_b >= v and slots >= 2
+            interior = v * max(0, floor((c - inner_extra) / vt + 1e-9))
+            n_more = slots - 2 if pair_ok and interior >= v else 0
             if one >= v:
                 spare, base = spare - 1, one
                 inc1 = (max(two - one, interior) if n_more else two - one) if pair_ok else None
@@ -476,7 +479,7 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
             else:
                 return None
             base_sum += base
-            info[k] = (base, inc1, interior, n_more)
+            info.append((base, inc1, interior, n_more))
             if inc1 is not None:
                 incs.append((inc1, 1))
             if n_more:
@@ -487,57 +490,73 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
         for value, n in sorted(incs, reverse=True):
             take = min(n, need)
             gained, need = gained + take * value, need - take
+            if not need:
+                break
         if base_sum + gained < L:
             return None
+        if feasible_only:
+            return []
         # for W: each group may take every spare stage the others leave (a relaxation of sum n = p)
-        out = {}
-        for k, (base, inc1, interior, n_more) in info.items():
+        out = []
+        for base, inc1, interior, n_more in info:
             extra = 0
             if spare and inc1 is not None:
                 extra = inc1 + interior * min(n_more, spare - 1)
             elif spare:
                 extra = interior * min(n_more, spare)
-            out[k] = base + extra
+            out.append(base + extra)
         return out
 
-    def cheapest(pool: dict[str, int]) -> float:
+    taus = [tau[k] for k in by_speed]
+
+    def cheapest(pool: list[int]) -> float:
         left, cost = L, 0.0
-        for k in by_speed:
-            take = min(left, pool[k])
-            cost += take * tau[k]
+        for t_k, held_k in zip(taus, pool):
+            take = min(left, held_k)
+            cost += take * t_k
             left -= take
         return cost
 
-    if r == 1:
-        orders: list[tuple[str | None, str | None]] = [(subset[0], subset[0])]
-    else:
-        orders = list(itertools.permutations(subset, 2)) if ends_known else [(None, None)]
-    best = math.inf
-    for first, last in orders:
-        role = roles(first, last)
+    def compute_value(role: list) -> float:
+        """min over C >= C* of (v m - 1) C + W(C) for these roles (inf if no placement)."""
         # bisection for the smallest feasible cycle C*: lo stays below it (a valid bound), hi above
-        hi = c_max = max(v * tau[k] * units + max(role[k]) + 2 * v * inner[k] for k in subset)
-        if pools(hi, role) is None:
-            continue  # this order of ends admits no placement
-        lo = 0.0
-        while hi - lo > 1e-9 * hi:
-            mid = (lo + hi) / 2
-            if pools(mid, role) is None:
-                lo = mid
+        hi = c_max = max(vt * units + max(extras[:3]) + extras[3] for vt, *extras in role)
+        if pools(hi, role, feasible_only=True) is None:
+            return math.inf  # this order of ends admits no placement
+        # stage capacities only change where c - extra is a multiple of v tau, whole microseconds in the tables'
+        # units: bisect over whole microseconds, then check that just below the found one is still infeasible
+        lo_us, hi_us = 0, math.ceil(hi * US)
+        while hi_us - lo_us > 1:
+            mid = (lo_us + hi_us) // 2
+            if pools(mid / US, role, feasible_only=True) is None:
+                lo_us = mid
             else:
-                hi = mid
+                hi_us = mid
+        lo, hi = lo_us / US, hi_us / US
+        if pools(hi * (1 - 1e-9), role, feasible_only=True) is None:
+            lo = hi * (1 - 1e-9)
+        else:  # not on the microsecond grid after all (rounding): finish in floating point
+            while hi - lo > 1e-9 * hi:
+                mid = (lo + hi) / 2
+                if pools(mid, role, feasible_only=True) is None:
+                    lo = mid
+                else:
+                    hi = mid
         # min over C >= C* of (v m - 1) C + W(C), W non-increasing: on [c_i, c_i+1) it is at least
         # (v m - 1) c_i + W(c_i+1); past lo + span nothing can beat the value at C*.
         w_star = cheapest(pools(hi, role))
+        if vm == 1:  # a single micro-batch: only the work counts, least where every stage could hold every layer
+            return cheapest(pools(c_max, role))
         value = (vm - 1) * lo + w_star
-        if vm > 1:
-            span = (w_star - L * tau_min) / (vm - 1)
-            grid = [lo + span * i / BLOCK_GRID for i in range(BLOCK_GRID + 1)]
-            for c_i, c_next in zip(grid, grid[1:]):
-                value = min(value, (vm - 1) * c_i + cheapest(pools(max(c_next, hi), role)))
-        else:  # a single micro-batch: only the work counts, least where every stage could hold every layer
-            value = cheapest(pools(c_max, role))
-        # the first and last stages pay their class's DP tail (embedding / LM-head gradients) on >= v layers
+        span = (w_star - L * tau_min) / (vm - 1)
+        grid = [lo + span * i / BLOCK_GRID for i in range(BLOCK_GRID + 1)]
+        for c_i, c_next in zip(grid, grid[1:]):
+            value = min(value, (vm - 1) * c_i + cheapest(pools(max(c_next, hi), role)))
+        return value
+
+    def ends_cost(first: str | None, last: str | None) -> float:
+        """Edge work plus v x the DP tail: the first and last stages pay their class's tail (embedding / LM-head
+        gradients) on >= v layers."""
         if p == 1:
             tail = terms.tail
         else:
@@ -546,7 +565,21 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
             tail = max(terms.tail, min(ctx.tails[k].first[0] + ctx.tails[k].first[1] * v for k in firsts),
                        min(ctx.tails[k].last[0] + ctx.tails[k].last[1] * v for k in lasts))
         edges = terms.edges if first is None else ctx.speeds[first][1] + ctx.speeds[last][2]
-        best = min(best, value + edges + v * tail)
+        return edges + v * tail
+
+    if r == 1:
+        best = compute_value(roles(subset[0], subset[0])) + ends_cost(subset[0], subset[0])
+    elif not ends_known:
+        best = compute_value(roles(None, None)) + ends_cost(None, None)
+    else:
+        # The unknown-ends roles ask less of every group than any choice of ends, so their value is a lower bound
+        # on each order's compute term: orders whose ends alone already reach the best found are skipped.
+        floor_value = compute_value(roles(None, None))
+        best = math.inf
+        for cost, first, last in sorted((ends_cost(a, b), a, b) for a, b in itertools.permutations(subset, 2)):
+            if floor_value + cost >= best:
+                break
+            best = min(best, compute_value(roles(first, last)) + cost)
     if not math.isfinite(best):
         return math.inf
     return (best + terms.fill_extra) / v * US
@@ -745,11 +778,17 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             else:
                 closed_bounds.append(upper / cand.cfg.vpp)  # nothing better than the incumbent
             continue
-        bound = max(lb, sol.bound / cand.cfg.vpp) if sol.objective is not None or sol.status != "UNKNOWN" else lb
+        # CP-SAT's bound holds for plans better than the incumbent, so the item's own optimum is at least
+        # min(bound, incumbent); the candidate's lower bound holds regardless
+        cp_bound = sol.bound if upper is None else min(sol.bound, upper)
+        bound = max(lb, cp_bound / cand.cfg.vpp)
         if sol.status == "OPTIMAL":
             closed_bounds.append(bound)
             continue
-        if attempt < 3:
+        # Retry with twice the time only if this solve got somewhere: a better plan, or a bound above what the
+        # item already had. A solve that found nothing and whose relaxation stayed below the item's bound (many
+        # node groups, tens of stages) gains nothing from more time.
+        if attempt < 3 and (sol.objective is not None or bound > lb):
             heapq.heappush(heap, (bound, key, stage + 1, i, subset))
         else:
             closed_bounds.append(bound)
