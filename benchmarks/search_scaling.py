@@ -100,7 +100,9 @@ def main() -> int:
         model = load_model(cat.model_texts[mname], mname)
         precision = "fp16" if ex == "three-generations" else "bf16"
         from hgplan.domain import Precision
-        train = TrainingSettings(seq_length=4096, global_batch_size=1024 if ex == "large" else 512,
+        # 4096 tokens, or the model's limit where its positions are learned (gpt-7.5b: 2048), as the CLI enforces
+        seq = 4096 if model.position_embedding_type != "learned_absolute" else min(4096, model.max_position_embeddings)
+        train = TrainingSettings(seq_length=seq, global_batch_size=1024 if ex == "large" else 512,
                                  precision=Precision(precision))
         row = measure(fleet, model, train, args.repeat if fleet.num_gpus <= 1024 else 1)
         row["fleet"] = f"example:{ex}"

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, NamedTuple
 
+import numpy as np
+
 from hgplan.costmodel.evaluate import edge_costs, layer_cost, p2p_message_bytes, p2p_seconds
 from hgplan.costmodel.memory import GIB, FRAMEWORK_OVERHEAD_GIB, state_bytes_per_param
 from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
@@ -544,15 +546,39 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
                     hi = mid
         # min over C >= C* of (v m - 1) C + W(C), W non-increasing: on [c_i, c_i+1) it is at least
         # (v m - 1) c_i + W(c_i+1); past lo + span nothing can beat the value at C*.
-        w_star = cheapest(pools(hi, role))
         if vm == 1:  # a single micro-batch: only the work counts, least where every stage could hold every layer
             return cheapest(pools(c_max, role))
-        value = (vm - 1) * lo + w_star
+        w_star = cheapest(pools(hi, role))
         span = (w_star - L * tau_min) / (vm - 1)
-        grid = [lo + span * i / BLOCK_GRID for i in range(BLOCK_GRID + 1)]
-        for c_i, c_next in zip(grid, grid[1:]):
-            value = min(value, (vm - 1) * c_i + cheapest(pools(max(c_next, hi), role)))
-        return value
+        grid = lo + span * np.arange(BLOCK_GRID + 1) / BLOCK_GRID
+        works = work_at(np.maximum(grid[1:], hi), role)
+        return min((vm - 1) * lo + w_star, float(np.min((vm - 1) * grid[:-1] + works)))
+
+    tau_arr = np.array(taus)
+
+    def work_at(cs: np.ndarray, role: list) -> np.ndarray:
+        """W at every cycle in cs, all at or above C* (where the stages can always be formed): pools() on an
+        array, then the layers placed fastest group first."""
+        vt, lone, end_a, end_b, inner_extra, slots = (np.array(col)[None, :] for col in zip(*role))
+        c = cs[:, None]
+
+        def held_at(extra: np.ndarray) -> np.ndarray:
+            return v * np.maximum(0, np.floor((c - extra) / vt + 1e-9))
+
+        held_a, held_b, one, interior = held_at(end_a), held_at(end_b), held_at(lone), held_at(inner_extra)
+        two = held_a + held_b
+        pair_ok = (held_a >= v) & (held_b >= v) & (slots >= 2)
+        n_more = np.where(pair_ok & (interior >= v), slots - 2, 0)
+        one_ok = one >= v
+        base = np.where(one_ok, one, two)
+        spare = (p - np.where(one_ok, 1, 2).sum(axis=1))[:, None]
+        inc1 = np.where(n_more > 0, np.maximum(two - one, interior), two - one)
+        extra = np.where(one_ok & pair_ok, inc1 + interior * np.minimum(n_more, spare - 1),
+                         interior * np.minimum(n_more, spare))
+        pool = base + np.where(spare > 0, extra, 0)
+        before = np.cumsum(pool, axis=1) - pool
+        take = np.clip(L - before, 0, pool)
+        return (take * tau_arr[None, :]).sum(axis=1)
 
     def ends_cost(first: str | None, last: str | None) -> float:
         """Edge work plus v x the DP tail: the first and last stages pay their class's tail (embedding / LM-head
