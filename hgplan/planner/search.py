@@ -457,14 +457,13 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
             out.append((v * tau[k], lone, *ends, 2 * v * inner[k], ctx.slots[k]))
         return out
 
-    def pools(c: float, role: list, *, feasible_only: bool = False) -> list[int] | None:
-        """Most layers each group's block (fastest first) can hold at cycle c, or None if the p stages cannot all
-        be formed; with feasible_only, an empty list instead of the pools when they can.
+    def feasible(c: float, role: list) -> bool:
+        """Whether the p stages can all be formed at cycle c with the L layers.
 
         A group's stages beyond its first (or first two) add increments [first] + [interior] x n_more, a
         non-increasing list, so the best `spare` extra stages over all groups are the largest increments. A
         group's stage at cycle c holds v floor((c - extra) / (v tau)) layers."""
-        spare, base_sum, info, incs = p, 0, [], []
+        spare, base_sum, incs = p, 0, []
         for vt, lone, end_a, end_b, inner_extra, slots in role:
             held_a = v * max(0, floor((c - end_a) / vt + 1e-9))
             held_b = v * max(0, floor((c - end_b) / vt + 1e-9))
@@ -474,91 +473,31 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
             interior = v * max(0, floor((c - inner_extra) / vt + 1e-9))
             n_more = slots - 2 if pair_ok and interior >= v else 0
             if one >= v:
-                spare, base = spare - 1, one
-                inc1 = (max(two - one, interior) if n_more else two - one) if pair_ok else None
+                spare, base_sum = spare - 1, base_sum + one
+                if pair_ok:
+                    incs.append((max(two - one, interior) if n_more else two - one, 1))
             elif pair_ok:
-                spare, base, inc1 = spare - 2, two, None
+                spare, base_sum = spare - 2, base_sum + two
             else:
-                return None
-            base_sum += base
-            info.append((base, inc1, interior, n_more))
-            if inc1 is not None:
-                incs.append((inc1, 1))
+                return False
             if n_more:
                 incs.append((interior, n_more))
         if spare < 0 or sum(n for _, n in incs) < spare:
-            return None
+            return False
         gained, need = 0, spare
         for value, n in sorted(incs, reverse=True):
             take = min(n, need)
             gained, need = gained + take * value, need - take
             if not need:
                 break
-        if base_sum + gained < L:
-            return None
-        if feasible_only:
-            return []
-        # for W: each group may take every spare stage the others leave (a relaxation of sum n = p)
-        out = []
-        for base, inc1, interior, n_more in info:
-            extra = 0
-            if spare and inc1 is not None:
-                extra = inc1 + interior * min(n_more, spare - 1)
-            elif spare:
-                extra = interior * min(n_more, spare)
-            out.append(base + extra)
-        return out
+        return base_sum + gained >= L
 
-    taus = [tau[k] for k in by_speed]
-
-    def cheapest(pool: list[int]) -> float:
-        left, cost = L, 0.0
-        for t_k, held_k in zip(taus, pool):
-            take = min(left, held_k)
-            cost += take * t_k
-            left -= take
-        return cost
-
-    def compute_value(role: list) -> float:
-        """min over C >= C* of (v m - 1) C + W(C) for these roles (inf if no placement)."""
-        # bisection for the smallest feasible cycle C*: lo stays below it (a valid bound), hi above
-        hi = c_max = max(vt * units + max(extras[:3]) + extras[3] for vt, *extras in role)
-        if pools(hi, role, feasible_only=True) is None:
-            return math.inf  # this order of ends admits no placement
-        # stage capacities only change where c - extra is a multiple of v tau, whole microseconds in the tables'
-        # units: bisect over whole microseconds, then check that just below the found one is still infeasible
-        lo_us, hi_us = 0, math.ceil(hi * US)
-        while hi_us - lo_us > 1:
-            mid = (lo_us + hi_us) // 2
-            if pools(mid / US, role, feasible_only=True) is None:
-                lo_us = mid
-            else:
-                hi_us = mid
-        lo, hi = lo_us / US, hi_us / US
-        if pools(hi * (1 - 1e-9), role, feasible_only=True) is None:
-            lo = hi * (1 - 1e-9)
-        else:  # not on the microsecond grid after all (rounding): finish in floating point
-            while hi - lo > 1e-9 * hi:
-                mid = (lo + hi) / 2
-                if pools(mid, role, feasible_only=True) is None:
-                    lo = mid
-                else:
-                    hi = mid
-        # min over C >= C* of (v m - 1) C + W(C), W non-increasing: on [c_i, c_i+1) it is at least
-        # (v m - 1) c_i + W(c_i+1); past lo + span nothing can beat the value at C*.
-        if vm == 1:  # a single micro-batch: only the work counts, least where every stage could hold every layer
-            return cheapest(pools(c_max, role))
-        w_star = cheapest(pools(hi, role))
-        span = (w_star - L * tau_min) / (vm - 1)
-        grid = lo + span * np.arange(BLOCK_GRID + 1) / BLOCK_GRID
-        works = work_at(np.maximum(grid[1:], hi), role)
-        return min((vm - 1) * lo + w_star, float(np.min((vm - 1) * grid[:-1] + works)))
-
-    tau_arr = np.array(taus)
+    tau_arr = np.array([tau[k] for k in by_speed])
 
     def work_at(cs: np.ndarray, role: list) -> np.ndarray:
-        """W at every cycle in cs, all at or above C* (where the stages can always be formed): pools() on an
-        array, then the layers placed fastest group first."""
+        """W at every cycle in cs, all at or above C* (where the stages can be formed): the most layers each group's
+        block holds there, each group taking every spare stage the others leave (a relaxation of sum n = p), then
+        the L layers placed fastest group first."""
         vt, lone, end_a, end_b, inner_extra, slots = (np.array(col)[None, :] for col in zip(*role))
         c = cs[:, None]
 
@@ -579,6 +518,42 @@ def block_bound_us(cand: Candidate, subset: tuple[str, ...], *, L: int, m: int, 
         before = np.cumsum(pool, axis=1) - pool
         take = np.clip(L - before, 0, pool)
         return (take * tau_arr[None, :]).sum(axis=1)
+
+    def compute_value(role: list) -> float:
+        """min over C >= C* of (v m - 1) C + W(C) for these roles (inf if no placement)."""
+        # bisection for the smallest feasible cycle C*: lo stays below it (a valid bound), hi above
+        hi = c_max = max(vt * units + max(lone, end_a, end_b) + inner_extra
+                         for vt, lone, end_a, end_b, inner_extra, _ in role)
+        if not feasible(hi, role):
+            return math.inf  # this order of ends admits no placement
+        if vm == 1:  # a single micro-batch: only the work counts, least where every stage could hold every layer
+            return float(work_at(np.array([c_max]), role)[0])
+        # stage capacities only change where c - extra is a multiple of v tau, whole microseconds in the tables'
+        # units: bisect over whole microseconds, then check that just below the found one is still infeasible
+        lo_us, hi_us = 0, math.ceil(hi * US)
+        while hi_us - lo_us > 1:
+            mid = (lo_us + hi_us) // 2
+            if feasible(mid / US, role):
+                hi_us = mid
+            else:
+                lo_us = mid
+        lo, hi = lo_us / US, hi_us / US
+        if not feasible(hi * (1 - 1e-9), role):
+            lo = hi * (1 - 1e-9)
+        else:  # not on the microsecond grid after all (rounding): finish in floating point
+            while hi - lo > 1e-9 * hi:
+                mid = (lo + hi) / 2
+                if feasible(mid, role):
+                    hi = mid
+                else:
+                    lo = mid
+        # min over C >= C* of (v m - 1) C + W(C), W non-increasing: on [c_i, c_i+1) it is at least
+        # (v m - 1) c_i + W(c_i+1); past lo + span nothing can beat the value at C*.
+        w_star = float(work_at(np.array([hi]), role)[0])
+        span = (w_star - L * tau_min) / (vm - 1)
+        grid = lo + span * np.arange(BLOCK_GRID + 1) / BLOCK_GRID
+        works = work_at(np.maximum(grid[1:], hi), role)
+        return min((vm - 1) * lo + w_star, float(np.min((vm - 1) * grid[:-1] + works)))
 
     def ends_cost(first: str | None, last: str | None) -> float:
         """Edge work plus v x the DP tail: the first and last stages pay their class's tail (embedding / LM-head
