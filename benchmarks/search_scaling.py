@@ -16,7 +16,8 @@ import time
 from hgplan.domain import Fleet, Link, NodeGroup, TrainingSettings, Transport
 from hgplan.inputs import load_cluster, load_model
 from hgplan.io import catalog
-from hgplan.planner.search import SearchOptions, seeded_search
+from hgplan.planner.options import SearchOptions
+from hgplan.planner.search import seeded_search
 
 TYPES = [("H100-SXM5-80GB", Transport.INFINIBAND, 400), ("A100-SXM4-80GB", Transport.ROCE, 200),
          ("A100-SXM4-40GB", Transport.ROCE, 200), ("H200-SXM-141GB", Transport.INFINIBAND, 400),

@@ -446,7 +446,7 @@ def search(
 
     from hgplan.io import resolve_cluster, resolve_model
     from hgplan.planner.api import plan_training
-    from hgplan.planner.search import SearchOptions
+    from hgplan.planner.options import SearchOptions
 
     if top < 1:
         raise InputError(f"--top must be >= 1 (got {top})")

@@ -11,9 +11,11 @@ from hgplan.domain import Fleet, Link, NodeGroup, TrainingSettings, Transport
 from hgplan.inputs import load_model
 from hgplan.io import catalog
 from hgplan.plan import ParallelConfig, Recompute
-from hgplan.planner.exhaustive import exhaustive_best
+from exhaustive import exhaustive_best
 from hgplan.planner.model import SolverParams, solve
-from hgplan.planner.search import SearchOptions, run_search
+from hgplan.planner.costs import CostSource
+from hgplan.planner.options import SearchOptions
+from hgplan.planner.search import run_search
 from hgplan.planner.tables import build_tables
 from hgplan.validate import check_plan
 
@@ -93,7 +95,7 @@ def _two_group_tables(**kw):
     train = TrainingSettings(seq_length=4096, global_batch_size=256)
     cfg = ParallelConfig(tp=8, pp=4, dp=2, micro_batch_size=1, recompute=Recompute.SELECTIVE, sequence_parallel=True,
                          zero_stage=1, **kw)
-    return build_tables(fleet, model, train, cfg, list(fleet.groups))
+    return build_tables(CostSource(fleet, model, train), cfg, list(fleet.groups))
 
 
 def test_triple_trivially_feasible():
@@ -157,8 +159,10 @@ def test_lower_bounds_never_exceed_the_exhaustive_optimum(seed):
     plan the exhaustive search finds on that candidate and group set; a bound above it could prune the optimum."""
     from dataclasses import replace
 
-    from hgplan.planner.exhaustive import best_for_tables
-    from hgplan.planner.search import block_bound_us, enumerate_candidates, subset_bounds_us
+    from exhaustive import best_for_tables
+    from hgplan.planner.block_bound import block_bound_us
+    from hgplan.planner.bounds import subset_bounds_us
+    from hgplan.planner.candidates import enumerate_candidates
 
     rng = random.Random(1000 + seed)
     fleet = random_multisite_fleet(rng)
@@ -167,21 +171,21 @@ def test_lower_bounds_never_exceed_the_exhaustive_optimum(seed):
     opts = SearchOptions(max_pp=5, mbs_options=(1, 2), recompute_options=(Recompute.NONE, Recompute.FULL))
     by_key = {g.key: g for g in fleet.groups}
     checked = tight = 0
-    for cand in enumerate_candidates(fleet, model, train, opts, list(fleet.groups)):
+    for cand in enumerate_candidates(CostSource(fleet, model, train), opts, list(fleet.groups)):
         m = cand.cfg.num_microbatches(train.global_batch_size)
-        whole = build_tables(fleet, model, train, cand.cfg, list(fleet.groups))
+        whole = build_tables(CostSource(fleet, model, train), cand.cfg, list(fleet.groups))
         best_any = best_for_tables(whole) if whole else None
         if best_any is not None:
             assert cand.lower_bound_us <= best_any[0] / cand.cfg.vpp + 1
-        for subset, sub_lb in subset_bounds_us(cand, L=model.num_layers, m=m).items():
-            tables = build_tables(fleet, model, train, cand.cfg, [by_key[k] for k in subset])
+        for subset, sub_lb in subset_bounds_us(cand.ctx, cand.cfg, L=model.num_layers, m=m).items():
+            tables = build_tables(CostSource(fleet, model, train), cand.cfg, [by_key[k] for k in subset])
             if tables is None or len(tables.groups) != len(subset):
                 continue
             best = best_for_tables(replace(tables, require_all=True))
             if best is None:
                 continue
             optimum = best[0] / cand.cfg.vpp
-            block = block_bound_us(cand, subset, L=model.num_layers, m=m)
+            block = block_bound_us(cand.ctx, cand.cfg, subset, L=model.num_layers, m=m)
             assert sub_lb <= optimum + 1, (cand.cfg, subset)
             assert block <= optimum + 1, (cand.cfg, subset)
             checked += 1
@@ -194,7 +198,7 @@ def test_integer_cycle_bound_matches_its_definition():
     """The breakpoint walk returns the smallest cycle whose whole-chunk capacity holds the layers."""
     import math
 
-    from hgplan.planner.search import integer_cycle_bound
+    from hgplan.planner.bounds import integer_cycle_bound
 
     rng = random.Random(7)
     for _ in range(2000):
@@ -214,9 +218,10 @@ def test_integer_cycle_bound_matches_its_definition():
 def test_layer_split_heuristic_against_every_split():
     """For fixed placements on random fleets, best_layers finds a valid split whenever any split fits, and the
     best one on most placements (it balances the cycle and the work; the DP tail it only checks)."""
-    from hgplan.planner.exhaustive import block_placements, compositions
+    from exhaustive import block_placements, compositions
     from hgplan.planner.heuristic import best_layers, improve
-    from hgplan.planner.search import enumerate_candidates, greedy_hint
+    from hgplan.planner.candidates import enumerate_candidates
+    from hgplan.planner.heuristic import greedy_hint
 
     exact = total = 0
     for seed in range(6):
@@ -225,8 +230,8 @@ def test_layer_split_heuristic_against_every_split():
         model = small_model(rng.choice([8, 12, 16, 24]), hidden=rng.choice([4096, 5120]), heads=32)
         train = TrainingSettings(seq_length=4096, global_batch_size=rng.choice([32, 64]))
         opts = SearchOptions(max_pp=4, mbs_options=(1, 2), recompute_options=(Recompute.NONE, Recompute.FULL))
-        for cand in enumerate_candidates(fleet, model, train, opts, list(fleet.groups))[:30]:
-            tables = build_tables(fleet, model, train, cand.cfg, list(fleet.groups))
+        for cand in enumerate_candidates(CostSource(fleet, model, train), opts, list(fleet.groups))[:30]:
+            tables = build_tables(CostSource(fleet, model, train), cand.cfg, list(fleet.groups))
             if tables is None:
                 continue
             splits = compositions(tables.num_layers // tables.vpp, tables.pp) * tables.vpp

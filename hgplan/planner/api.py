@@ -14,7 +14,8 @@ from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
 from hgplan.planner.model import SolverParams
-from hgplan.planner.search import DTIME_PER_WALL, SearchOptions, SearchResult, seeded_search
+from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
+from hgplan.planner.search import SearchResult, seeded_search
 from hgplan.planner.tables import eligible
 from hgplan.report import SCHEMA_VERSION, prediction_dict, stages_list, training_dict
 from hgplan.validate import check_plan

@@ -13,7 +13,10 @@ from dataclasses import dataclass, replace
 from hgplan.costmodel.evaluate import Prediction, evaluate, layer_cost
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.plan import Plan, StageAssignment
-from hgplan.planner.search import SearchOptions, apportion, base_configs, run_search
+from hgplan.planner.candidates import base_configs
+from hgplan.planner.heuristic import apportion
+from hgplan.planner.options import SearchOptions
+from hgplan.planner.search import run_search
 from hgplan.planner.tables import eligible
 from hgplan.validate import check_plan
 

@@ -9,11 +9,17 @@ prunes other items early. Everything here works on the integer cost tables and i
   go to the cheapest stages first (least total work), and the best objective of CostTables.objective wins.
 - `improve`: block order by cheapest crossings, then a local search that moves one stage between groups or
   swaps two neighbouring blocks while the objective improves.
+- `greedy_hint`: the starting placement `improve` refines; `apportion` and `capped_apportion` split layers in
+  proportion to speed (also used by the proportional baseline).
+
+Legend: p pipeline stages, v virtual stages per rank, m micro-batches, L layers, K node groups of the table,
+tau a group's integer microseconds per layer, C the cycle (docs/planner.md).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 
 from hgplan.planner.tables import CostTables
 
@@ -152,3 +158,58 @@ def improve(t: CostTables, start: tuple[list[int], list[int]]) -> tuple[list[int
         if not moved:
             break
     return best_assign, best_layers_
+
+
+def apportion(total: int, weights: list[float]) -> list[int]:
+    """Split `total` into len(weights) integers >= 1 in proportion to the weights (largest remainder)."""
+    n = len(weights)
+    raw = [total * w / sum(weights) for w in weights]
+    parts = [max(1, int(r)) for r in raw]
+    while sum(parts) < total:
+        i = max(range(n), key=lambda j: raw[j] - parts[j])
+        parts[i] += 1
+    while sum(parts) > total:
+        i = max(range(n), key=lambda j: (parts[j] - raw[j]) if parts[j] > 1 else -math.inf)
+        parts[i] -= 1
+    return parts
+
+
+def capped_apportion(total: int, weights: list[float], caps: list[int]) -> list[int]:
+    """Like apportion, but no part above its cap (water-filling); parts stay >= 1 even if that breaks a cap."""
+    n = len(weights)
+    parts = [1] * n
+    left = total - n
+    while left > 0:
+        room = [i for i in range(n) if parts[i] < caps[i]]
+        if not room:
+            room = list(range(n))
+        share = sum(weights[i] for i in room)
+        grant = [int(left * weights[i] / share) for i in room]
+        if sum(grant) == 0:
+            best = max(room, key=lambda i: (weights[i] / (parts[i] + 1), -i))
+            parts[best] += 1
+            left -= 1
+            continue
+        for i, g in zip(room, grant):
+            g = min(g, max(0, caps[i] - parts[i])) if any(parts[j] < caps[j] for j in room) else g
+            parts[i] += g
+            left -= g
+    return parts
+
+
+def greedy_hint(t: CostTables, fleet_order: list[str]) -> tuple[list[int], list[int]]:
+    """A warm start for CP-SAT: one slot of every required group, then the fastest slots, blocks in file order,
+    layers in proportion to speed but within each stage's memory."""
+    p, v, L, K = t.pp, t.vpp, t.num_layers, len(t.groups)
+    pool = sorted((t.layer_us[k], fleet_order.index(t.groups[k]), k) for k in range(K) for _ in range(t.slots[k]))
+    chosen = []
+    if t.require_all:
+        for k in range(K):
+            item = next(x for x in pool if x[2] == k)
+            pool.remove(item)
+            chosen.append(item)
+    chosen += pool[:max(0, p - len(chosen))]
+    assign = [k for _, _, k in sorted(chosen[:p], key=lambda x: x[1])]
+    caps = [max(1, t.memory_layers(s, k) // v) for s, k in enumerate(assign)]
+    layers = capped_apportion(L // v, [1.0 / t.layer_us[k] for k in assign], caps)
+    return assign, [n * v for n in layers]

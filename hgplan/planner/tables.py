@@ -9,14 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hgplan.costmodel.evaluate import (dp_tail, edge_costs, layer_cost, p2p_message_bytes, p2p_seconds,
-                                       tied_embedding_sync_s)
-from hgplan.costmodel.memory import GIB, stage_memory
-from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
+from hgplan.costmodel.memory import GIB
+from hgplan.domain import NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig
-
-US = 1_000_000
-MIB = 1024 ** 2
+from hgplan.planner.costs import MIB, TAIL_CLASSES, CostSource, tail_class
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,103 +125,25 @@ def eligible(group: NodeGroup, cfg: ParallelConfig, train: TrainingSettings) -> 
     return group.num_gpus >= g
 
 
-TAIL_CLASSES = ("first", "middle", "last", "only")
-
-
-def tail_class(stage: int, pp: int) -> int:
-    """Index into TAIL_CLASSES of pipeline stage `stage` of `pp`."""
-    if pp == 1:
-        return 3
-    return 0 if stage == 0 else 2 if stage == pp - 1 else 1
-
-
-def tail_coeffs(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings, *,
-                fwd_per_layer_s: float, bwd_per_layer_s: float, edge_params: float = 0.0, edge_fwd_s: float = 0.0,
-                edge_bwd_s: float = 0.0) -> tuple[float, float]:
-    """DP sync + optimizer after the flush of a stage on g, linear in its layers: (intercept, slope) seconds.
-
-    Evaluated at 1 and 2 layers (plus the embedding or LM head of an edge stage: its parameters and work);
-    the exposed part of an overlapped reduction grows linearly once it exceeds the backward window, and the
-    optimizer step is linear in parameters.
-    """
-    per = model.layer_params() / cfg.tp
-    t1, t2 = (sum(dp_tail(fleet, g, cfg, train, params=n * per + edge_params, layers=n,
-                          fwd_s=n * fwd_per_layer_s + edge_fwd_s, bwd_s=n * bwd_per_layer_s + edge_bwd_s))
-              for n in (1, 2))
-    slope = max(0.0, t2 - t1)
-    return max(0.0, t1 - slope), slope
-
-
-def edge_tail_inputs(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings,
-                     num_microbatches: int) -> list[dict]:
-    """Keyword arguments of tail_coeffs for each of TAIL_CLASSES: the edge stages' extra parameters and work."""
-    ef, eb, hf, hb = edge_costs(g, model, cfg, train)
-    per = model.layer_params() / cfg.tp
-    out = []
-    for cls, (fwd, bwd) in enumerate([(ef, eb), (0.0, 0.0), (hf, hb), (ef + hf, eb + hb)]):
-        stage = {0: 0, 1: None, 2: cfg.pp - 1, 3: 0}[cls]
-        if stage is None or (cls == 3) != (cfg.pp == 1):
-            out.append({})
-            continue
-        mem = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length,
-                           num_microbatches=num_microbatches, stage=stage, layers=1, flash=train.attention == "flash")
-        out.append({"edge_params": mem.params - per, "edge_fwd_s": fwd, "edge_bwd_s": bwd})
-    return out
-
-
-def build_tables(fleet: Fleet, model: ModelArch, train: TrainingSettings, cfg: ParallelConfig,
-                 groups: list[NodeGroup]) -> CostTables | None:
+def build_tables(costs: CostSource, cfg: ParallelConfig, groups: list[NodeGroup]) -> CostTables | None:
     """Tables for one outer candidate over the eligible groups, or None when no group can host a stage."""
-    groups = [g for g in groups if eligible(g, cfg, train)]
+    groups = [g for g in groups if eligible(g, cfg, costs.train)]
     if not groups:
         return None
-    p, m = cfg.pp, cfg.num_microbatches(train.global_batch_size)
-    layer_us, first_us, last_us = [], [], []
-    tail_a: list[list[int]] = [[] for _ in TAIL_CLASSES]
-    tail_b: list[list[int]] = [[] for _ in TAIL_CLASSES]
-    for g in groups:
-        _, f_l, b_l = layer_cost(fleet, g, model, cfg, train)
-        layer_us.append(max(1, round((f_l + b_l) * US)))
-        ef, eb, hf, hb = edge_costs(g, model, cfg, train)
-        first_us.append(round((ef + eb) * US))
-        last_us.append(round((hf + hb) * US))
-        for cls, edge in enumerate(edge_tail_inputs(g, model, cfg, train, m)):
-            intercept, slope = tail_coeffs(fleet, g, model, cfg, train, fwd_per_layer_s=f_l, bwd_per_layer_s=b_l,
-                                           **edge)
-            tail_a[cls].append(round(intercept * US))
-            tail_b[cls].append(round(slope * US))
-    msg = p2p_message_bytes(model, cfg, train)
-    send: list[list[int | None]] = []
-    lat: list[list[int]] = []
-    tied: list[list[int]] = []
-    for a in groups:
-        srow, lrow, trow = [], [], []
-        for b in groups:
-            busy, latency, path = p2p_seconds(fleet, a, b, cfg, msg_bytes=msg, crossings=1)
-            srow.append(None if path is None else round(busy * US))
-            lrow.append(0 if path is None else round(latency * US))
-            trow.append(0 if path is None else round(tied_embedding_sync_s(fleet, a, b, model, cfg, train) * US))
-        send.append(srow)
-        lat.append(lrow)
-        tied.append(trow)
-    mem_a, mem_b = [], []
-    flash = train.attention == "flash"
-    for s in range(p):
-        arow, brow = [], []
-        for g in groups:
-            one = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length, num_microbatches=m,
-                               stage=s, layers=cfg.vpp, flash=flash).total_gib * GIB / MIB
-            two = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length, num_microbatches=m,
-                               stage=s, layers=2 * cfg.vpp, flash=flash).total_gib * GIB / MIB
-            slope = (two - one) / cfg.vpp
-            brow.append(math.ceil(slope))
-            arow.append(math.ceil(one - slope * cfg.vpp) + 1)
-        mem_a.append(tuple(arow))
-        mem_b.append(tuple(brow))
-    cap = tuple(math.floor(g.gpu.hbm_gib * GIB / MIB) for g in groups)
-    return CostTables(cfg=cfg, num_layers=model.num_layers, microbatches=m, groups=tuple(g.key for g in groups),
-                      slots=tuple(g.num_gpus // cfg.gpus_per_stage for g in groups), layer_us=tuple(layer_us),
-                      first_us=tuple(first_us), last_us=tuple(last_us), send_us=tuple(tuple(r) for r in send),
-                      lat_us=tuple(tuple(r) for r in lat), mem_a_mib=tuple(mem_a), mem_b_mib=tuple(mem_b), cap_mib=cap,
-                      tail_a_us=tuple(map(tuple, tail_a)), tail_b_us=tuple(map(tuple, tail_b)),
-                      tied_us=tuple(tuple(r) for r in tied))
+    per_group = [costs.group(g, cfg) for g in groups]
+    tails = [costs.tail(g, cfg).by_class for g in groups]
+    links = [[costs.link(a, b, cfg) for b in groups] for a in groups]
+    memory = costs.memory(cfg)
+    return CostTables(
+        cfg=cfg, num_layers=costs.model.num_layers, microbatches=cfg.num_microbatches(costs.train.global_batch_size),
+        groups=tuple(g.key for g in groups), slots=tuple(g.num_gpus // cfg.gpus_per_stage for g in groups),
+        layer_us=tuple(c.layer_us for c in per_group), first_us=tuple(c.first_us for c in per_group),
+        last_us=tuple(c.last_us for c in per_group),
+        send_us=tuple(tuple(None if lk is None else lk.send_us for lk in row) for row in links),
+        lat_us=tuple(tuple(0 if lk is None else lk.lat_us for lk in row) for row in links),
+        mem_a_mib=tuple(tuple(a for _ in groups) for a, _ in memory),
+        mem_b_mib=tuple(tuple(b for _ in groups) for _, b in memory),
+        cap_mib=tuple(math.floor(g.gpu.hbm_gib * GIB / MIB) for g in groups),
+        tail_a_us=tuple(tuple(t[c][0] for t in tails) for c in range(len(TAIL_CLASSES))),
+        tail_b_us=tuple(tuple(t[c][1] for t in tails) for c in range(len(TAIL_CLASSES))),
+        tied_us=tuple(tuple(0 if lk is None else lk.tied_us for lk in row) for row in links))

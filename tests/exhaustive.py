@@ -1,6 +1,6 @@
 """Reference exhaustive search for small fleets: every plan of the family, scored by the same cost tables.
 
-Used by the tests to check that the CP-SAT planner finds the optimum: for each outer candidate, every
+Test-only (never shipped in the package): used by the tests to check that the CP-SAT planner finds the optimum: for each outer candidate, every
 contiguous block placement (ordered groups x stage counts) and every split of the layers (numpy-vectorised).
 """
 
@@ -12,8 +12,10 @@ import math
 import numpy as np
 
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
-from hgplan.planner.search import SearchOptions, enumerate_candidates
-from hgplan.planner.tables import CostTables, build_tables, tail_class
+from hgplan.planner.candidates import enumerate_candidates
+from hgplan.planner.costs import CostSource, tail_class
+from hgplan.planner.options import SearchOptions
+from hgplan.planner.tables import CostTables, build_tables
 
 
 def compositions(total: int, parts: int) -> np.ndarray:
@@ -87,8 +89,9 @@ def exhaustive_best(fleet: Fleet, model: ModelArch, train: TrainingSettings, opt
     """Best predicted time (us) over the whole family, and its (cfg, placement, layers)."""
     groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
     best_time, best_plan = math.inf, None
-    for cand in enumerate_candidates(fleet, model, train, opts, groups):
-        t = build_tables(fleet, model, train, cand.cfg, groups)
+    costs = CostSource(fleet, model, train)
+    for cand in enumerate_candidates(costs, opts, groups):
+        t = build_tables(costs, cand.cfg, groups)
         if t is None:
             continue
         res = best_for_tables(t)

@@ -1,0 +1,220 @@
+"""The block-structured lower bound on any placement on exactly a set S of node groups (tighter, slower).
+
+Each group's stages form one block and the blocks form a path, so for every ordered choice of the first and last
+group, each group's role is known: how many crossings its block touches (one for an end block, two otherwise)
+and whether it holds the embedding or the LM head. Every stage's cycle holds its layers plus what it surely
+pays: v x (its share of the block's two cheapest partners' sends and/or the send inside the group), and the
+embedding or head work; the first and last stages also pay their class's DP tail. That caps the layers a block
+of n stages holds at cycle C (taking, for a valid bound, the most a group gains from each extra stage as
+non-increasing). Then the smallest cycle C* whose capacity holds L layers, and min over C >= C* of
+(v m - 1) C + W(C), W being the cheapest way to place the layers within those capacities (fastest groups
+first), plus the edge, crossing and tail terms. With interleaving the wrap-around boundary (last stage back to
+the first) makes the end blocks touch two crossings too.
+
+Legend: as in planner/bounds.py (L, p, v, m, r, tau, C, W, c1, c2); a "role" row is one group's
+(v tau, lone, end_a, end_b, interior, slots): the sure extra seconds of a lone stage, of the two end stages of a
+block of two or more, and of an interior stage, and how many stages the group hosts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from hgplan.plan import ParallelConfig
+from hgplan.planner.bounds import BLOCK_GRID, FLOOR_EPS, BoundContext, subset_terms
+from hgplan.planner.costs import US
+
+Role = tuple[float, float, float, float, float, int]
+"""(v tau, lone, end_a, end_b, interior, slots) of one group: see the module docstring."""
+
+
+def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ...], *, L: int, m: int,
+                   ends_known: bool = True) -> float:
+    """Block-structured lower bound (us) on any placement of cfg's stages on exactly `subset`.
+
+    With ends_known=False one pass gives every group the least demanding role (no edge work, and one crossing
+    without interleaving): weaker, but |S| (|S| - 1) times cheaper.
+    """
+    terms = subset_terms(ctx, subset, L=L, p=cfg.pp)
+    if terms is None:
+        return math.inf
+    bb = _BlockBound(ctx, cfg, subset, L=L, m=m, tail=terms.tail, edges=terms.edges)
+    if len(subset) == 1:
+        best = bb.compute_value(bb.roles(subset[0], subset[0])) + bb.ends_cost(subset[0], subset[0])
+    elif not ends_known:
+        best = bb.compute_value(bb.roles(None, None)) + bb.ends_cost(None, None)
+    else:
+        # The unknown-ends roles ask less of every group than any choice of ends, so their value is a lower bound
+        # on each order's compute term: orders whose ends alone already reach the best found are skipped.
+        floor_value = bb.compute_value(bb.roles(None, None))
+        best = math.inf
+        for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in itertools.permutations(subset, 2)):
+            if floor_value + cost >= best:
+                break
+            best = min(best, bb.compute_value(bb.roles(first, last)) + cost)
+    if not math.isfinite(best):
+        return math.inf
+    return (best + terms.fill_extra) / cfg.vpp * US
+
+
+class _BlockBound:
+    """The pieces of block_bound_us for one (candidate, subset): roles, feasibility of a cycle, W at a cycle."""
+
+    def __init__(self, ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ...], *, L: int, m: int,
+                 tail: float, edges: float):
+        self.ctx, self.subset, self.L, self.tail, self.edges = ctx, subset, L, tail, edges
+        self.p, self.v = cfg.pp, cfg.vpp
+        self.vm, self.r, self.units = cfg.vpp * m, len(subset), L // cfg.vpp
+        gs = ctx.groups
+        self.tau = {k: gs[k].layer_s for k in subset}
+        # each block's crossings lead to distinct neighbouring groups (a path or, interleaved, a ring visits each
+        # group once), so its two crossings cost at least its two cheapest partners' sends (the same partner twice
+        # if r = 2)
+        self.cross: dict[str, tuple[float, float]] = {}
+        for k in subset:
+            sends = sorted(ctx.pair_send[e] for e in itertools.combinations(subset, 2)
+                           if k in e and e in ctx.pair_send)
+            sends = (sends or [0.0]) * 2 if self.r == 2 or len(sends) < 2 else sends
+            self.cross[k] = (sends[0], sends[1])
+        self.by_speed = sorted(subset, key=lambda k: (self.tau[k], k))
+        self.tau_min = self.tau[self.by_speed[0]]
+        self.tau_arr = np.array([self.tau[k] for k in self.by_speed])
+
+    def roles(self, first: str | None, last: str | None) -> list[Role]:
+        """Per group, fastest first, its Role. Without known ends (None), every group gets the least of the roles:
+        one crossing and no edge work."""
+        v, gs, out = self.v, self.ctx.groups, []
+        for k in self.by_speed:
+            work_in = gs[k].first_s * (k == first), gs[k].last_s * (k == last)
+            inner = gs[k].self_send_s
+            # with interleaving the wrap-around boundary (last stage -> first) is one more crossing of the end blocks
+            crossings = 0 if self.r == 1 else (1 if v == 1 and (first is None or k in (first, last)) else 2)
+            c1, c2 = self.cross[k]
+            lone = v * (c1 + c2 if crossings == 2 else c1 * crossings) + sum(work_in)
+            if crossings == 2:
+                ends = (v * (c1 + inner), v * (c2 + inner))
+            elif crossings == 1:
+                ends = (v * (c1 + inner), v * inner + sum(work_in))
+            else:
+                ends = (v * inner + work_in[0], v * inner + work_in[1])
+            out.append((v * self.tau[k], lone, *ends, 2 * v * inner, gs[k].slots))
+        return out
+
+    def feasible(self, c: float, role: list[Role]) -> bool:
+        """Whether the p stages can all be formed at cycle c with the L layers.
+
+        A group's stages beyond its first (or first two) add increments [first] + [interior] x n_more, a
+        non-increasing list, so the best `spare` extra stages over all groups are the largest increments. A
+        group's stage at cycle c holds v floor((c - extra) / (v tau)) layers."""
+        v, floor = self.v, math.floor
+        spare, base_sum, incs = self.p, 0, []
+        for vt, lone, end_a, end_b, inner_extra, slots in role:
+            held_a = v * max(0, floor((c - end_a) / vt + FLOOR_EPS))
+            held_b = v * max(0, floor((c - end_b) / vt + FLOOR_EPS))
+            one = v * max(0, floor((c - lone) / vt + FLOOR_EPS))
+            two = held_a + held_b
+            pair_ok = held_a >= v and held_b >= v and slots >= 2
+            interior = v * max(0, floor((c - inner_extra) / vt + FLOOR_EPS))
+            n_more = slots - 2 if pair_ok and interior >= v else 0
+            if one >= v:
+                spare, base_sum = spare - 1, base_sum + one
+                if pair_ok:
+                    incs.append((max(two - one, interior) if n_more else two - one, 1))
+            elif pair_ok:
+                spare, base_sum = spare - 2, base_sum + two
+            else:
+                return False
+            if n_more:
+                incs.append((interior, n_more))
+        if spare < 0 or sum(n for _, n in incs) < spare:
+            return False
+        gained, need = 0, spare
+        for value, n in sorted(incs, reverse=True):
+            take = min(n, need)
+            gained, need = gained + take * value, need - take
+            if not need:
+                break
+        return base_sum + gained >= self.L
+
+    def work_at(self, cs: np.ndarray, role: list[Role]) -> np.ndarray:
+        """W at every cycle in cs, all at or above C* (where the stages can be formed): the most layers each group's
+        block holds there, each group taking every spare stage the others leave (a relaxation of sum n = p), then
+        the L layers placed fastest group first."""
+        v, p = self.v, self.p
+        vt, lone, end_a, end_b, inner_extra, slots = (np.array(col)[None, :] for col in zip(*role))
+        c = cs[:, None]
+
+        def held_at(extra: np.ndarray) -> np.ndarray:
+            return v * np.maximum(0, np.floor((c - extra) / vt + FLOOR_EPS))
+
+        held_a, held_b, one, interior = held_at(end_a), held_at(end_b), held_at(lone), held_at(inner_extra)
+        two = held_a + held_b
+        pair_ok = (held_a >= v) & (held_b >= v) & (slots >= 2)
+        n_more = np.where(pair_ok & (interior >= v), slots - 2, 0)
+        one_ok = one >= v
+        base = np.where(one_ok, one, two)
+        spare = (p - np.where(one_ok, 1, 2).sum(axis=1))[:, None]
+        inc1 = np.where(n_more > 0, np.maximum(two - one, interior), two - one)
+        extra = np.where(one_ok & pair_ok, inc1 + interior * np.minimum(n_more, spare - 1),
+                         interior * np.minimum(n_more, spare))
+        pool = base + np.where(spare > 0, extra, 0)
+        before = np.cumsum(pool, axis=1) - pool
+        take = np.clip(self.L - before, 0, pool)
+        return (take * self.tau_arr[None, :]).sum(axis=1)
+
+    def smallest_cycle(self, role: list[Role], hi: float) -> tuple[float, float]:
+        """(lo, hi) around C*, the smallest feasible cycle: lo stays below it (a valid bound), hi is feasible.
+
+        Stage capacities only change where c - extra is a multiple of v tau, whole microseconds in the tables'
+        units: bisect over whole microseconds, then check that just below the found one is still infeasible."""
+        lo_us, hi_us = 0, math.ceil(hi * US)
+        while hi_us - lo_us > 1:
+            mid = (lo_us + hi_us) // 2
+            if self.feasible(mid / US, role):
+                hi_us = mid
+            else:
+                lo_us = mid
+        lo, hi = lo_us / US, hi_us / US
+        if not self.feasible(hi * (1 - 1e-9), role):
+            return hi * (1 - 1e-9), hi
+        while hi - lo > 1e-9 * hi:  # not on the microsecond grid after all (rounding): finish in floating point
+            mid = (lo + hi) / 2
+            if self.feasible(mid, role):
+                hi = mid
+            else:
+                lo = mid
+        return lo, hi
+
+    def compute_value(self, role: list[Role]) -> float:
+        """min over C >= C* of (v m - 1) C + W(C) for these roles (inf if no placement)."""
+        c_max = max(vt * self.units + max(lone, end_a, end_b) + inner_extra
+                    for vt, lone, end_a, end_b, inner_extra, _ in role)
+        if not self.feasible(c_max, role):
+            return math.inf  # this order of ends admits no placement
+        if self.vm == 1:  # a single micro-batch: only the work counts, least where every stage could hold every layer
+            return float(self.work_at(np.array([c_max]), role)[0])
+        lo, hi = self.smallest_cycle(role, c_max)
+        # W is non-increasing: on [c_i, c_i+1) the value is at least (v m - 1) c_i + W(c_i+1); past lo + span
+        # nothing can beat the value at C*.
+        w_star = float(self.work_at(np.array([hi]), role)[0])
+        span = (w_star - self.L * self.tau_min) / (self.vm - 1)
+        grid = lo + span * np.arange(BLOCK_GRID + 1) / BLOCK_GRID
+        works = self.work_at(np.maximum(grid[1:], hi), role)
+        return min((self.vm - 1) * lo + w_star, float(np.min((self.vm - 1) * grid[:-1] + works)))
+
+    def ends_cost(self, first: str | None, last: str | None) -> float:
+        """Edge work plus v x the DP tail: the first and last stages pay their class's tail (embedding / LM-head
+        gradients) on >= v layers."""
+        gs, v = self.ctx.groups, self.v
+        if self.p == 1:
+            tail = self.tail
+        else:
+            firsts = self.subset if first is None else (first,)
+            lasts = self.subset if last is None else (last,)
+            tail = max(self.tail, min(gs[k].tail.first[0] + gs[k].tail.first[1] * v for k in firsts),
+                       min(gs[k].tail.last[0] + gs[k].tail.last[1] * v for k in lasts))
+        edges = self.edges if first is None else gs[first].first_s + gs[last].last_s
+        return edges + v * tail

@@ -1,0 +1,268 @@
+"""Lower bounds on the tables' objective: per outer candidate, per set of node groups, and per block structure.
+
+Every bound here holds for the integer cost tables (planner/tables.py) because it reads the same integers from
+the same CostSource (in seconds: integer microseconds / US). The search prunes with them and certifies its gap
+with them, so a bound above the tables' optimum would be a bug: tests/test_planner.py checks them against the
+exhaustive optimum.
+
+Legend (the names follow the pipeline literature and docs/planner.md):
+    L    transformer layers of the model        p    pipeline stages (pp)
+    v    virtual stages per rank (vpp)          m    micro-batches per iteration
+    r    node groups in the set S               tau  seconds of one layer (fwd + bwd, one micro-batch) on a group
+    C    the pipeline's cycle: the slowest stage's time per micro-batch (layers plus the sends it makes)
+    W    the work of all layers, sum_s layers_s tau_s (the fill)
+    c1, c2  the two cheapest sends from a group's block to distinct partner groups
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from hgplan.domain import NodeGroup
+from hgplan.plan import ParallelConfig
+from hgplan.planner.costs import TAIL_CLASSES, US, CostSource
+
+BLOCK_GRID = 24
+"""Intervals over which block_bound_us minimises (v m - 1) C + W(C); each costs at most 1/BLOCK_GRID of W's range."""
+FLOOR_EPS = 1e-9
+"""Slack on floor((C - extra) / (v tau)) so a cycle exactly on a breakpoint counts the layer it completes."""
+
+Slots = list[tuple[float, int, float]]
+"""Stage slots grouped as (seconds per layer, count, extra seconds taken from the cycle), fastest first."""
+
+
+class TailBound(NamedTuple):
+    """Data-parallel tail (seconds, intercept + slope x layers) of a stage on one group, for the bounds."""
+
+    intercept: float
+    """Least intercept of any stage class (first, middle, last, only), for any number of stages."""
+    slope: float
+    first: tuple[float, float]
+    """(intercept, slope) of the first stage of a pipeline of two or more stages."""
+    last: tuple[float, float]
+
+    def least(self, layers: int) -> float:
+        """The least tail of a stage with `layers` layers, whatever its place in the pipeline."""
+        return self.intercept + self.slope * layers
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupBound:
+    """What the bounds know of one node group for one candidate (seconds, from the tables' integers)."""
+
+    layer_s: float
+    """tau: one layer's forward + backward for one micro-batch."""
+    first_s: float
+    """Embedding work of a first stage on this group."""
+    last_s: float
+    """LM-head work of a last stage on this group."""
+    slots: int
+    """Most stages the group hosts."""
+    tail: TailBound
+    self_send_s: float
+    """Send between two stages of this group."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BoundContext:
+    """What the lower bounds need for one (tp, cp, dp, mbs, recompute, vpp): per-group costs and the crossings."""
+
+    groups: dict[str, GroupBound]
+    """Node-group key -> its costs, for every group that can host a stage."""
+    pair_send: dict[tuple[str, str], float]
+    """Sender-busy seconds between two different, linked groups (key ordered a < b)."""
+    pair_lat: dict[tuple[str, str], float]
+
+
+def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup]) -> BoundContext:
+    """The bound context of one candidate (cfg with its vpp; its pp does not matter) over the eligible hosts."""
+    pair_send, pair_lat = {}, {}
+    for a, b in itertools.combinations(sorted(hosts, key=lambda g: g.key), 2):
+        link = costs.link(a, b, cfg)
+        if link is not None:
+            pair_send[(a.key, b.key)] = link.send_us / US
+            pair_lat[(a.key, b.key)] = link.lat_us / US
+    groups = {}
+    for g in hosts:
+        gc = costs.group(g, cfg)
+        groups[g.key] = GroupBound(layer_s=gc.layer_us / US, first_s=gc.first_us / US, last_s=gc.last_us / US,
+                                   slots=g.num_gpus // cfg.gpus_per_stage, tail=tail_bound(costs, g, cfg),
+                                   self_send_s=costs.link(g, g, cfg).send_us / US)
+    return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat)
+
+
+def tail_bound(costs: CostSource, g: NodeGroup, cfg: ParallelConfig) -> TailBound:
+    """The tail no stage on g undercuts, whatever its place in the pipeline: its classes for pp = 1 and 2 (only 2
+    with interleaving), whose per-layer slope and intercept the tails of longer pipelines do not undercut."""
+    by_shape = {pp: [(a / US, b / US) for a, b in costs.tail(g, replace(cfg, pp=pp)).by_class]
+                for pp in ((1, 2) if cfg.vpp == 1 else (2,))}
+    pairs = [pair for shape in by_shape.values() for pair in shape]
+    return TailBound(intercept=min(a for a, _ in pairs), slope=min(b for _, b in pairs),
+                     first=by_shape[2][TAIL_CLASSES.index("first")], last=by_shape[2][TAIL_CLASSES.index("last")])
+
+
+def candidate_bound_s(ctx: BoundContext, *, L: int, p: int, v: int, m: int) -> float:
+    """Lower bound (seconds) on the predicted iteration time of any placement with p stages.
+
+    min over (a) all stages inside one group, (b) stages over several groups, which pay at least one crossing:
+    in the fill, and in the cycle of a stage that also holds at least v layers.
+    Each adds the compute-only bounds, the edge layers and the smallest DP/optimizer tail of the fullest stage.
+    """
+    vm, gs = v * m, ctx.groups
+    tail = min(gb.tail.least(math.ceil(L / p)) for gb in gs.values())
+    best = math.inf
+    for gb in gs.values():
+        if gb.slots >= p:
+            grouped = [(gb.layer_s, p, 0.0)]
+            compute = max(relaxation_bound(grouped, L, vm),
+                          (vm - 1) * integer_cycle_bound(grouped, L, v) + L * gb.layer_s)
+            best = min(best, compute + gb.first_s + gb.last_s)
+    cross_send = min(ctx.pair_send.values(), default=math.inf)
+    cross_lat = min(ctx.pair_lat.values(), default=math.inf)
+    fastest = sorted((gb.layer_s, gb.slots) for gb in gs.values())
+    if p > 1 and sum(n for _, n in fastest) >= p and math.isfinite(cross_send) and len(fastest) > 1:
+        grouped: Slots = []
+        need = p
+        for tau, n in fastest:
+            take = min(n, need)
+            if take:
+                grouped.append((tau, take, 0.0))
+            need -= take
+        # a stage next to the crossing sends it and holds at least v layers
+        cyc = max(integer_cycle_bound(grouped, L, v), v * cross_send + v * fastest[0][0])
+        compute = max(relaxation_bound(grouped, L, vm), (vm - 1) * cyc + L * fastest[0][0])
+        first_min = min(gb.first_s for gb in gs.values())
+        last_min = min(gb.last_s for gb in gs.values())
+        best = min(best, compute + 2 * cross_send + 2 * cross_lat + first_min + last_min)
+    return (best + v * tail) / v if math.isfinite(best) else math.inf
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubsetTerms:
+    """What every placement on exactly the node groups S pays besides its layers (seconds)."""
+
+    crossings: tuple[tuple[float, float], ...]
+    """(send, latency) of the |S| - 1 cheapest admissible crossings, cheapest first."""
+    dearest: float
+    """A lower bound on the dearest send of the path."""
+    edges: float
+    """Embedding and LM-head work (cheapest first and last group)."""
+    fill_extra: float
+    tail: float
+
+
+def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) -> SubsetTerms | None:
+    """Crossing, edge and tail terms of a placement on exactly `subset` (None when no such placement exists).
+
+    A contiguous placement on exactly S has one block per group, so |S| - 1 crossings: distinct linked pairs inside S,
+    of which at least (sites - 1) join two sites (the path crosses every site boundary). Their fill costs are
+    therefore at least those of the (sites - 1) cheapest inter-site pairs plus the cheapest of the rest.
+    """
+    r, gs = len(subset), ctx.groups
+    if sum(gs[k].slots for k in subset) < p or r > p:
+        return None
+    linked = [(a, b) for a, b in itertools.combinations(subset, 2) if (a, b) in ctx.pair_send]
+    if len(linked) < r - 1:
+        return None
+    sites = {k.split("/")[0] for k in subset}
+    inter = [e for e in linked if e[0].split("/")[0] != e[1].split("/")[0]]
+    if len(inter) < len(sites) - 1:
+        return None
+
+    def fill_cost(e: tuple[str, str]) -> float:  # the fill pays 2 sends and 2 latencies per crossing
+        return 2 * ctx.pair_send[e] + 2 * ctx.pair_lat[e]
+
+    must = sorted(inter, key=fill_cost)[:len(sites) - 1]
+    rest = sorted((e for e in linked if e not in must), key=fill_cost)[:r - 1 - len(must)]
+    crossings = sorted((ctx.pair_send[e], ctx.pair_lat[e]) for e in must + rest)
+    # the dearest send is at least the (sites-1)-th cheapest inter-site send and the (r-1)-th cheapest send of all
+    dearest = sorted(ctx.pair_send[e] for e in inter)[len(sites) - 2] if len(sites) > 1 else 0.0
+    if r > 1:
+        dearest = max(dearest, sorted(ctx.pair_send[e] for e in linked)[r - 2])
+    per_stage = math.ceil(L / p)
+    return SubsetTerms(crossings=tuple(crossings), dearest=dearest,
+                       edges=min(gs[k].first_s for k in subset) + min(gs[k].last_s for k in subset),
+                       fill_extra=sum(2 * send + 2 * lat for send, lat in crossings),
+                       tail=min(gs[k].tail.least(per_stage) for k in subset))
+
+
+def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int) -> dict[tuple[str, ...], float]:
+    """Lower bound (us) per set S of groups a placement uses (fast; block_bound_us refines one S later).
+
+    Compute uses one slot of every group of S plus the fastest others; the crossings' sends and latencies sit in
+    the fill, and the stage next to the dearest crossing holds at least v layers besides sending it.
+    (Charging the sends to particular slots' cycles is left to block_bound_us: with whole layers per stage, which
+    slot absorbs a send best is not known in advance.)
+    """
+    p, v, gs = cfg.pp, cfg.vpp, ctx.groups
+    vm = v * m
+    out: dict[tuple[str, ...], float] = {}
+    for r in range(1, len(gs) + 1):
+        for subset in itertools.combinations(sorted(gs), r):
+            terms = subset_terms(ctx, subset, L=L, p=p)
+            if terms is None:
+                continue
+            chosen = [gs[k].layer_s for k in subset]
+            rest = sorted(gs[k].layer_s for k in subset for _ in range(gs[k].slots - 1))
+            taus = sorted(chosen + rest[:p - r])
+            cyc = integer_cycle_bound([(tau, 1, 0.0) for tau in taus], L, v)
+            if terms.crossings:  # the stage next to the dearest crossing sends it and works on >= v layers
+                cyc = max(cyc, v * terms.dearest + v * min(taus))
+            compute = max(relaxation_bound([(tau, 1, 0.0) for tau in taus], L, vm), (vm - 1) * cyc + L * taus[0])
+            out[subset] = (compute + terms.edges + terms.fill_extra + v * terms.tail) / v * US
+    return out
+
+
+def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:
+    """min over real layer splits of (vm - 1) max_s(l_s tau_s) + sum_s l_s tau_s (compute only).
+
+    The optimum of this convex piecewise-linear problem fills the j fastest stages to the same cycle
+    C_j = L / sum_{i<=j} 1/tau_i, so it is min_j (vm - 1 + j) C_j; within slots of equal speed the
+    expression is monotone in j, so only the ends of each run are evaluated.
+    """
+    best, inv, j = math.inf, 0.0, 0
+    for tau, count, _ in sorted(slots):
+        if count <= 0:
+            continue
+        best = min(best, (vm - 1 + j + 1) * layers / (inv + 1.0 / tau))
+        j += count
+        inv += count / tau
+        best = min(best, (vm - 1 + j) * layers / inv)
+    return best
+
+
+def integer_cycle_bound(slots: Slots, layers: int, v: int) -> float:
+    """Smallest cycle c at which the slots hold all layers in whole chunks of v: sum v floor((c - e)/(v tau)) >= L.
+
+    Starts from the continuous relaxation sum n (c - e) / tau >= L (a lower bound) and walks up the breakpoints
+    e + j v tau, each of which adds n v layers; the walk is short because the floors lose less than n v per slot.
+    """
+    live = sorted((e, tau, n) for tau, n, e in slots if n > 0)
+    if not live:
+        return math.inf
+    # continuous relaxation: sweep the slots in order of e, the capacity slope grows by n / tau at each e
+    c_lo, slope, offset = live[-1][0], 0.0, 0.0
+    for idx, (e, tau, n) in enumerate(live):
+        slope += n / tau
+        offset += n * e / tau
+        c = (layers + offset) / slope
+        nxt = live[idx + 1][0] if idx + 1 < len(live) else math.inf
+        if c <= nxt:
+            c_lo = max(e, c)
+            break
+    steps = [max(0, math.floor((c_lo - e) / (v * tau) + FLOOR_EPS)) for e, tau, _ in live]
+    have = sum(v * n * j for j, (_, _, n) in zip(steps, live))
+    c = c_lo
+    while have < layers:
+        nxt = [e + (j + 1) * v * tau for j, (e, tau, _) in zip(steps, live)]
+        c = min(nxt)
+        for i, val in enumerate(nxt):
+            if val <= c + 1e-12:
+                steps[i] += 1
+                have += v * live[i][2]
+    return c

@@ -1,0 +1,130 @@
+"""The outer search space: every (TP, CP, DP, micro-batch, recompute, PP, VPP) of the plan family, with its bound.
+
+Legend: L layers, p pipeline stages, v virtual stages per rank, m micro-batches per iteration (docs/planner.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Iterator
+
+from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB, state_bytes_per_param
+from hgplan.domain import ModelArch, NodeGroup, TrainingSettings
+from hgplan.plan import ParallelConfig, Recompute
+from hgplan.planner.bounds import BoundContext, candidate_bound_s, make_context
+from hgplan.planner.costs import US, CostSource
+from hgplan.planner.options import SearchOptions
+from hgplan.planner.tables import eligible
+
+RECOMPUTE_ORDER = tuple(Recompute)
+"""Recompute choices in the order candidate keys rank them (less recomputation first)."""
+CP_MIN_SEQ_LENGTH = 16384
+"""Context parallelism is tried only from this sequence length on: below it the ring's transfers cost more than the
+attention they split (Megatron-LM's long-context recipes start CP at 16k-32k tokens)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One outer choice of degrees with its lower bound and the context its refinements need."""
+
+    cfg: ParallelConfig
+    lower_bound_us: float
+    key: tuple
+    """(bound in whole us, tp, cp, dp, mbs, recompute, pp, vpp): the deterministic order of the search."""
+    ctx: BoundContext
+
+
+def cand_key(cfg: ParallelConfig) -> tuple:
+    """The configuration part of a candidate's key (ties between plans break on it)."""
+    return (cfg.tp, cfg.cp, cfg.dp, cfg.micro_batch_size, RECOMPUTE_ORDER.index(cfg.recompute), cfg.pp, cfg.vpp)
+
+
+def _tp_options(model: ModelArch, groups: list[NodeGroup], opts: SearchOptions) -> list[int]:
+    max_gpn = max(g.gpus_per_node for g in groups)
+    cands = opts.tp_options or tuple(2 ** i for i in range(0, 7))
+    return [t for t in cands if t <= max_gpn and model.num_attention_heads % t == 0 and model.num_query_groups % t == 0
+            and any(g.gpus_per_node % t == 0 for g in groups)]
+
+
+def _cp_options(train: TrainingSettings, tp: int, groups: list[NodeGroup]) -> list[int]:
+    out = [1]
+    if train.seq_length >= CP_MIN_SEQ_LENGTH:
+        max_gpn = max(g.gpus_per_node for g in groups)
+        out += [c for c in (2, 4, 8) if train.seq_length % (2 * c) == 0 and tp * c <= max_gpn]
+    return out
+
+
+def _stage_sizes(tp: int, cp: int, groups: list[NodeGroup]) -> list[int]:
+    """Stage sizes G = tp*cp*dp that tile the nodes of at least one group."""
+    base = tp * cp
+    sizes = set()
+    for g in groups:
+        for n in range(1, g.gpus_per_node + 1):
+            if g.gpus_per_node % n == 0 and n % base == 0:
+                sizes.add(n)
+        for mult in range(1, g.num_nodes + 1):
+            size = mult * g.gpus_per_node
+            if size % base == 0:
+                sizes.add(size)
+    return sorted(sizes)
+
+
+def base_configs(model: ModelArch, train: TrainingSettings, opts: SearchOptions,
+                 groups: list[NodeGroup]) -> Iterator[ParallelConfig]:
+    """Every (TP, CP, stage size, micro-batch, recompute) of the plan family, as a one-stage config to extend.
+
+    Sequence parallelism whenever TP > 1 and the distributed optimizer (ZeRO-1) always (docs/planner.md).
+    """
+    for tp in _tp_options(model, groups, opts):
+        for cp in _cp_options(train, tp, groups):
+            for size in _stage_sizes(tp, cp, groups):
+                dp = size // (tp * cp)
+                for mbs in opts.mbs_options:
+                    if train.global_batch_size % (mbs * dp) == 0:
+                        for rc in opts.recompute_options:
+                            yield ParallelConfig(tp=tp, pp=1, dp=dp, cp=cp, micro_batch_size=mbs, recompute=rc,
+                                                 sequence_parallel=tp > 1, zero_stage=1)
+
+
+def _slot_capacities(base: ParallelConfig, hosts: list[NodeGroup]) -> list[float]:
+    """Usable bytes of every stage slot, largest first; with the model state of one layer (weights, gradients and
+    optimizer state sharded over the stage's DP) they bound how many stages the state needs."""
+    size = base.gpus_per_stage
+    return sorted(((g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) * GIB for g in hosts for _ in range(g.num_gpus // size)),
+                  reverse=True)
+
+
+def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[NodeGroup]) -> list[Candidate]:
+    """Every outer candidate of the plan family with its lower bound, sorted by key (bound first)."""
+    model, train = costs.model, costs.train
+    L = model.num_layers
+    vpps = opts.vpp_options or ((1, 2) if opts.target == "megatron" else (1,))
+    max_pp = min(L, opts.max_pp or L)
+    out: list[Candidate] = []
+    for base in base_configs(model, train, opts, groups):
+        hosts = [g for g in groups if eligible(g, base, train)]
+        if not hosts:
+            continue
+        m = base.num_microbatches(train.global_batch_size)
+        w, gr, o = state_bytes_per_param(train.precision, 1, base.dp * base.cp)
+        layer_state = model.layer_params() / base.tp * (w + gr + o)
+        caps = _slot_capacities(base, hosts)
+        contexts: dict[int, BoundContext] = {}
+        for pp in range(1, min(max_pp, len(caps)) + 1):
+            if sum(caps[:pp]) < layer_state * L:
+                continue
+            for v in vpps:
+                if v > 1 and (pp == 1 or m % pp or L < pp * v):
+                    continue
+                cfg = replace(base, pp=pp, vpp=v)
+                if v not in contexts:
+                    contexts[v] = make_context(costs, replace(base, vpp=v), hosts)
+                ctx = contexts[v]
+                lb = candidate_bound_s(ctx, L=L, p=pp, v=v, m=m)
+                if not math.isfinite(lb):
+                    continue  # no group holds pp stages and no link joins two groups that could
+                out.append(Candidate(cfg=cfg, lower_bound_us=lb * US, ctx=ctx,
+                                     key=(round(lb * US), *cand_key(cfg))))
+    out.sort(key=lambda c: c.key)
+    return out

@@ -1,0 +1,174 @@
+"""The one source of the planner's integer costs: each term computed once, rounded once, read by everyone.
+
+The cost tables (what CP-SAT optimises), the lower bounds and the warm start all read their per-group and
+per-link costs from a `CostSource`, so a bound and the tables it must hold for can never round differently.
+Times are whole microseconds (demand rounded to nearest, as 0.1.0 did), memory whole MiB (demand rounded up).
+The bounds work in seconds: they divide these integers by US and so see exactly the tables' values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hgplan.costmodel.evaluate import (dp_tail, edge_costs, layer_cost, p2p_message_bytes, p2p_seconds,
+                                       tied_embedding_sync_s)
+from hgplan.costmodel.memory import GIB, stage_memory
+from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
+from hgplan.plan import ParallelConfig
+
+US = 1_000_000
+"""Microseconds per second: the tables' time unit."""
+MIB = 1024 ** 2
+"""Bytes per MiB: the tables' memory unit."""
+
+TAIL_CLASSES = ("first", "middle", "last", "only")
+"""Stage classes whose data-parallel tail differs: the first and last stages also reduce the embedding's and the
+LM head's gradients; a one-stage pipeline holds both."""
+
+
+def tail_class(stage: int, pp: int) -> int:
+    """Index into TAIL_CLASSES of pipeline stage `stage` of `pp`."""
+    if pp == 1:
+        return 3
+    return 0 if stage == 0 else 2 if stage == pp - 1 else 1
+
+
+def to_us(seconds: float) -> int:
+    """Seconds to whole microseconds, the one rounding every time table uses."""
+    return round(seconds * US)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupCosts:
+    """What one micro-batch costs a stage on one node group (integer microseconds, plus the raw seconds the tail
+    fit needs)."""
+
+    fwd_layer_s: float
+    bwd_layer_s: float
+    layer_us: int
+    """Forward + backward of one transformer layer (at least 1 us)."""
+    first_us: int
+    """Embedding forward + backward (first stage only)."""
+    last_us: int
+    """LM head and loss forward + backward (last stage only)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkCosts:
+    """One pipeline boundary between two node groups, per micro-batch and direction (integer microseconds)."""
+
+    send_us: int
+    """Time the sender is busy."""
+    lat_us: int
+    """Latency the receiver waits on top."""
+    tied_us: int
+    """Tied-embedding gradient sync between a first stage on the one and a last stage on the other."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TailCosts:
+    """Data-parallel sync + optimizer step after the flush, linear in a stage's layers, per TAIL_CLASSES entry:
+    (intercept_us, slope_us_per_layer)."""
+
+    by_class: tuple[tuple[int, int], ...]
+
+
+def tail_coeffs(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings, *,
+                fwd_per_layer_s: float, bwd_per_layer_s: float, edge_params: float = 0.0, edge_fwd_s: float = 0.0,
+                edge_bwd_s: float = 0.0) -> tuple[float, float]:
+    """DP sync + optimizer after the flush of a stage on g, linear in its layers: (intercept, slope) seconds.
+
+    Evaluated at 1 and 2 layers (plus the embedding or LM head of an edge stage: its parameters and work);
+    the exposed part of an overlapped reduction grows linearly once it exceeds the backward window, and the
+    optimizer step is linear in parameters.
+    """
+    per = model.layer_params() / cfg.tp
+    t1, t2 = (sum(dp_tail(fleet, g, cfg, train, params=n * per + edge_params, layers=n,
+                          fwd_s=n * fwd_per_layer_s + edge_fwd_s, bwd_s=n * bwd_per_layer_s + edge_bwd_s))
+              for n in (1, 2))
+    slope = max(0.0, t2 - t1)
+    return max(0.0, t1 - slope), slope
+
+
+def edge_tail_inputs(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings,
+                     num_microbatches: int) -> list[dict]:
+    """Keyword arguments of tail_coeffs for each of TAIL_CLASSES: the edge stages' extra parameters and work."""
+    ef, eb, hf, hb = edge_costs(g, model, cfg, train)
+    per = model.layer_params() / cfg.tp
+    out = []
+    for cls, (fwd, bwd) in enumerate([(ef, eb), (0.0, 0.0), (hf, hb), (ef + hf, eb + hb)]):
+        stage = {0: 0, 1: None, 2: cfg.pp - 1, 3: 0}[cls]
+        if stage is None or (cls == 3) != (cfg.pp == 1):
+            out.append({})
+            continue
+        mem = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length,
+                           num_microbatches=num_microbatches, stage=stage, layers=1, flash=train.attention == "flash")
+        out.append({"edge_params": mem.params - per, "edge_fwd_s": fwd, "edge_bwd_s": bwd})
+    return out
+
+
+class CostSource:
+    """Memoised integer costs for one (fleet, model, training settings).
+
+    Keys follow what each term depends on: layer and edge work on (tp, cp, micro-batch, recompute); a boundary on
+    (tp, cp, dp, micro-batch, whether there is more than one stage: the tied-embedding sync); the tail on the whole configuration; stage memory on the configuration and the
+    stage index only, never on the group (capacity is the group's, demand is not), so one row serves all groups.
+    """
+
+    def __init__(self, fleet: Fleet, model: ModelArch, train: TrainingSettings):
+        self.fleet, self.model, self.train = fleet, model, train
+        self._group: dict[tuple, GroupCosts] = {}
+        self._link: dict[tuple, LinkCosts | None] = {}
+        self._tail: dict[tuple, TailCosts] = {}
+        self._memory: dict[ParallelConfig, tuple[tuple[int, int], ...]] = {}
+
+    def group(self, g: NodeGroup, cfg: ParallelConfig) -> GroupCosts:
+        """Layer and edge work of one micro-batch on g."""
+        key = (g.key, cfg.tp, cfg.cp, cfg.micro_batch_size, cfg.recompute)
+        if key not in self._group:
+            _, f_l, b_l = layer_cost(self.fleet, g, self.model, cfg, self.train)
+            ef, eb, hf, hb = edge_costs(g, self.model, cfg, self.train)
+            self._group[key] = GroupCosts(fwd_layer_s=f_l, bwd_layer_s=b_l, layer_us=max(1, to_us(f_l + b_l)),
+                                          first_us=to_us(ef + eb), last_us=to_us(hf + hb))
+        return self._group[key]
+
+    def link(self, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig) -> LinkCosts | None:
+        """A boundary from a stage on a to a stage on b (None when no path joins them)."""
+        key = (a.key, b.key, cfg.tp, cfg.cp, cfg.dp, cfg.micro_batch_size, cfg.pp > 1)  # no tied sync at pp = 1
+        if key not in self._link:
+            msg = p2p_message_bytes(self.model, cfg, self.train)
+            busy, latency, path = p2p_seconds(self.fleet, a, b, cfg, msg_bytes=msg, crossings=1)
+            self._link[key] = None if path is None else LinkCosts(
+                send_us=to_us(busy), lat_us=to_us(latency),
+                tied_us=to_us(tied_embedding_sync_s(self.fleet, a, b, self.model, cfg, self.train)))
+        return self._link[key]
+
+    def tail(self, g: NodeGroup, cfg: ParallelConfig) -> TailCosts:
+        """The data-parallel tail of a stage on g, per stage class, for this configuration's pipeline shape."""
+        key = (g.key, cfg)
+        if key not in self._tail:
+            gc = self.group(g, cfg)
+            m = cfg.num_microbatches(self.train.global_batch_size)
+            pairs = []
+            for edge in edge_tail_inputs(g, self.model, cfg, self.train, m):
+                intercept, slope = tail_coeffs(self.fleet, g, self.model, cfg, self.train,
+                                               fwd_per_layer_s=gc.fwd_layer_s, bwd_per_layer_s=gc.bwd_layer_s, **edge)
+                pairs.append((to_us(intercept), to_us(slope)))
+            self._tail[key] = TailCosts(by_class=tuple(pairs))
+        return self._tail[key]
+
+    def memory(self, cfg: ParallelConfig) -> tuple[tuple[int, int], ...]:
+        """Per stage s: (a, b) with stage memory <= a + b x layers MiB (rounded up, plus 1 MiB of slack)."""
+        if cfg not in self._memory:
+            train, m = self.train, cfg.num_microbatches(self.train.global_batch_size)
+            rows = []
+            for s in range(cfg.pp):
+                one, two = (stage_memory(self.model, cfg, precision=train.precision, seq_length=train.seq_length,
+                                         num_microbatches=m, stage=s, layers=n * cfg.vpp,
+                                         flash=train.attention == "flash").total_gib * GIB / MIB for n in (1, 2))
+                slope = (two - one) / cfg.vpp
+                rows.append((math.ceil(one - slope * cfg.vpp) + 1, math.ceil(slope)))
+            self._memory[cfg] = tuple(rows)
+        return self._memory[cfg]
+

@@ -1,0 +1,37 @@
+"""The search's options: the plan family's choices and the time, gap and solver settings (no logic)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hgplan.plan import Recompute
+
+DTIME_PER_WALL = 0.6
+"""CP-SAT deterministic seconds per wall second measured on the 2-core CI machine (benchmarks/search_scaling.py)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchOptions:
+    """What to search and for how long. Defaults are the CLI's."""
+
+    target: str = "megatron"
+    top_k: int = 5
+    budget_s: float = 60.0
+    """Time limit in seconds. The search spends at most DTIME_PER_WALL x budget_s of CP-SAT deterministic time
+    (reproducible run to run) and stops at budget_s of wall time as a hard cap (then stopped_by = 'wall')."""
+    per_solve_s: float = 1.0
+    max_pp: int | None = None
+    groups: tuple[str, ...] | None = None
+    """Restrict the search to these node groups (used by the single-group baseline)."""
+    mbs_options: tuple[int, ...] = (1, 2, 4, 8)
+    recompute_options: tuple[Recompute, ...] = tuple(Recompute)
+    vpp_options: tuple[int, ...] | None = None
+    """Default: (1, 2) for Megatron-LM, (1,) for DeepSpeed (no interleaved schedule)."""
+    tp_options: tuple[int, ...] | None = None
+    seed: int = 1
+    max_gap: float = 0.005
+    """Stop once no unexplored candidate can beat the best plan by more than this fraction (certified)."""
+    solver_log: bool = False
+    """Stream CP-SAT's search log to the log callback."""
+    solve_gap: float = 0.001
+    """CP-SAT stops a candidate once its own relative gap is below this; the reported gap is still proven."""
