@@ -1,25 +1,29 @@
-"""Command-line shell. Only this module (and hgplan.io) reads files, writes stdout or sees the environment.
+"""Command-line shell: parse flags, resolve inputs (hgplan.io), call the library, print (hgplan.render).
 
-Exit codes: 0 ok; 1 a planning finding; 2 bad usage or bad input; 3 no answer within the time
-limit; 101 internal error (a bug in hgplan).
+Only this module and hgplan.io read files, write stdout or see the environment; the library never imports it.
+Exit codes: 0 ok; 1 a planning finding; 2 bad usage or bad input; 3 no answer within the time limit;
+101 internal error (a bug in hgplan).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Callable
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from hgplan import __version__
-from hgplan.errors import InputError, InputIssue, NoAnswerError, PlanningError
+from hgplan.domain import ExportFormat, Target
+from hgplan.errors import InputError, NoAnswerError, PlanningError
+from hgplan.plan import Recompute
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -33,7 +37,15 @@ out = Console(soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.ge
 err = Console(stderr=True, soft_wrap=True)
 
 
+def warn(message: str, prefix: str = "warning") -> None:
+    """One line on stderr, printed as is."""
+    err.print(f"{prefix}: {message}" if prefix else message, markup=False, highlight=False)
+
+
 def emit_json(obj: Any) -> None:
+    """A JSON document on stdout (documents are dumped with their own key order)."""
+    if hasattr(obj, "to_json_dict"):
+        obj = obj.to_json_dict()
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
@@ -46,13 +58,13 @@ def handles_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except InputError as exc:
             for issue in exc.issues:
-                err.print(f"error: {issue.render()}", markup=False, highlight=False)
+                warn(issue.render(), "error")
             raise typer.Exit(2) from None
         except PlanningError as exc:
-            err.print(f"finding: {exc}", markup=False, highlight=False)
+            warn(str(exc), "finding")
             raise typer.Exit(1) from None
         except NoAnswerError as exc:
-            err.print(f"no answer: {exc}", markup=False, highlight=False)
+            warn(str(exc), "no answer")
             raise typer.Exit(3) from None
 
     return wrapper
@@ -71,9 +83,79 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Write JSON to stdout instead of a table.")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Cluster YAML file or example fleet name.")]
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model preset name or model YAML file.")]
 
 
-# ---------------------------------------------------------------------------- validate
+# ---------------------------------------------------------------------------- shared training options
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingFlags:
+    """The training-setting flags `search` and `explain` share (None: not given)."""
+
+    seq_len: int | None = None
+    global_batch: int | None = None
+    precision: str | None = None
+    training: str | None = None
+    attention: str | None = None
+    runtime: str | None = None
+
+    def given(self) -> list[str]:
+        """The flags the user gave, as spelled on the command line."""
+        names = {"seq_len": "--seq-len", "global_batch": "--global-batch", "training": "--training"}
+        return [flag for name, flag in names.items() if getattr(self, name) is not None]
+
+    def settings(self, model):
+        """TrainingSettings from the training file (if any) overridden by the flags; InputError when invalid."""
+        from hgplan.inputs import load_training, make_training
+        from hgplan.io import read_text
+
+        values: dict[str, Any] = {}
+        if self.training:
+            values.update(load_training(read_text(self.training, "training"), self.training))
+        for key, val in (("seq_length", self.seq_len), ("global_batch_size", self.global_batch),
+                         ("precision", self.precision), ("attention", self.attention), ("runtime", self.runtime)):
+            if val is not None:
+                values[key] = val
+        return make_training(values, model)
+
+
+_TRAINING_OPTIONS: dict[str, Any] = {
+    "seq_len": Annotated[int | None, typer.Option("--seq-len", help="Sequence length (tokens).")],
+    "global_batch": Annotated[int | None, typer.Option("--global-batch",
+                                                       help="Global batch size (sequences per iteration).")],
+    "precision": Annotated[str | None, typer.Option("--precision", help="bf16 (default) or fp16.")],
+    "training": Annotated[str | None, typer.Option("--training", help="Training settings YAML (flags override it).")],
+    "attention": Annotated[str | None, typer.Option("--attention", help="flash (default) or unfused.")],
+    "runtime": Annotated[str | None, typer.Option("--runtime", help="megatron (default), deepspeed or fsdp.")],
+}
+
+
+def training_options(*, runtime: bool) -> Callable[[Callable], Callable]:
+    """Add the training-setting flags to a command and hand them over as one `flags: TrainingFlags` argument
+    (sqlite-utils' output_options pattern): one definition, one help text, for every command that takes them."""
+    names = [n for n in _TRAINING_OPTIONS if runtime or n != "runtime"]
+
+    def decorate(fn: Callable) -> Callable:
+        sig = inspect.signature(fn, eval_str=True)
+        kept = [p for p in sig.parameters.values() if p.name != "flags"]
+        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=_TRAINING_OPTIONS[n])
+                 for n in names]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            flags = TrainingFlags(**{n: kwargs.pop(n) for n in names})
+            return fn(*args, flags=flags, **kwargs)
+
+        wrapper.__signature__ = sig.replace(parameters=kept + added)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {**{p.name: p.annotation for p in kept}, **{n: _TRAINING_OPTIONS[n] for n in names},
+                                   "return": sig.return_annotation}
+        return wrapper
+
+    return decorate
+
+
+# ---------------------------------------------------------------------------- validate, profiles, schema
 
 @app.command()
 @handles_errors
@@ -83,6 +165,7 @@ def validate(
     as_json: JsonOpt = False,
 ) -> None:
     """Check a cluster file (and optionally a model): report every error in one pass, or summarise the fleet."""
+    from hgplan import render
     from hgplan.io import resolve_cluster, resolve_model
     from hgplan.summary import fleet_summary
 
@@ -101,30 +184,16 @@ def validate(
         raise InputError(issues)
     summary = fleet_summary(fleet, warnings, arch)
     for w in warnings:
-        err.print(f"warning: {w}", markup=False, highlight=False)
+        warn(w)
     if as_json:
         emit_json(summary)
-        return
-    out.print(f"[bold]{summary['name']}[/]: {summary['num_gpus']} GPUs in {summary['num_nodes']} nodes, "
-              f"{len(summary['sites'])} site(s); peak {summary['peak_pflops']:g} PFLOP/s "
-              f"({summary['common_precision']}), {summary['hbm_tib']:g} TiB HBM")
-    table = Table("node group", "nodes", "GPU", "GPUs", "intra-node", "NICs per node", "PFLOP/s", "HBM TiB")
-    for g in summary["node_groups"]:
-        table.add_row(g["key"], str(g["nodes"]), g["gpu"], str(g["gpus"]), g["intra_node"], g["nics"],
-                      f"{g['peak_pflops']:g}", f"{g['hbm_tib']:g}")
-    out.print(table)
-    if summary["links"]:
-        lt = Table("link", "between", "Gbit/s", "latency ms", "transport")
-        for lk in summary["links"]:
-            lt.add_row(lk["scope"], " <-> ".join(lk["between"]), f"{lk['gbps']:g}", f"{lk['latency_ms']:g}", lk["transport"])
-        out.print(lt)
-    if "model" in summary:
-        out.print(f"model {summary['model']['name']}: {summary['model']['params_b']:g} B parameters")
+    else:
+        render.validate_summary(out, summary)
 
-
-# ---------------------------------------------------------------------------- profiles
 
 class ProfileKind(StrEnum):
+    """The shipped catalog's sections."""
+
     gpus = "gpus"
     models = "models"
     clusters = "clusters"
@@ -135,35 +204,23 @@ class ProfileKind(StrEnum):
 def profiles_list(kind: Annotated[ProfileKind, typer.Argument(help="gpus, models or clusters.")],
                   as_json: JsonOpt = False) -> None:
     """List the shipped GPUs, model presets or example fleets."""
-    from hgplan.io import catalog
+    from hgplan import render
     from hgplan.inputs import load_cluster, load_model
+    from hgplan.io import catalog
+    from hgplan.summary import cluster_row, gpu_row, model_row
 
     cat = catalog()
-    rows: list[dict[str, Any]]
     if kind is ProfileKind.gpus:
-        rows = [{"id": g.id, "vendor": g.vendor, "arch": g.arch, "bf16_tflops": g.bf16_tflops, "fp16_tflops": g.fp16_tflops,
-                 "hbm_gib": g.hbm_gib, "hbm_gbytes_per_s": g.hbm_gbytes_per_s,
-                 "intra_node": f"{g.intra_node.kind} {g.intra_node.gbytes_per_s:g} GB/s"} for g in cat.gpus.values()]
+        rows = [gpu_row(g) for g in cat.gpus.values()]
     elif kind is ProfileKind.models:
-        rows = []
-        for name, text in cat.model_texts.items():
-            m = load_model(text, f"<preset:{name}>")
-            rows.append({"name": name, "params_b": round(m.num_params() / 1e9, 3), "num_layers": m.num_layers,
-                         "hidden_size": m.hidden_size, "heads": m.num_attention_heads, "query_groups": m.num_query_groups,
-                         "vocab_size": m.vocab_size, "source": m.source})
+        rows = [model_row(name, load_model(text, f"<preset:{name}>")) for name, text in cat.model_texts.items()]
     else:
-        rows = []
-        for name, text in cat.cluster_texts.items():
-            fleet, _ = load_cluster(text, f"<example:{name}>", cat)
-            types = sorted({g.gpu.id for g in fleet.groups})
-            rows.append({"name": name, "gpus": fleet.num_gpus, "sites": len(fleet.sites), "gpu_types": types})
+        rows = [cluster_row(name, load_cluster(text, f"<example:{name}>", cat)[0])
+                for name, text in cat.cluster_texts.items()]
     if as_json:
         emit_json(rows)
-        return
-    table = Table(*rows[0].keys()) if rows else Table()
-    for r in rows:
-        table.add_row(*(", ".join(v) if isinstance(v, list) else ("-" if v is None else str(v)) for v in r.values()))
-    out.print(table)
+    else:
+        render.rows_table(out, rows)
 
 
 @profiles_app.command("show")
@@ -178,8 +235,7 @@ def profiles_show(kind: Annotated[ProfileKind, typer.Argument(help="gpus, models
 
     cat = catalog()
     if kind is ProfileKind.gpus:
-        table = {k: v.model_dump(mode="json") for k, v in cat.gpus.items()}
-        text_of = {k: yaml.safe_dump(v, sort_keys=False) for k, v in table.items()}
+        text_of = {k: yaml.safe_dump(v.model_dump(mode="json"), sort_keys=False) for k, v in cat.gpus.items()}
     elif kind is ProfileKind.models:
         text_of = cat.model_texts
     else:
@@ -192,25 +248,28 @@ def profiles_show(kind: Annotated[ProfileKind, typer.Argument(help="gpus, models
         sys.stdout.write(text_of[name])
 
 
-# ---------------------------------------------------------------------------- schema
-
 class SchemaKind(StrEnum):
+    """Documents with a JSON Schema: the three inputs, the plan file and the --json outputs."""
+
     cluster = "cluster"
     model = "model"
     training = "training"
     plan = "plan"
+    search = "search"
+    explain = "explain"
+    export = "export"
 
 
 @app.command()
 @handles_errors
-def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which document: cluster, model, training or plan.")]) -> None:
-    """Print the JSON Schema of an input document (for editor validation)."""
+def schema(kind: Annotated[SchemaKind, typer.Argument(help="cluster, model, training (inputs), plan (plan files), "
+                                                           "or search, explain, export (their --json output).")]) -> None:
+    """Print the JSON Schema of an input document, a plan file or a command's --json output."""
+    from hgplan import documents
     from hgplan import schema as s
 
-    if kind is SchemaKind.plan:
-        from hgplan.planfile import plan_json_schema
-
-        emit_json(plan_json_schema())
+    if kind.value in documents.SCHEMAS:
+        emit_json(documents.json_schema(kind.value))
         return
     cls = {SchemaKind.cluster: s.ClusterSpec, SchemaKind.model: s.ModelSpec, SchemaKind.training: s.TrainingSpec}[kind]
     doc = cls.model_json_schema()
@@ -219,45 +278,11 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which document: clus
     emit_json(doc)
 
 
-# ---------------------------------------------------------------------------- shared planning options
+# ---------------------------------------------------------------------------- explain
 
-def training_settings(model, *, training_file: str | None, seq_len: int | None, global_batch: int | None,
-                      precision: str | None, attention: str | None, runtime: str | None):
-    from hgplan.inputs import load_training, make_training
-    from hgplan.io import read_text
-
-    values: dict[str, Any] = {}
-    if training_file:
-        values.update(load_training(read_text(training_file, "training"), training_file))
-    for key, val in (("seq_length", seq_len), ("global_batch_size", global_batch), ("precision", precision),
-                     ("attention", attention), ("runtime", runtime)):
-        if val is not None:
-            values[key] = val
-    return make_training(values, model)
-
-
-class RecomputeOpt(StrEnum):
-    none = "none"
-    selective = "selective"
-    full = "full"
-
-
-ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Cluster YAML file or example fleet name.")]
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model preset name or model YAML file.")]
-SeqOpt = Annotated[int | None, typer.Option("--seq-len", help="Sequence length (tokens).")]
-GbsOpt = Annotated[int | None, typer.Option("--global-batch", help="Global batch size (sequences per iteration).")]
-PrecisionOpt = Annotated[str | None, typer.Option("--precision", help="bf16 (default) or fp16.")]
-TrainingOpt = Annotated[str | None, typer.Option("--training", help="Training settings YAML (flags override it).")]
-AttentionOpt = Annotated[str | None, typer.Option("--attention", help="flash (default) or unfused.")]
-RuntimeOpt = Annotated[str | None, typer.Option("--runtime", help="megatron (default), deepspeed or fsdp.")]
-
-
-def _parse_layers(text: str | None, pp: int, num_layers: int) -> list[int]:
+def _parse_layers(text: str | None, pp: int) -> list[int] | None:
     if text is None:
-        if num_layers % pp:
-            raise InputError(f"--layers: {num_layers} layers do not split evenly over pp = {pp}; give --layers with "
-                             f"{pp} comma-separated counts that sum to {num_layers}")
-        return [num_layers // pp] * pp
+        return None
     try:
         layers = [int(x) for x in text.split(",")]
     except ValueError:
@@ -279,136 +304,126 @@ def _parse_stage_groups(text: str | None, pp: int, fleet) -> list[str]:
         refs = refs * pp
     if len(refs) != pp:
         raise InputError(f"--stage-groups lists {len(refs)} groups but --pp is {pp}; give one per stage (or one for all)")
-    out = []
+    found = []
     for r in refs:
         g = fleet.find_group(r)
         if g is None:
             raise InputError(f"--stage-groups: unknown node group '{r}'; choices: {', '.join(keys)}")
-        out.append(g.key)
-    return out
+        found.append(g.key)
+    return found
 
 
-# ---------------------------------------------------------------------------- explain
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigFlags:
+    """explain's hand-given configuration."""
+
+    tp: int | None
+    pp: int | None
+    dp: int | None
+    cp: int
+    mbs: int
+    vpp: int
+    recompute: Recompute
+    sequence_parallel: bool
+    distributed_optimizer: bool
+    zero_stage: int | None
+    no_overlap_grad_reduce: bool
+    allow_cross_node_tp: bool
+    layers: str | None
+    stage_groups: str | None
+
+
+def _explain_plan_file(plan_file: str, cfg: ConfigFlags, cluster: str | None, model: str | None,
+                       flags: TrainingFlags, simulate: bool, timeline: bool):
+    from hgplan import explainer
+    from hgplan.io import catalog, read_json
+    from hgplan.planfile import load_plan
+
+    given = [f for f, v in (("--cluster", cluster), ("--model", model), ("--tp", cfg.tp), ("--pp", cfg.pp),
+                            ("--dp", cfg.dp), ("--layers", cfg.layers), ("--stage-groups", cfg.stage_groups))
+             if v is not None] + flags.given()
+    if given:
+        raise InputError(f"a plan file carries its own configuration; drop {', '.join(given)} or the plan file")
+    lp = load_plan(read_json(plan_file, "plan"), plan_file, catalog())
+    return explainer.explain(lp.plan, lp.fleet, lp.model, lp.train, cluster_ref=lp.file.inputs.cluster.ref,
+                             model_ref=lp.file.inputs.model.ref, simulate=simulate, timeline=timeline,
+                             baselines=lp.file.baselines)
+
+
+def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, flags: TrainingFlags, simulate: bool,
+                    timeline: bool):
+    from hgplan import explainer
+    from hgplan.io import resolve_cluster, resolve_model
+
+    missing = [f for f, v in (("--cluster", cluster), ("--model", model), ("--tp", cfg.tp), ("--pp", cfg.pp),
+                              ("--dp", cfg.dp)) if v is None]
+    if missing:
+        raise InputError(f"explain needs a plan file or {', '.join(missing)} (see `hgplan explain --help`)")
+    if cfg.distributed_optimizer and cfg.zero_stage is not None and cfg.zero_stage != 1:
+        raise InputError(f"--distributed-optimizer is ZeRO stage 1 but --zero-stage {cfg.zero_stage} was given; keep one")
+    zs = cfg.zero_stage if cfg.zero_stage is not None else (1 if cfg.distributed_optimizer else 0)
+    fleet, warnings, csrc = resolve_cluster(cluster)
+    arch, msrc = resolve_model(model)
+    train = flags.settings(arch)
+    plan = explainer.build_plan(
+        fleet=fleet, model=arch, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, cp=cfg.cp, mbs=cfg.mbs, vpp=cfg.vpp,
+        recompute=cfg.recompute.value, sequence_parallel=cfg.sequence_parallel, zero_stage=zs,
+        overlap_grad_reduce=not cfg.no_overlap_grad_reduce, allow_cross_node_tp=cfg.allow_cross_node_tp,
+        layers=_parse_layers(cfg.layers, cfg.pp), stage_groups=_parse_stage_groups(cfg.stage_groups, cfg.pp, fleet))
+    for w in warnings:
+        warn(w)
+    return explainer.explain(plan, fleet, arch, train, cluster_ref=csrc.ref, model_ref=msrc.ref, simulate=simulate,
+                             timeline=timeline, warnings=warnings)
+
 
 @app.command()
 @handles_errors
+@training_options(runtime=True)
 def explain(
     plan_file: Annotated[str | None, typer.Argument(help="A plan file written by `hgplan search -o` (optional).")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster YAML file or example fleet name.")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset name or model YAML file.")] = None,
-    seq_len: SeqOpt = None, global_batch: GbsOpt = None, precision: PrecisionOpt = None, training: TrainingOpt = None,
-    attention: AttentionOpt = None, runtime: RuntimeOpt = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.")] = None,
     pp: Annotated[int | None, typer.Option("--pp", help="Pipeline stages.")] = None,
     dp: Annotated[int | None, typer.Option("--dp", help="Data-parallel degree.")] = None,
     cp: Annotated[int, typer.Option("--cp", help="Context-parallel degree.")] = 1,
     mbs: Annotated[int, typer.Option("--mbs", help="Micro-batch size.")] = 1,
     vpp: Annotated[int, typer.Option("--vpp", help="Virtual stages per pipeline rank (interleaved 1F1B).")] = 1,
-    recompute: Annotated[RecomputeOpt, typer.Option("--recompute", help="Activation recomputation.")] = RecomputeOpt.none,
+    recompute: Annotated[Recompute, typer.Option("--recompute", help="Activation recomputation.")] = Recompute.NONE,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism.")] = False,
-    distributed_optimizer: Annotated[bool, typer.Option("--distributed-optimizer", help="Shard optimizer state (ZeRO-1).")] = False,
+    distributed_optimizer: Annotated[bool, typer.Option("--distributed-optimizer",
+                                                        help="Shard optimizer state (ZeRO-1).")] = False,
     zero_stage: Annotated[int | None, typer.Option("--zero-stage", help="ZeRO stage 0-3.")] = None,
     no_overlap_grad_reduce: Annotated[bool, typer.Option("--no-overlap-grad-reduce",
                                                          help="Do not overlap the DP reduction with backward.")] = False,
-    allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Permit TP across nodes (costed on NICs).")] = False,
+    allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp",
+                                                      help="Permit TP across nodes (costed on NICs).")] = False,
     layers: Annotated[str | None, typer.Option("--layers", help="Layers per stage, e.g. 10,9,9,8.")] = None,
-    stage_groups: Annotated[str | None, typer.Option("--stage-groups", help="Node group of each stage, SITE/GROUP,...")] = None,
+    stage_groups: Annotated[str | None, typer.Option("--stage-groups",
+                                                     help="Node group of each stage, SITE/GROUP,...")] = None,
     simulate: Annotated[bool, typer.Option("--simulate/--no-simulate", help="Also run the pipeline simulator.")] = True,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw one iteration as a text Gantt chart.")] = False,
     as_json: JsonOpt = False,
+    *, flags: TrainingFlags,
 ) -> None:
     """Predict a configuration you run today (or a plan file): throughput, MFU, per-stage time and memory."""
-    from hgplan import explainer
-    from hgplan.io import resolve_cluster, resolve_model
+    from hgplan import render
 
+    cfg = ConfigFlags(tp=tp, pp=pp, dp=dp, cp=cp, mbs=mbs, vpp=vpp, recompute=recompute,
+                      sequence_parallel=sequence_parallel, distributed_optimizer=distributed_optimizer,
+                      zero_stage=zero_stage, no_overlap_grad_reduce=no_overlap_grad_reduce,
+                      allow_cross_node_tp=allow_cross_node_tp, layers=layers, stage_groups=stage_groups)
     if plan_file is not None:
-        from hgplan.io import catalog
-        from hgplan.planfile import load_plan_doc
-
-        given = [f for f, v in (("--cluster", cluster), ("--model", model), ("--tp", tp), ("--pp", pp), ("--dp", dp),
-                                ("--layers", layers), ("--stage-groups", stage_groups), ("--seq-len", seq_len),
-                                ("--global-batch", global_batch), ("--training", training)) if v is not None]
-        if given:
-            raise InputError(f"a plan file carries its own configuration; drop {', '.join(given)} or the plan file")
-
-        pdoc = _read_json(plan_file, "plan")
-        plan, fleet, arch, train = load_plan_doc(pdoc, plan_file, catalog())
-        doc = explainer.explain(plan, fleet, arch, train, cluster_ref=pdoc["inputs"]["cluster"]["ref"],
-                                model_ref=pdoc["inputs"]["model"]["ref"], simulate=simulate, timeline=timeline,
-                                baselines=pdoc.get("baselines"))
-        if as_json:
-            emit_json({k: v for k, v in doc.items() if k != "timeline_text"})
-        else:
-            explainer_render(doc)
-        return
-    missing = [f for f, v in (("--cluster", cluster), ("--model", model), ("--tp", tp), ("--pp", pp), ("--dp", dp))
-               if v is None]
-    if missing:
-        raise InputError(f"explain needs a plan file or {', '.join(missing)} (see `hgplan explain --help`)")
-    if distributed_optimizer and zero_stage is not None and zero_stage != 1:
-        raise InputError(f"--distributed-optimizer is ZeRO stage 1 but --zero-stage {zero_stage} was given; keep one")
-    zs = zero_stage if zero_stage is not None else (1 if distributed_optimizer else 0)
-    fleet, warnings, cluster_ref = resolve_cluster(cluster)
-    arch, model_ref = resolve_model(model)
-    train = training_settings(arch, training_file=training, seq_len=seq_len, global_batch=global_batch,
-                              precision=precision, attention=attention, runtime=runtime)
-    plan = explainer.build_plan(
-        fleet=fleet, model=arch, tp=tp, pp=pp, dp=dp, cp=cp, mbs=mbs, vpp=vpp, recompute=recompute.value,
-        sequence_parallel=sequence_parallel, zero_stage=zs, overlap_grad_reduce=not no_overlap_grad_reduce,
-        allow_cross_node_tp=allow_cross_node_tp, layers=_parse_layers(layers, pp, arch.num_layers),
-        stage_groups=_parse_stage_groups(stage_groups, pp, fleet))
-    doc = explainer.explain(plan, fleet, arch, train, cluster_ref=cluster_ref, model_ref=model_ref,
-                            simulate=simulate, timeline=timeline)
-    doc["warnings"] = warnings
-    for w in doc.get("warnings", []):
-        err.print(f"warning: {w}", markup=False, highlight=False)
+        result = _explain_plan_file(plan_file, cfg, cluster, model, flags, simulate, timeline)
+    else:
+        result = _explain_config(cfg, cluster, model, flags, simulate, timeline)
     if as_json:
-        doc = {k: v for k, v in doc.items() if k != "timeline_text"}
-        emit_json(doc)
-        return
-    explainer_render(doc)
-
-
-def _read_json(path_str: str, what: str) -> Any:
-    from hgplan.io import read_text
-
-    text = read_text(path_str, what)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError([InputIssue(source=path_str, line=exc.lineno, path="",
-                                     message=f"not valid JSON: {exc.msg}")]) from None
-
-
-def explainer_render(doc: dict) -> None:
-    p = doc["prediction"]
-    plan = doc["plan"]
-    out.print(f"[bold]{doc['inputs']['model_name']}[/] on {doc['inputs']['cluster']}: TP {plan['tp']} CP {plan['cp']} "
-              f"PP {plan['pp']} DP {plan['dp']}, micro-batch {plan['micro_batch_size']} x {p['num_microbatches']}, "
-              f"vpp {plan['vpp']}, recompute {plan['recompute']}, ZeRO {plan['zero_stage']}")
-    sim = f" (simulator {p['simulator_iteration_time_s']:.3f} s)" if "simulator_iteration_time_s" in p else ""
-    out.print(f"iteration {p['iteration_time_s']:.3f} s{sim}  |  {p['tokens_per_s']:,.0f} tokens/s  |  "
-              f"{p['model_tflops_per_gpu']:.1f} model TFLOP/s/GPU  |  MFU {p['mfu']:.1%}  |  bubble {p['bubble_fraction']:.1%}")
-    table = Table("stage", "node group", "GPUs", "layers", "fwd+bwd s/mb", "compute s", "p2p s", "DP sync s",
-                  "memory GiB", "capacity", "headroom")
-    for s in doc["stages"]:
-        mark = "" if s["fits"] else " [red]OOM[/]"
-        table.add_row(str(s["index"]), s["node_group"], str(s["gpus"]), str(s["layers"]), f"{s['fwd_s'] + s['bwd_s']:.4f}",
-                      f"{s['compute_s']:.3f}", f"{s['p2p_s']:.3f}", f"{s['dp_sync_s']:.3f}", f"{s['memory_gib']:.1f}{mark}",
-                      f"{s['memory_capacity_gib']:g}", f"{s['headroom_gib']:.1f}")
-    out.print(table)
-    for line in doc.get("findings", []):
-        out.print(line, markup=False, highlight=False)
-    if doc.get("timeline_text"):
-        out.print(doc["timeline_text"], markup=False, highlight=False)
+        emit_json(result.report)
+    else:
+        render.explanation(out, result.report, result.timeline)
 
 
 # ---------------------------------------------------------------------------- search
-
-class TargetOpt(StrEnum):
-    megatron = "megatron"
-    deepspeed = "deepspeed"
-
 
 def _parse_percent(text: str, flag: str) -> float:
     try:
@@ -420,96 +435,22 @@ def _parse_percent(text: str, flag: str) -> float:
     return value
 
 
-@app.command()
-@handles_errors
-def search(
-    cluster: ClusterOpt, model: ModelOpt,
-    seq_len: SeqOpt = None, global_batch: GbsOpt = None, precision: PrecisionOpt = None, training: TrainingOpt = None,
-    attention: AttentionOpt = None,
-    target: Annotated[TargetOpt, typer.Option("--target", help="Framework the plan must run on.")] = TargetOpt.megatron,
-    top: Annotated[int, typer.Option("--top", help="How many ranked plans to show.")] = 5,
-    time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds: a reproducible budget "
-                                                                   "of 0.6 x this in CP-SAT deterministic time, and a hard "
-                                                                   "wall-clock stop at this.")] = 60.0,
-    max_gap: Annotated[str, typer.Option("--max-gap", help="Stop when the best plan is proven within this gap.")] = "0.5%",
-    max_pp: Annotated[int | None, typer.Option("--max-pp", help="Largest number of pipeline stages to consider.")] = None,
-    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Evaluate the three baselines.")] = True,
-    solver_log: Annotated[bool, typer.Option("--solver-log", help="CP-SAT progress to stderr.")] = False,
-    output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file.")] = None,
-    baseline: Annotated[str | None, typer.Option("--baseline", help="A committed plan file to gate against (CI).")] = None,
-    max_regression: Annotated[str, typer.Option("--max-regression", help="With --baseline: exit 1 when the best plan "
-                                                                        "is predicted slower by more than this.")] = "3%",
-    as_json: JsonOpt = False,
-) -> None:
-    """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with a proven optimality gap."""
-    import hashlib
-
-    from hgplan.io import resolve_cluster, resolve_model
-    from hgplan.planner.api import plan_training
-    from hgplan.planner.options import SearchOptions
-
+def _check_search_flags(top: int, time_limit: float, max_pp: int | None, solver_params: str | None) -> None:
     if top < 1:
         raise InputError(f"--top must be >= 1 (got {top})")
     if time_limit <= 0:
         raise InputError(f"--time-limit must be > 0 seconds (got {time_limit})")
     if max_pp is not None and max_pp < 1:
         raise InputError(f"--max-pp must be >= 1 (got {max_pp})")
-    gap = _parse_percent(max_gap, "--max-gap")
-    bound = _parse_percent(max_regression, "--max-regression")
-    base_doc = None
-    if baseline is not None:
-        from hgplan.io import catalog as _catalog
-        from hgplan.planfile import load_plan_doc
+    if solver_params:
+        from hgplan.planner.model import extra_params_error
 
-        base_doc = _read_json(baseline, "baseline plan")
-        load_plan_doc(base_doc, baseline, _catalog())  # schema and consistency of the committed plan
-    fleet, warnings, cluster_ref = resolve_cluster(cluster)
-    arch, model_ref = resolve_model(model)
-    # Megatron-DeepSpeed runs Megatron's model code: both targets are costed with the Megatron runtime; the target
-    # only narrows the plan family (no interleaving, ZeRO <= 1 with pipeline parallelism).
-    train = training_settings(arch, training_file=training, seq_len=seq_len, global_batch=global_batch,
-                              precision=precision, attention=attention, runtime=None)
-    cluster_text, model_text = _input_texts(cluster, model)
-    inputs = {"cluster": {"ref": cluster_ref, "sha256": hashlib.sha256(cluster_text.encode()).hexdigest()},
-              "model": {"ref": model_ref, "name": arch.name}}
-    opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
-                         solver_log=solver_log)
-    doc = _run_with_progress(lambda cb: plan_training(fleet, arch, train, opts, inputs=inputs, progress=cb,
-                                                      with_baselines=baselines), solver_log)
-    doc["warnings"] = warnings + doc["warnings"]
-    for w in doc["warnings"]:
-        err.print(f"warning: {w}", markup=False, highlight=False)
-    if output:
-        _write_plan_file(output, doc, cluster_text=cluster_text, model_text=model_text)
-    regression = None
-    if base_doc is not None:
-        from hgplan.planfile import regression_check
-
-        regression = regression_check(base_doc, doc, bound)
-        doc["regression"] = regression
-    if as_json:
-        emit_json(doc)
-    else:
-        _render_search(doc)
-    if regression is not None:
-        err.print(regression["message"], markup=False, highlight=False)
-        if regression["failed"]:
-            raise typer.Exit(1)
+        problem = extra_params_error(solver_params)
+        if problem:
+            raise InputError(f"--solver-params {solver_params!r}: {problem}")
 
 
-def _input_texts(cluster: str, model: str) -> tuple[str, str]:
-    from pathlib import Path
-
-    from hgplan.io import catalog, read_text
-
-    cat = catalog()
-    ctext = cat.cluster_texts[cluster] if cluster in cat.cluster_texts and not Path(cluster).exists() \
-        else read_text(cluster, "cluster")
-    mtext = cat.model_texts[model] if model in cat.model_texts and not Path(model).exists() else read_text(model, "model")
-    return ctext, mtext
-
-
-def _run_with_progress(fn, solver_log: bool):
+def _run_with_progress(fn: Callable, solver_log: bool):
     if not err.is_terminal or solver_log:
         return fn(None)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -524,63 +465,83 @@ def _run_with_progress(fn, solver_log: bool):
         return fn(cb)
 
 
-def _write_plan_file(path: str, doc: dict, *, cluster_text: str, model_text: str) -> None:
-    from pathlib import Path
+@app.command()
+@handles_errors
+@training_options(runtime=False)
+def search(
+    cluster: ClusterOpt, model: ModelOpt,
+    target: Annotated[Target, typer.Option("--target", help="Framework the plan must run on.")] = Target.MEGATRON,
+    top: Annotated[int, typer.Option("--top", help="How many ranked plans to show.")] = 5,
+    time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds: a reproducible budget "
+                                                                   "of 0.6 x this in CP-SAT deterministic time, and a hard "
+                                                                   "wall-clock stop at this.")] = 60.0,
+    max_gap: Annotated[str, typer.Option("--max-gap", help="Stop when the best plan is proven within this gap.")] = "0.5%",
+    max_pp: Annotated[int | None, typer.Option("--max-pp", help="Largest number of pipeline stages to consider.")] = None,
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Evaluate the three baselines.")] = True,
+    solver_log: Annotated[bool, typer.Option("--solver-log", help="CP-SAT progress to stderr.")] = False,
+    solver_params: Annotated[str | None, typer.Option("--solver-params", help="Extra CP-SAT parameters in text "
+                                                      "format, e.g. 'linearization_level: 2' (recorded in the JSON; "
+                                                      "num_workers > 1 makes runs non-reproducible).")] = None,
+    export_model: Annotated[str | None, typer.Option("--export-model", help="Write the last CP-SAT model solved "
+                                                                            "(text CpModelProto) to this file.")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file.")] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="A committed plan file to gate against (CI).")] = None,
+    max_regression: Annotated[str, typer.Option("--max-regression", help="With --baseline: exit 1 when the best plan "
+                                                                        "is predicted slower by more than this.")] = "3%",
+    as_json: JsonOpt = False,
+    *, flags: TrainingFlags,
+) -> None:
+    """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with a proven optimality gap."""
+    from hgplan import render
+    from hgplan.documents import ClusterInput
+    from hgplan.io import catalog, check_writable_file, read_json, resolve_cluster, resolve_model, write_file_atomic
+    from hgplan.planfile import make_plan_file, parse_plan_file, regression_check
+    from hgplan.planner.api import plan_training
+    from hgplan.planner.options import SearchOptions
 
-    from hgplan.planfile import make_plan_file
+    _check_search_flags(top, time_limit, max_pp, solver_params)
+    gap, bound = _parse_percent(max_gap, "--max-gap"), _parse_percent(max_regression, "--max-regression")
+    for path in (output, export_model):
+        if path is not None:
+            check_writable_file(path)
+    base_file = None
+    if baseline is not None:
+        from hgplan.planfile import load_plan
 
-    plan_doc = make_plan_file(doc, cluster_text=cluster_text, model_text=model_text)
-    target = Path(path)
-    if target.is_dir():
-        raise InputError(f"-o {path}: is a directory; give a file name such as {path}/plan.json")
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(plan_doc, indent=2) + "\n")
-    tmp.replace(target)
-    err.print(f"wrote {path}", markup=False, highlight=False)
-
-
-def _stage_summary(stages: list[dict]) -> str:
-    parts: list[tuple[str, list[int]]] = []
-    for st in stages:
-        if parts and parts[-1][0] == st["node_group"]:
-            parts[-1][1].append(st["layers"])
-        else:
-            parts.append((st["node_group"], [st["layers"]]))
-    return " | ".join(f"{g}: {','.join(map(str, ls))}" for g, ls in parts)
-
-
-def _render_search(doc: dict) -> None:
-    s = doc["search"]
-    table = Table("#", "tokens/s", "iter s", "MFU", "GPUs", "TP/CP/PP/DP", "mbs,vpp,recompute",
-                  "stages (node group: layers)", "headroom GiB", title="plans")
-    for e in doc["plans"]:
-        p, pl = e["prediction"], e["plan"]
-        table.add_row(str(e["rank"]), f"{p['tokens_per_s']:,.0f}", f"{p['iteration_time_s']:.3f}", f"{p['mfu']:.1%}",
-                      str(e["gpus_used"]), f"{pl['tp']}/{pl['cp']}/{pl['pp']}/{pl['dp']}",
-                      f"{pl['micro_batch_size']},{pl['vpp']},{pl['recompute']}", _stage_summary(pl["stages"]),
-                      f"{e['worst_headroom_gib']:.1f}")
-    out.print(table)
-    c = s["candidates"]
-    out.print(f"search: best {s['best_objective_s']:.3f} s, proven bound {s['bound_s']:.3f} s, gap "
-              f"{s['relative_gap']:.2%} ({c['solved']} solved, {c['pruned_by_bound']} pruned by bound, "
-              f"{c['skipped_by_budget']} skipped by budget of {c['total']}; {s['stopped_by']})")
-    for name, b in doc.get("baselines", {}).items():
-        if b["available"]:
-            out.print(f"baseline {name}: {b['prediction']['tokens_per_s']:,.0f} tokens/s; hgplan is "
-                      f"{b['speedup']:.2f}x faster ({b['description']}{'; ' + b['note'] if b.get('note') else ''})")
-        else:
-            out.print(f"baseline {name}: not available ({b.get('note', '')})")
-    for idle in doc["idle_gpus"]:
-        out.print(f"idle: {idle['gpus']} GPUs of {idle['node_group']}: {idle['reason']}")
+        base_file = load_plan(read_json(baseline, "baseline plan"), baseline, catalog()).file
+    fleet, warnings, csrc = resolve_cluster(cluster)
+    arch, msrc = resolve_model(model)
+    # Megatron-DeepSpeed runs Megatron's model code: both targets are costed with the Megatron runtime; the target
+    # only narrows the plan family (no interleaving, ZeRO <= 1 with pipeline parallelism).
+    train = flags.settings(arch)
+    opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
+                         solver_log=solver_log, solver_params=solver_params or "", keep_model=export_model is not None)
+    report, result = _run_with_progress(lambda cb: plan_training(
+        fleet, arch, train, opts, cluster=ClusterInput(ref=csrc.ref, sha256=csrc.sha256), model_ref=msrc.ref,
+        progress=cb, log=lambda line: warn(line, ""), with_baselines=baselines), solver_log)
+    report.warnings[:0] = warnings
+    for w in report.warnings:
+        warn(w)
+    if output:
+        pf = make_plan_file(report, cluster_text=csrc.text, model_text=msrc.text, model_sha256=msrc.sha256)
+        write_file_atomic(output, json.dumps(pf.to_json_dict(), indent=2) + "\n")
+        warn(f"wrote {output}", "")
+    if export_model and result.last_model_text:
+        write_file_atomic(export_model, result.last_model_text)
+        warn(f"wrote the last CP-SAT model to {export_model}", "")
+    if base_file is not None:
+        report.regression = regression_check(base_file, report, bound)
+    if as_json:
+        emit_json(report)
+    else:
+        render.search_report(out, report)
+    if report.regression is not None:
+        warn(report.regression.message, "")
+        if report.regression.failed:
+            raise typer.Exit(1)
 
 
-# ---------------------------------------------------------------------------- export
-
-class ExportFormat(StrEnum):
-    megatron = "megatron"
-    deepspeed = "deepspeed"
-    torchrun = "torchrun"
-
+# ---------------------------------------------------------------------------- export, diff
 
 @app.command()
 @handles_errors
@@ -594,60 +555,23 @@ def export(
     as_json: JsonOpt = False,
 ) -> None:
     """Write launch arguments, per-node scripts and NCCL settings for Megatron-LM, DeepSpeed or torchrun."""
-    from pathlib import Path
+    from hgplan import render
+    from hgplan.export import EXPORTERS
+    from hgplan.io import catalog, read_json, write_dir_atomic
+    from hgplan.planfile import load_plan
 
-    from hgplan.export.deepspeed import export_deepspeed
-    from hgplan.export.megatron import export_megatron
-    from hgplan.export.torchrun import export_torchrun
-    from hgplan.io import catalog
-    from hgplan.planfile import load_plan_doc
-
-    pdoc = _read_json(plan_file, "plan")
-    plan, fleet, arch, train = load_plan_doc(pdoc, plan_file, catalog())
-    fn = {ExportFormat.megatron: export_megatron, ExportFormat.deepspeed: export_deepspeed,
-          ExportFormat.torchrun: export_torchrun}[fmt]
-    kwargs = {"script": script} if script else {}
-    ex = fn(plan, fleet, arch, train, **kwargs)
+    lp = load_plan(read_json(plan_file, "plan"), plan_file, catalog())
+    ex = EXPORTERS[fmt](lp.plan, lp.fleet, lp.model, lp.train, **({"script": script} if script else {}))
     if output is not None:
-        target = Path(output)
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise InputError(f"-o {output}: exists and is not an empty directory; choose a new directory (nothing "
-                             "was written)")
-        import shutil
-        import tempfile
-
-        tmp = Path(tempfile.mkdtemp(prefix=".hgplan-export-", dir=str(target.parent.resolve())))
-        try:
-            for name, content in sorted(ex.files.items()):
-                (tmp / name).write_text(content)
-                if name.endswith(".sh"):
-                    (tmp / name).chmod(0o755)
-            if target.exists():
-                target.rmdir()
-            tmp.rename(target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        err.print(f"wrote {len(ex.files)} files to {output}", markup=False, highlight=False)
+        write_dir_atomic(output, ex.files)
+        warn(f"wrote {len(ex.files)} files to {output}", "")
     for w in ex.warnings:
-        err.print(f"warning: {w}", markup=False, highlight=False)
+        warn(w)
     if as_json:
-        emit_json(ex.to_dict() | {"file_contents": dict(sorted(ex.files.items()))})
-        return
-    if ex.argv:
-        out.print(f"# {fmt.value} arguments", markup=False)
-        sys.stdout.write(" ".join(__import__("shlex").quote(a) for a in ex.argv) + "\n")
-    for n in ex.nodes[:1]:
-        if "argv" in n:
-            out.print(f"# node 0 ({n['host']}, {n['node_group']}); {len(ex.nodes)} nodes in all", markup=False)
-            sys.stdout.write(" ".join(__import__("shlex").quote(a) for a in n["argv"]) + "\n")
-    for note in ex.notes:
-        out.print(f"# note: {note}", markup=False, highlight=False)
-    if output is None:
-        out.print(f"# {len(ex.files)} files (give -o DIR to write them): {', '.join(sorted(ex.files))}", markup=False)
+        emit_json(ex.report())
+    else:
+        render.export_summary(out, ex, written=output is not None)
 
-
-# ---------------------------------------------------------------------------- diff
 
 @app.command()
 @handles_errors
@@ -655,24 +579,16 @@ def diff(a: Annotated[str, typer.Argument(help="Plan file A (e.g. the committed 
          b: Annotated[str, typer.Argument(help="Plan file B (e.g. a fresh plan).")],
          as_json: JsonOpt = False) -> None:
     """Show what changed between two plan files: degrees, stages, layers and predicted throughput."""
-    from hgplan.io import catalog
-    from hgplan.planfile import diff_plans, load_plan_doc
+    from hgplan import render
+    from hgplan.io import catalog, read_json
+    from hgplan.planfile import diff_plans, load_plan
 
-    docs = []
-    for path in (a, b):
-        doc = _read_json(path, "plan")
-        load_plan_doc(doc, path, catalog())  # kind, schema version, consistency
-        docs.append(doc)
-    d = diff_plans(docs[0], docs[1], a, b)
+    files = [load_plan(read_json(path, "plan"), path, catalog()).file for path in (a, b)]
+    d = diff_plans(files[0], files[1], a, b)
     if as_json:
         emit_json(d)
-        return
-    if not d["changes"]:
-        out.print("plans are identical", markup=False)
-    for c in d["changes"]:
-        out.print(f"{c['field']}: {c['a']} -> {c['b']}", markup=False, highlight=False)
-    p = d["prediction"]
-    out.print(f"tokens/s: {p['a_tokens_per_s']:,.0f} -> {p['b_tokens_per_s']:,.0f} ({p['change']:+.1%})", markup=False)
+    else:
+        render.plan_diff(out, d)
 
 
 def main() -> None:

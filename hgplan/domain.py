@@ -14,9 +14,56 @@ class Precision(StrEnum):
 
 
 class Transport(StrEnum):
+    """The fabric a node group's NICs speak."""
+
     INFINIBAND = "infiniband"
     ROCE = "roce"
     ETHERNET = "ethernet"
+
+
+class Attention(StrEnum):
+    """The attention kernel the cost model follows."""
+
+    FLASH = "flash"
+    """Fused attention that never stores the s x s scores (FlashAttention, cuDNN)."""
+    UNFUSED = "unfused"
+    """Megatron's unfused softmax path: the scores are materialised."""
+
+
+class Runtime(StrEnum):
+    """The training framework whose behaviour the cost model follows."""
+
+    MEGATRON = "megatron"
+    DEEPSPEED = "deepspeed"
+    """DeepSpeed's ZeRO-3 of 2021 (docs/cost-model.md)."""
+    FSDP = "fsdp"
+
+
+class Target(StrEnum):
+    """The framework a searched plan must run on (it narrows the plan family)."""
+
+    MEGATRON = "megatron"
+    DEEPSPEED = "deepspeed"
+
+
+class ExportFormat(StrEnum):
+    """The launch targets `hgplan export --format` writes."""
+
+    MEGATRON = "megatron"
+    DEEPSPEED = "deepspeed"
+    TORCHRUN = "torchrun"
+
+
+class PathKind(StrEnum):
+    """How traffic between two node groups flows."""
+
+    SAME_GROUP = "same_group"
+    SAME_FABRIC = "same_fabric"
+    """Same site and transport: one fabric."""
+    GROUP_LINK = "group_link"
+    """A link between two groups of one site."""
+    SITE_LINK = "site_link"
+    """A link between sites."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,8 +175,7 @@ class Link:
 class NetPath:
     """How traffic flows between two node groups."""
 
-    kind: str
-    """'same_group', 'same_fabric' (same site and transport), 'group_link' or 'site_link'."""
+    kind: PathKind
     gbps: float
     """Bandwidth available to the whole crossing (shared by all flows on it), Gbit/s."""
     per_gpu_gbps: float
@@ -182,7 +228,7 @@ class Fleet:
         per_gpu = min(a.nic_gbps_per_gpu, b.nic_gbps_per_gpu)
         if a.key == b.key:
             tp = self.transports[a.nic_transport]
-            return NetPath(kind="same_group", gbps=a.node_nic_gbps * a.num_nodes, per_gpu_gbps=per_gpu,
+            return NetPath(kind=PathKind.SAME_GROUP, gbps=a.node_nic_gbps * a.num_nodes, per_gpu_gbps=per_gpu,
                            latency_s=tp.latency_us * 1e-6, transport=a.nic_transport, efficiency=tp.efficiency,
                            shared=False)
         if a.site == b.site:
@@ -191,15 +237,15 @@ class Fleet:
                 if a.nic_transport != b.nic_transport:
                     return None
                 tp = self.transports[a.nic_transport]
-                return NetPath(kind="same_fabric", gbps=min(a.node_nic_gbps * a.num_nodes, b.node_nic_gbps * b.num_nodes),
+                return NetPath(kind=PathKind.SAME_FABRIC, gbps=min(a.node_nic_gbps * a.num_nodes, b.node_nic_gbps * b.num_nodes),
                                per_gpu_gbps=per_gpu, latency_s=tp.latency_us * 1e-6, transport=a.nic_transport,
                                efficiency=tp.efficiency, shared=False)
-            kind = "group_link"
+            kind = PathKind.GROUP_LINK
         else:
             lk = self._link("site", a.site, b.site)
             if lk is None:
                 return None
-            kind = "site_link"
+            kind = PathKind.SITE_LINK
         tp = self.transports[lk.transport]
         return NetPath(kind=kind, gbps=lk.gbps, per_gpu_gbps=per_gpu, latency_s=lk.latency_ms * 1e-3,
                        transport=lk.transport, efficiency=tp.efficiency, shared=True, link=lk)
@@ -289,14 +335,6 @@ class TrainingSettings:
     global_batch_size: int
     precision: Precision = Precision.BF16
     optimizer: str = "adam"
-    attention: str = "flash"
-    runtime: str = "megatron"
-    """Training framework whose behaviour is modelled: megatron, deepspeed or fsdp (docs/cost-model.md)."""
-
-
-RUNTIME_EFFICIENCY = {"megatron": 1.0, "deepspeed": 0.80, "fsdp": 0.85}
-"""Share of GPU time a framework spends in useful kernels, relative to Megatron-LM's fused path.
-
-PyTorch-eager FSDP (FULL_SHARD with autocast) loses time to per-module hooks, dtype casts, unfused
-element-wise kernels and allocator synchronisation. 0.85 is the one constant estimated from the whole
-MosaicML llm-foundry family of the calibration set (124 rows); see docs/cost-model.md."""
+    attention: Attention = Attention.FLASH
+    runtime: Runtime = Runtime.MEGATRON
+    """Training framework whose behaviour is modelled (docs/cost-model.md)."""

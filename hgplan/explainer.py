@@ -2,21 +2,50 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
 
+from hgplan import __version__
 from hgplan.costmodel.evaluate import Prediction, evaluate
 from hgplan.costmodel.pipeline import Op
+from hgplan.documents import (SCHEMA_VERSION, BoundaryRecord, ExplainBaseline, ExplainInputs, ExplainReport,
+                              PlanBaseline, UpperBound, WhatIf)
 from hgplan.domain import Fleet, Link, ModelArch, TrainingSettings
 from hgplan.errors import InputError, InputIssue
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
-from hgplan.report import explain_doc
+from hgplan.report import plan_record, prediction_record, rounded, stage_results, training_record
 from hgplan.validate import check_memory, check_plan
+
+SIGNIFICANT_SHARE = 0.005
+"""A what-if is reported when the resource costs at least this share of the step."""
+EXPOSED_SHARE = 0.03
+"""Transfers or data-parallel sync are a finding from this share of the iteration on."""
+TIGHT_MEMORY = 0.1
+"""A stage whose headroom is below this share of its capacity is reported as tight."""
+NIC_WHATIF_SHARE = 0.02
+"""Doubling a group's NICs is tried when its exposed data-parallel sync is at least this share of the step."""
+BUBBLE_FINDING = 0.05
+"""The bubble is a finding from this share of the bottleneck stage's time on."""
+BUBBLE_WHATIF = 0.08
+"""Interleaving is tried as a what-if from this bubble share on."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Explanation:
+    """What `explain` returns: the report, and the text timeline when one was asked for."""
+
+    report: ExplainReport
+    timeline: str | None = None
 
 
 def build_plan(*, fleet: Fleet, model: ModelArch, tp: int, pp: int, dp: int, cp: int, mbs: int, vpp: int,
                recompute: str, sequence_parallel: bool, zero_stage: int, overlap_grad_reduce: bool,
-               allow_cross_node_tp: bool, layers: list[int], stage_groups: list[str]) -> Plan:
+               allow_cross_node_tp: bool, layers: list[int] | None, stage_groups: list[str]) -> Plan:
+    """A plan from explain's flags; layers None splits them evenly (exit 2 when they do not divide)."""
+    if layers is None:
+        if model.num_layers % pp:
+            raise InputError(f"--layers: {model.num_layers} layers do not split evenly over pp = {pp}; give --layers "
+                             f"with {pp} comma-separated counts that sum to {model.num_layers}")
+        layers = [model.num_layers // pp] * pp
     cfg = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch_size=mbs, vpp=vpp, recompute=Recompute(recompute),
                          sequence_parallel=sequence_parallel, zero_stage=zero_stage,
                          overlap_grad_reduce=overlap_grad_reduce, allow_cross_node_tp=allow_cross_node_tp)
@@ -24,6 +53,7 @@ def build_plan(*, fleet: Fleet, model: ModelArch, tp: int, pp: int, dp: int, cp:
 
 
 def require_valid(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, source: str = "<plan>") -> None:
+    """InputError listing every rule the plan breaks."""
     violations = check_plan(plan, fleet, model, train)
     if violations:
         raise InputError([InputIssue(source=source, line=None, path=v.rule, message=v.message) for v in violations])
@@ -37,20 +67,20 @@ def findings(pred: Prediction, fleet: Fleet) -> list[str]:
     out.append(f"bottleneck: stage {b.index} on {b.node_group} ({b.gpu}, {b.layers} layers) at {per_mb * 1e3:.1f} ms "
                f"per micro-batch; it sets the pipeline's pace")
     total = pred.iteration_time_s
-    if pred.bubble_fraction > 0.05:
+    if pred.bubble_fraction > BUBBLE_FINDING:
         out.append(f"pipeline bubble: {pred.bubble_fraction:.0%} of the bottleneck stage's time is idle "
                    "(more micro-batches or interleaving (--vpp) shrink it)")
     worst_p2p = max(pred.stages, key=lambda s: s.p2p_s)
-    if worst_p2p.p2p_s > 0.03 * total:
+    if worst_p2p.p2p_s > EXPOSED_SHARE * total:
         out.append(f"pipeline transfers: stage {worst_p2p.index} spends {worst_p2p.p2p_s:.2f} s "
                    f"({worst_p2p.p2p_s / total:.0%} of the iteration) sending activations and gradients")
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s)
-    if worst_dp.dp_sync_s > 0.03 * total:
+    if worst_dp.dp_sync_s > EXPOSED_SHARE * total:
         out.append(f"data-parallel sync: stage {worst_dp.index} waits {worst_dp.dp_sync_s:.2f} s "
                    f"({worst_dp.dp_sync_s / total:.0%}) for gradient reduction after the flush")
     for v in check_memory(pred):
         out.append(f"does not fit: {v.message}")
-    tight = [s for s in pred.stages if s.fits and s.headroom_gib < 0.1 * s.memory_capacity_gib]
+    tight = [s for s in pred.stages if s.fits and s.headroom_gib < TIGHT_MEMORY * s.memory_capacity_gib]
     for s in tight:
         out.append(f"tight memory: stage {s.index} leaves {s.headroom_gib:.1f} GiB of {s.memory_capacity_gib:g} GiB")
     return out
@@ -84,6 +114,7 @@ def _with_link(fleet: Fleet, link: Link, *, gbps: float, latency_ms: float) -> F
 
 
 def _with_double_nics(fleet: Fleet, group_key: str) -> Fleet:
+    """The fleet with twice the NICs per node in one group."""
     groups = tuple(replace(g, nic_count=g.nic_count * 2) if g.key == group_key else g for g in fleet.groups)
     return replace(fleet, groups=groups)
 
@@ -98,7 +129,7 @@ def _pipeline_links(plan: Plan, fleet: Fleet) -> list[Link]:
     return out
 
 
-def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, pred: Prediction) -> list[dict[str, Any]]:
+def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, pred: Prediction) -> list[WhatIf]:
     """Cost of each binding resource and the gain from improving it, re-evaluated by the cost model."""
     base = pred.iteration_time_s
     out = []
@@ -107,62 +138,77 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
         doubled = evaluate(plan, _with_link(fleet, lk, gbps=2 * lk.gbps, latency_ms=lk.latency_ms), model,
                            train).iteration_time_s
         share = (base - free) / base
-        if share > 0.005:
-            out.append({"resource": f"link {lk.a} <-> {lk.b}", "share_of_step": round(share, 4),
-                        "what_if": "double its bandwidth", "speedup": round(base / doubled - 1, 4),
-                        "text": f"the {lk.gbps:g} Gbit/s link between {lk.a} and {lk.b} costs {share:.0%} of step time; "
-                                f"doubling it gives {base / doubled - 1:+.0%}"})
+        if share > SIGNIFICANT_SHARE:
+            out.append(WhatIf(resource=f"link {lk.a} <-> {lk.b}", share_of_step=round(share, 4),
+                              what_if="double its bandwidth", speedup=round(base / doubled - 1, 4),
+                              text=f"the {lk.gbps:g} Gbit/s link between {lk.a} and {lk.b} costs {share:.0%} of step "
+                                   f"time; doubling it gives {base / doubled - 1:+.0%}"))
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s)
-    if worst_dp.dp_sync_s > 0.02 * base:
+    if worst_dp.dp_sync_s > NIC_WHATIF_SHARE * base:
         faster = evaluate(plan, _with_double_nics(fleet, worst_dp.node_group), model, train).iteration_time_s
-        out.append({"resource": f"NICs of {worst_dp.node_group}", "share_of_step": round(worst_dp.dp_sync_s / base, 4),
-                    "what_if": "double the NICs per node", "speedup": round(base / faster - 1, 4),
-                    "text": f"gradient sync on {worst_dp.node_group} is exposed for {worst_dp.dp_sync_s / base:.0%} of "
-                            f"step time; twice the NICs per node gives {base / faster - 1:+.0%}"})
-    if pred.bubble_fraction > 0.08 and plan.config.pp > 1 and plan.config.vpp == 1:
+        out.append(WhatIf(resource=f"NICs of {worst_dp.node_group}", share_of_step=round(worst_dp.dp_sync_s / base, 4),
+                          what_if="double the NICs per node", speedup=round(base / faster - 1, 4),
+                          text=f"gradient sync on {worst_dp.node_group} is exposed for {worst_dp.dp_sync_s / base:.0%} "
+                               f"of step time; twice the NICs per node gives {base / faster - 1:+.0%}"))
+    if pred.bubble_fraction > BUBBLE_WHATIF and plan.config.pp > 1 and plan.config.vpp == 1:
         m = pred.num_microbatches
         if m % plan.config.pp == 0 and all(s.num_layers % 2 == 0 for s in plan.stages):
             alt = replace(plan, config=replace(plan.config, vpp=2))
             alt_pred = evaluate(alt, fleet, model, train)
             if alt_pred.fits:
-                out.append({"resource": "pipeline bubble", "share_of_step": round(pred.bubble_fraction, 4),
-                            "what_if": "interleave 2 virtual stages (--vpp 2)",
-                            "speedup": round(base / alt_pred.iteration_time_s - 1, 4),
-                            "text": f"the pipeline bubble idles {pred.bubble_fraction:.0%} of the bottleneck stage; "
-                                    f"--vpp 2 gives {base / alt_pred.iteration_time_s - 1:+.0%}"})
+                out.append(WhatIf(resource="pipeline bubble", share_of_step=round(pred.bubble_fraction, 4),
+                                  what_if="interleave 2 virtual stages (--vpp 2)",
+                                  speedup=round(base / alt_pred.iteration_time_s - 1, 4),
+                                  text=f"the pipeline bubble idles {pred.bubble_fraction:.0%} of the bottleneck stage; "
+                                       f"--vpp 2 gives {base / alt_pred.iteration_time_s - 1:+.0%}"))
     return out
 
 
-def fleet_upper_bound(fleet: Fleet, model: ModelArch, train: TrainingSettings) -> dict[str, Any]:
+def fleet_upper_bound(fleet: Fleet, model: ModelArch, train: TrainingSettings) -> float:
     """HETHUB's yardstick: every GPU of the fleet busy at its achievable matmul rate, no communication or bubble."""
     from hgplan.costmodel.flops import megatron_model_flops
 
     rate = sum(g.num_gpus * g.gpu.peak_tflops(train.precision) * 1e12 * g.gpu.eff.gemm_efficiency
                * g.gpu.eff.sustained_clock_fraction for g in fleet.groups if g.gpu.supports(train.precision))
     per_token = megatron_model_flops(model, global_batch_size=1, seq_length=train.seq_length) / train.seq_length
-    return {"tokens_per_s": rate / per_token, "definition": "all GPUs of the fleet at their achievable matmul rate "
-            "on the model's FLOPs, no communication, bubble or memory limit"}
+    return rate / per_token
+
+
+UPPER_BOUND_DEFINITION = ("all GPUs of the fleet at their achievable matmul rate on the model's FLOPs, no "
+                          "communication, bubble or memory limit")
+
+
+def _boundaries(pred: Prediction) -> list[BoundaryRecord]:
+    return [BoundaryRecord(**{k: (rounded(v) if isinstance(v, float) else v) for k, v in b.items()})
+            for b in pred.boundaries]
 
 
 def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *, cluster_ref: str,
             model_ref: str, simulate: bool = True, timeline: bool = False,
-            baselines: dict[str, Any] | None = None) -> dict[str, Any]:
+            baselines: dict[str, PlanBaseline] | None = None, warnings: list[str] | None = None) -> Explanation:
+    """Predict a valid plan and say why: findings, what-ifs, the fleet's upper bound and the baselines' speedups."""
     require_valid(plan, fleet, model, train)
     pred = evaluate(plan, fleet, model, train)
     sim = evaluate(plan, fleet, model, train, use_simulator=True, keep_ops=timeline) if (simulate or timeline) else None
-    doc = explain_doc(plan, pred, model=model, train=train, cluster=cluster_ref, model_ref=model_ref, simulated=sim)
-    doc["findings"] = findings(pred, fleet)
-    doc["what_if"] = what_ifs(plan, fleet, model, train, pred)
-    doc["findings"] += [w["text"] for w in doc["what_if"]]
+    ifs = what_ifs(plan, fleet, model, train, pred)
+    notes = findings(pred, fleet) + [w.text for w in ifs]
     upper = fleet_upper_bound(fleet, model, train)
-    doc["upper_bound"] = {**upper, "share_reached": round(pred.tokens_per_s / upper["tokens_per_s"], 4)}
-    doc["findings"].append(f"{pred.tokens_per_s / upper['tokens_per_s']:.0%} of the fleet's upper bound "
-                           f"({upper['tokens_per_s']:,.0f} tokens/s with every GPU at its achievable matmul rate)")
+    notes.append(f"{pred.tokens_per_s / upper:.0%} of the fleet's upper bound "
+                 f"({upper:,.0f} tokens/s with every GPU at its achievable matmul rate)")
+    extra: dict = {}
     if baselines:
-        doc["baselines"] = baselines
-        for name, b in baselines.items():
-            if b.get("available"):
-                doc["findings"].append(f"{b['speedup']:.2f}x faster than {name} ({b['description']})")
-    if timeline and sim is not None:
-        doc["timeline_text"] = timeline_text(sim.ops, plan.config.pp)
-    return doc
+        kept = {name: ExplainBaseline(available=True, speedup=b.speedup, description=b.description)
+                for name, b in baselines.items() if b.available and b.speedup is not None}
+        extra["baselines"] = kept
+        notes += [f"{b.speedup:.2f}x faster than {name} ({b.description})" for name, b in kept.items()]
+    if warnings is not None:
+        extra["warnings"] = warnings
+    report = ExplainReport(
+        schema_version=SCHEMA_VERSION, hgplan_version=__version__,
+        inputs=ExplainInputs(cluster=cluster_ref, model=model_ref, model_name=model.name,
+                             training=training_record(train)),
+        plan=plan_record(plan), prediction=prediction_record(pred, simulated=sim), stages=stage_results(pred),
+        boundaries=_boundaries(pred), findings=notes, what_if=ifs,
+        upper_bound=UpperBound(tokens_per_s=upper, definition=UPPER_BOUND_DEFINITION,
+                               share_reached=round(pred.tokens_per_s / upper, 4)), **extra)
+    return Explanation(report=report, timeline=timeline_text(sim.ops, plan.config.pp) if timeline and sim else None)

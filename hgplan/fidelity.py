@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from hgplan.costmodel.compute import layer_time
 from hgplan.costmodel.comm import intra_node_busbw_gbytes_per_s
 from hgplan.costmodel.evaluate import evaluate
-from hgplan.domain import Fleet, ModelArch, NodeGroup, Precision, TrainingSettings, Transport
+from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, Precision, Runtime, TrainingSettings, Transport
 from hgplan.inputs import Catalog
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
 
@@ -117,7 +117,7 @@ def case_from_row(row: dict, catalog: Catalog) -> Case | str:
                        Transport.INFINIBAND if rid.startswith("mosaic_h100") else Transport.ROCE,
                        400 if rid.startswith("mosaic_h100") else 200, 8)
         train = TrainingSettings(seq_length=model.max_position_embeddings, global_batch_size=gbs,
-                                 precision=Precision.BF16, attention="flash", runtime="fsdp")
+                                 precision=Precision.BF16, attention=Attention.FLASH, runtime=Runtime.FSDP)
         rc = Recompute.NONE if recompute_text == "none" else Recompute.FULL
         plans = _plans(layers=model.num_layers, tp=1, pp=1, dp=n, gbs=gbs, mbs_options=[mbs], vpp_options=[1],
                        recompute=rc, sp=False, zero=3, overlap=True)
@@ -125,9 +125,9 @@ def case_from_row(row: dict, catalog: Catalog) -> Case | str:
                     published_s=row["derived"]["iteration_time_s"], metric="iteration")
     fleet = _fleet(catalog, _gpu_id(hw["gpu"]), n, Transport.INFINIBAND, 200, 8)
     derived = row.get("derived") or {}
-    runtime = "deepspeed" if derived.get("zero_stage") == 3 else "megatron"
+    runtime = Runtime.DEEPSPEED if derived.get("zero_stage") == 3 else Runtime.MEGATRON
     train = TrainingSettings(seq_length=model.max_position_embeddings, global_batch_size=gbs,
-                             precision=Precision.FP16, attention="unfused", runtime=runtime)
+                             precision=Precision.FP16, attention=Attention.UNFUSED, runtime=runtime)
     L = model.num_layers
     if rid.startswith("korthikanti_table4"):
         rc = Recompute.FULL if "with recompute" in recompute_text else (

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from hgplan.domain import (ArchEfficiency, Fleet, GpuType, Link, ModelArch, NodeGroup, Precision,
+from hgplan.domain import (ArchEfficiency, Attention, Fleet, GpuType, Link, ModelArch, NodeGroup, Precision, Runtime,
                            TrainingSettings, Transport, TransportProfile)
 from hgplan.errors import InputError, InputIssue
 from hgplan.schema import MOE_KEYS, ClusterSpec, GpuSpec, ModelSpec, TrainingSpec
@@ -442,5 +442,5 @@ def make_training(values: dict[str, Any], model: ModelArch, source: str = "<cli>
                                              f"({model.max_position_embeddings}); Megatron asserts seq_length <= "
                                              "max_position_embeddings: shorten the sequence or raise the limit")])
     return TrainingSettings(seq_length=spec.seq_length, global_batch_size=spec.global_batch_size,
-                            precision=Precision(spec.precision), optimizer=spec.optimizer, attention=spec.attention,
-                            runtime=spec.runtime)
+                            precision=Precision(spec.precision), optimizer=spec.optimizer,
+                            attention=Attention(spec.attention), runtime=Runtime(spec.runtime))

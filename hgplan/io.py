@@ -1,9 +1,17 @@
-"""The only module (with cli.py) that touches the file system: profiles and user files."""
+"""The only module (with the CLI) that touches the file system: profiles, user files, atomic writes."""
 
 from __future__ import annotations
 
+import difflib
 import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hgplan.domain import Fleet, ModelArch
 from hgplan.errors import InputError, InputIssue
@@ -21,6 +29,7 @@ def profiles_dir() -> Path:
 
 @functools.cache
 def catalog() -> Catalog:
+    """The shipped GPUs, architectures, NICs, model presets and example fleets (read once)."""
     root = profiles_dir()
     return build_catalog(
         gpus_text=(root / "gpus.yaml").read_text(),
@@ -31,47 +40,123 @@ def catalog() -> Catalog:
     )
 
 
-def read_text(path_str: str, what: str) -> str:
+def _issue(source: str, message: str) -> InputError:
+    return InputError([InputIssue(source=source, line=None, path="", message=message)])
+
+
+def read_text(path_str: str, what: str, fmt: str = "YAML") -> str:
+    """A user file's text, or InputError saying why it cannot be read."""
     path = Path(path_str)
     if path.is_dir():
-        raise InputError([InputIssue(source=path_str, line=None, path="",
-                                     message=f"is a directory; expected a {what} YAML file")])
+        raise _issue(path_str, f"is a directory; expected a {what} {fmt} file")
     if not path.exists():
-        raise InputError([InputIssue(source=path_str, line=None, path="", message=f"no such {what} file")])
+        raise _issue(path_str, f"no such {what} file")
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError([InputIssue(source=path_str, line=None, path="", message=f"cannot read {what} file: {exc}")]) from None
+        raise _issue(path_str, f"cannot read {what} file: {exc}") from None
+
+
+def read_json(path_str: str, what: str) -> Any:
+    """A user JSON file, parsed; InputError with the line on bad JSON."""
+    text = read_text(path_str, what, "JSON")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError([InputIssue(source=path_str, line=exc.lineno, path="",
+                                     message=f"not valid JSON: {exc.msg}")]) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvedInput:
+    """An input file resolved once: how the user named it, its text and its digest."""
+
+    ref: str
+    """'example:NAME', 'preset:NAME' or the path as given."""
+    source: str
+    """What messages call it: '<example:NAME>', '<preset:NAME>' or the path."""
+    text: str
+    sha256: str
 
 
 def _looks_like_path(ref: str) -> bool:
+    """The one rule for 'name or path': a path has a slash, a YAML suffix, or exists."""
     return "/" in ref or ref.endswith((".yaml", ".yml")) or Path(ref).exists()
 
 
-def resolve_cluster(ref: str) -> tuple[Fleet, list[str], str]:
-    """A path to a cluster YAML, or the name of a shipped example fleet. Returns (fleet, warnings, source)."""
-    cat = catalog()
-    if not _looks_like_path(ref) and ref in cat.cluster_texts:
-        fleet, warnings = load_cluster(cat.cluster_texts[ref], f"<example:{ref}>", cat)
-        return fleet, warnings, f"example:{ref}"
+def _resolve(ref: str, *, what: str, flag: str, shipped: dict[str, str], prefix: str) -> ResolvedInput:
     if not _looks_like_path(ref):
-        raise InputError([InputIssue(source="--cluster", line=None, path="",
-                                     message=f"'{ref}' is neither a file nor an example fleet; examples: "
-                                             f"{', '.join(cat.cluster_texts)}")])
-    fleet, warnings = load_cluster(read_text(ref, "cluster"), ref, cat)
-    return fleet, warnings, ref
-
-
-def resolve_model(ref: str) -> tuple[ModelArch, str]:
-    """A preset name or a path to a model YAML."""
-    cat = catalog()
-    if not _looks_like_path(ref):
-        if ref in cat.model_texts:
-            return load_model(cat.model_texts[ref], f"<preset:{ref}>"), f"preset:{ref}"
-        import difflib
-        close = difflib.get_close_matches(ref, list(cat.model_texts), n=3, cutoff=0.5)
+        if ref in shipped:
+            text = shipped[ref]
+            return ResolvedInput(ref=f"{prefix}:{ref}", source=f"<{prefix}:{ref}>", text=text,
+                                 sha256=hashlib.sha256(text.encode()).hexdigest())
+        close = difflib.get_close_matches(ref, list(shipped), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise InputError([InputIssue(source="--model", line=None, path="",
-                                     message=f"'{ref}' is neither a file nor a preset; {hint}presets: "
-                                             f"{', '.join(cat.model_texts)}")])
-    return load_model(read_text(ref, "model"), ref), ref
+        kind = "an example fleet" if prefix == "example" else "a preset"
+        raise InputError([InputIssue(source=flag, line=None, path="",
+                                     message=f"'{ref}' is neither a file nor {kind}; {hint}"
+                                             f"{'examples' if prefix == 'example' else 'presets'}: {', '.join(shipped)}")])
+    text = read_text(ref, what)
+    return ResolvedInput(ref=ref, source=ref, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def resolve_cluster(ref: str) -> tuple[Fleet, list[str], ResolvedInput]:
+    """A path to a cluster YAML, or the name of a shipped example fleet: (fleet, warnings, where it came from)."""
+    cat = catalog()
+    src = _resolve(ref, what="cluster", flag="--cluster", shipped=cat.cluster_texts, prefix="example")
+    fleet, warnings = load_cluster(src.text, src.source, cat)
+    return fleet, warnings, src
+
+
+def resolve_model(ref: str) -> tuple[ModelArch, ResolvedInput]:
+    """A preset name or a path to a model YAML: (model, where it came from)."""
+    src = _resolve(ref, what="model", flag="--model", shipped=catalog().model_texts, prefix="preset")
+    return load_model(src.text, src.source), src
+
+
+def check_writable_file(path_str: str) -> Path:
+    """The path of a file about to be written, or InputError (exit 2) when it cannot be: checked before any work."""
+    target = Path(path_str)
+    if target.is_dir():
+        raise _issue(f"-o {path_str}", f"is a directory; give a file name such as {path_str}/plan.json")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise _issue(f"-o {path_str}", f"the directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK):
+        raise _issue(f"-o {path_str}", f"the directory {parent} is not writable")
+    return target
+
+
+def write_file_atomic(path_str: str, text: str) -> None:
+    """Write a file so that readers see the old file or the whole new one, never a part."""
+    target = check_writable_file(path_str)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent or "."))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_dir_atomic(path_str: str, files: dict[str, str], *, executable_suffix: str = ".sh") -> None:
+    """Write files into a new (or empty) directory all at once: a reader sees none of them or all of them.
+
+    InputError when the target exists and is not an empty directory (nothing is written then)."""
+    target = Path(path_str)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise _issue(f"-o {path_str}", "exists and is not an empty directory; choose a new directory (nothing was "
+                                       "written)")
+    tmp = Path(tempfile.mkdtemp(prefix=".hgplan-export-", dir=str(target.parent.resolve())))
+    try:
+        for name, content in sorted(files.items()):
+            (tmp / name).write_text(content)
+            if name.endswith(executable_suffix):
+                (tmp / name).chmod(0o755)
+        if target.exists():
+            target.rmdir()
+        tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

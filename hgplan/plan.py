@@ -71,20 +71,11 @@ class Plan:
     def groups(self) -> tuple[str, ...]:
         return tuple(s.node_group for s in self.stages)
 
-    def to_dict(self) -> dict:
-        c = self.config
-        return {"tp": c.tp, "pp": c.pp, "dp": c.dp, "cp": c.cp, "micro_batch_size": c.micro_batch_size, "vpp": c.vpp,
-                "recompute": c.recompute.value, "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage,
-                "distributed_optimizer": c.distributed_optimizer, "overlap_grad_reduce": c.overlap_grad_reduce,
-                "stages": [{"node_group": s.node_group, "layers": s.num_layers} for s in self.stages]}
-
     @staticmethod
-    def from_dict(d: dict) -> "Plan":
-        cfg = ParallelConfig(tp=int(d["tp"]), pp=int(d["pp"]), dp=int(d["dp"]), cp=int(d.get("cp", 1)),
-                             micro_batch_size=int(d["micro_batch_size"]), vpp=int(d.get("vpp", 1)),
-                             recompute=Recompute(d.get("recompute", "none")),
-                             sequence_parallel=bool(d.get("sequence_parallel", False)),
-                             zero_stage=int(d.get("zero_stage", 0)),
-                             overlap_grad_reduce=bool(d.get("overlap_grad_reduce", True)))
-        stages = tuple(StageAssignment(node_group=str(s["node_group"]), num_layers=int(s["layers"])) for s in d["stages"])
-        return Plan(config=cfg, stages=stages)
+    def from_record(r) -> "Plan":
+        """The plan of a validated documents.PlanRecord."""
+        cfg = ParallelConfig(tp=r.tp, pp=r.pp, dp=r.dp, cp=r.cp, micro_batch_size=r.micro_batch_size, vpp=r.vpp,
+                             recompute=Recompute(r.recompute), sequence_parallel=r.sequence_parallel,
+                             zero_stage=r.zero_stage, overlap_grad_reduce=r.overlap_grad_reduce)
+        return Plan(config=cfg, stages=tuple(StageAssignment(node_group=s.node_group, num_layers=s.layers)
+                                             for s in r.stages))

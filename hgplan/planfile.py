@@ -1,174 +1,145 @@
-"""Plan files: the best plan of a search, self-contained (the cluster and model texts travel inside)."""
+"""Plan files: the best plan of a search, self-contained (the cluster and model texts travel inside).
+
+Reading one validates it three ways: its shape (documents.PlanFile), its inputs (parsed as a cluster, a model
+and training settings), and its plan (the solver-independent validator).
+"""
 
 from __future__ import annotations
 
-import hashlib
+from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from hgplan import __version__
-from hgplan.report import SCHEMA_VERSION
+from hgplan.documents import (PLAN_KIND, SCHEMA_VERSION, SEARCH_KIND, ModelSourceText, PlanBaseline, PlanFile,
+                              PlanInputs, RegressionRecord, SearchReport, SourceText)
+from hgplan.domain import Fleet, ModelArch, TrainingSettings
+from hgplan.errors import InputError, InputIssue
+from hgplan.plan import Plan
 
-PLAN_KIND = "hgplan.plan"
-
-
-def make_plan_file(search_doc: dict[str, Any], *, cluster_text: str, model_text: str) -> dict[str, Any]:
-    best = search_doc["plans"][0]
-    inputs = dict(search_doc["inputs"])
-    inputs["cluster"] = {**inputs["cluster"], "yaml": cluster_text}
-    inputs["model"] = {**inputs["model"], "yaml": model_text,
-                       "sha256": hashlib.sha256(model_text.encode()).hexdigest()}
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": PLAN_KIND,
-        "hgplan_version": __version__,
-        "inputs": inputs,
-        "plan": best["plan"],
-        "prediction": best["prediction"],
-        "stages": best["stages"],
-        "search": {k: v for k, v in search_doc["search"].items() if k != "wall_time_s"},
-        "solver": search_doc["solver"],
-        "baselines": {k: {kk: vv for kk, vv in v.items() if kk in ("available", "speedup", "description", "note",
-                                                                     "prediction", "plan")}
-                      for k, v in search_doc.get("baselines", {}).items()},
-    }
+PLAN_BASELINE_KEYS = ("description", "available", "note", "plan", "prediction", "speedup")
+"""What a plan file keeps of each baseline."""
 
 
-def load_plan_doc(doc: Any, source: str, catalog) -> tuple:
-    """(plan, fleet, model, train, doc) from a parsed plan file; InputError on another schema or inconsistency."""
-    from hgplan.errors import InputError, InputIssue
-    from hgplan.inputs import load_cluster, load_model, make_training
-    from hgplan.plan import Plan
-    from hgplan.validate import check_plan
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadedPlan:
+    """A plan file read and checked: the plan with the fleet, model and training it was made for."""
 
-    def fail(msg: str, path: str = "") -> None:
-        raise InputError([InputIssue(source=source, line=None, path=path, message=msg)])
+    plan: Plan
+    fleet: Fleet
+    model: ModelArch
+    train: TrainingSettings
+    file: PlanFile
 
+
+def make_plan_file(report: SearchReport, *, cluster_text: str, model_text: str, model_sha256: str) -> PlanFile:
+    """The plan file of a search's best plan, with the input texts embedded."""
+    best = report.plans[0]
+    inputs = report.inputs
+    stats = report.search.model_copy()
+    stats.__pydantic_fields_set__.discard("wall_time_s")  # a plan file is the same whatever the clock said
+    baselines = {name: PlanBaseline(**b.model_dump(include=set(PLAN_BASELINE_KEYS), exclude_unset=True))
+                 for name, b in (report.baselines or {}).items()}
+    return PlanFile(
+        schema_version=SCHEMA_VERSION, kind=PLAN_KIND, hgplan_version=__version__,
+        inputs=PlanInputs(cluster=SourceText(ref=inputs.cluster.ref, sha256=inputs.cluster.sha256, yaml=cluster_text),
+                          model=ModelSourceText(ref=inputs.model.ref, name=inputs.model.name, yaml=model_text,
+                                                sha256=model_sha256),
+                          training=inputs.training, target=inputs.target),
+        plan=best.plan, prediction=best.prediction, stages=best.stages, search=stats, solver=report.solver,
+        baselines=baselines)
+
+
+def _fail(source: str, msg: str, path: str = "") -> InputError:
+    return InputError([InputIssue(source=source, line=None, path=path, message=msg)])
+
+
+def _shape_errors(exc: ValidationError, source: str) -> InputError:
+    issues = []
+    for e in exc.errors()[:10]:
+        where = ".".join(str(p) for p in e["loc"])
+        issues.append(InputIssue(source=source, line=None, path=where,
+                                 message=f"malformed plan file: {e['msg'].lower()} (got {e.get('input')!r:.60})"))
+    return InputError(issues)
+
+
+def parse_plan_file(doc: Any, source: str) -> PlanFile:
+    """The typed plan file, or InputError naming what is wrong (not a plan file, another version, a bad field)."""
     if not isinstance(doc, dict):
-        fail("not a plan file: expected a JSON object")
-    if doc.get("kind") not in (PLAN_KIND, "hgplan.search"):
-        fail(f"not a plan file (kind {doc.get('kind')!r}); write one with `hgplan search -o plan.json`", "kind")
+        raise _fail(source, "not a plan file: expected a JSON object")
+    if doc.get("kind") not in (PLAN_KIND, SEARCH_KIND):
+        raise _fail(source, f"not a plan file (kind {doc.get('kind')!r}); write one with `hgplan search -o plan.json`",
+                    "kind")
     if str(doc.get("schema_version")) != SCHEMA_VERSION:
-        fail(f"plan file schema version {doc.get('schema_version')!r} is not supported by hgplan {__version__} "
-             f"(expects {SCHEMA_VERSION}); re-run `hgplan search -o` with this version", "schema_version")
-    if doc["kind"] == "hgplan.search":
-        fail("this is search output, not a plan file; write the plan with `hgplan search -o plan.json`", "kind")
-    try:
-        inputs = doc["inputs"]
-        for key in ("cluster", "model"):
-            if not isinstance(inputs[key]["yaml"], str):
-                fail(f"malformed plan file: inputs.{key}.yaml must be the {key} file's text", f"inputs.{key}.yaml")
-        fleet, _ = load_cluster(inputs["cluster"]["yaml"], f"{source}#inputs.cluster", catalog)
-        model = load_model(inputs["model"]["yaml"], f"{source}#inputs.model")
-        t = inputs["training"]
-        if not isinstance(t, dict):
-            fail("malformed plan file: inputs.training must be a mapping", "inputs.training")
-        train = make_training(dict(t), model, f"{source}#inputs.training")
-        plan = Plan.from_dict(doc["plan"])
-    except InputError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        fail(f"malformed plan file: {exc!r} is missing or invalid")
+        raise _fail(source, f"plan file schema version {doc.get('schema_version')!r} is not supported by hgplan "
+                            f"{__version__} (expects {SCHEMA_VERSION}); re-run `hgplan search -o` with this version",
+                    "schema_version")
+    if doc["kind"] == SEARCH_KIND:
+        raise _fail(source, "this is search output, not a plan file; write the plan with `hgplan search -o plan.json`",
+                    "kind")
     pred = doc.get("prediction")
     if not isinstance(pred, dict) or not isinstance(pred.get("tokens_per_s"), (int, float)) or pred["tokens_per_s"] <= 0:
-        fail("malformed plan file: prediction.tokens_per_s is missing or not a positive number", "prediction")
+        raise _fail(source, "malformed plan file: prediction.tokens_per_s is missing or not a positive number",
+                    "prediction")
+    try:
+        return PlanFile.model_validate(doc)
+    except ValidationError as exc:
+        raise _shape_errors(exc, source) from None
+
+
+def load_plan(doc: Any, source: str, catalog) -> LoadedPlan:
+    """A plan file's plan, fleet, model and training, checked; InputError on any inconsistency."""
+    from hgplan.inputs import load_cluster, load_model, make_training
+    from hgplan.validate import check_plan
+
+    pf = parse_plan_file(doc, source)
+    fleet, _ = load_cluster(pf.inputs.cluster.yaml, f"{source}#inputs.cluster", catalog)
+    model = load_model(pf.inputs.model.yaml, f"{source}#inputs.model")
+    train = make_training(pf.inputs.training.model_dump(), model, f"{source}#inputs.training")
+    plan = Plan.from_record(pf.plan)
     violations = check_plan(plan, fleet, model, train)
     if violations:
         raise InputError([InputIssue(source=source, line=None, path=f"plan ({v.rule})", message=v.message)
                           for v in violations])
-    _normalise(doc, plan)
-    return plan, fleet, model, train
+    return LoadedPlan(plan=plan, fleet=fleet, model=model, train=train, file=pf)
 
 
-def _normalise(doc: dict[str, Any], plan) -> None:
-    """Make every field that later code reads well-typed; drop malformed optional parts (baselines)."""
-    for key in ("cluster", "model"):
-        item = doc["inputs"][key]
-        item["ref"] = item["ref"] if isinstance(item.get("ref"), str) else "(unnamed)"
-        item["sha256"] = item["sha256"] if isinstance(item.get("sha256"), str) else ""
-    pred = doc["prediction"]
-    if not isinstance(pred.get("iteration_time_s"), (int, float)):
-        pred["iteration_time_s"] = float("nan")
-    doc["plan"] = plan.to_dict()
-    clean = {}
-    baselines = doc.get("baselines")
-    for name, b in (baselines.items() if isinstance(baselines, dict) else []):
-        if (isinstance(b, dict) and b.get("available") is True and isinstance(b.get("speedup"), (int, float))
-                and isinstance(b.get("description"), str)):
-            clean[str(name)] = {"available": True, "speedup": b["speedup"], "description": b["description"]}
-    doc["baselines"] = clean
-
-
-def regression_check(baseline_doc: dict[str, Any], search_doc: dict[str, Any], bound: float) -> dict[str, Any]:
+def regression_check(baseline: PlanFile, report: SearchReport, bound: float) -> RegressionRecord:
     """Compare the fresh best plan with a committed one: failed when it is slower by more than `bound`."""
-    old = float(baseline_doc["prediction"]["tokens_per_s"])
-    new = float(search_doc["plans"][0]["prediction"]["tokens_per_s"])
+    old = float(baseline.prediction.tokens_per_s)
+    new = float(report.plans[0].prediction.tokens_per_s)
     change = new / old - 1
     failed = change < -bound
     verdict = "REGRESSION" if failed else "ok"
-    return {"baseline_tokens_per_s": old, "tokens_per_s": new, "change": round(change, 6), "max_regression": bound,
-            "failed": failed,
-            "message": f"{verdict}: best plan {new:,.0f} tokens/s vs baseline {old:,.0f} ({change:+.2%}; allowed "
-                       f"-{bound:.2%})"}
+    return RegressionRecord(baseline_tokens_per_s=old, tokens_per_s=new, change=round(change, 6), max_regression=bound,
+                            failed=failed,
+                            message=f"{verdict}: best plan {new:,.0f} tokens/s vs baseline {old:,.0f} ({change:+.2%}; "
+                                    f"allowed -{bound:.2%})")
 
 
-def diff_plans(a: dict[str, Any], b: dict[str, Any], name_a: str, name_b: str) -> dict[str, Any]:
+DIFF_FIELDS = ("tp", "pp", "dp", "cp", "micro_batch_size", "vpp", "recompute", "sequence_parallel", "zero_stage")
+"""Plan fields `diff` compares one by one (the stages are compared as a whole)."""
+
+
+def diff_plans(a: PlanFile, b: PlanFile, name_a: str, name_b: str) -> dict[str, Any]:
+    """What changed between two plan files: degrees, stages, input digests and predicted throughput."""
     changes = []
-    for key in ("tp", "pp", "dp", "cp", "micro_batch_size", "vpp", "recompute", "sequence_parallel", "zero_stage"):
-        if a["plan"].get(key) != b["plan"].get(key):
-            changes.append({"field": key, "a": a["plan"].get(key), "b": b["plan"].get(key)})
-    sa = [(s["node_group"], s["layers"]) for s in a["plan"]["stages"]]
-    sb = [(s["node_group"], s["layers"]) for s in b["plan"]["stages"]]
+    for key in DIFF_FIELDS:
+        va, vb = getattr(a.plan, key), getattr(b.plan, key)
+        if va != vb:
+            changes.append({"field": key, "a": va, "b": vb})
+    sa = [(s.node_group, s.layers) for s in a.plan.stages]
+    sb = [(s.node_group, s.layers) for s in b.plan.stages]
     if sa != sb:
         changes.append({"field": "stages", "a": " ".join(f"{g}:{n}" for g, n in sa),
                         "b": " ".join(f"{g}:{n}" for g, n in sb)})
     for key in ("cluster", "model"):
-        ha, hb = a["inputs"][key].get("sha256"), b["inputs"][key].get("sha256")
+        ha, hb = getattr(a.inputs, key).sha256, getattr(b.inputs, key).sha256
         if ha != hb:
-            changes.append({"field": f"inputs.{key}", "a": (ha or "")[:12], "b": (hb or "")[:12]})
-    ta, tb = a["prediction"]["tokens_per_s"], b["prediction"]["tokens_per_s"]
+            changes.append({"field": f"inputs.{key}", "a": ha[:12], "b": hb[:12]})
+    ta, tb = a.prediction.tokens_per_s, b.prediction.tokens_per_s
     return {"a": name_a, "b": name_b, "changes": changes,
             "prediction": {"a_tokens_per_s": ta, "b_tokens_per_s": tb, "change": round(tb / ta - 1, 6),
-                           "a_iteration_time_s": a["prediction"]["iteration_time_s"],
-                           "b_iteration_time_s": b["prediction"]["iteration_time_s"]}}
-
-
-def plan_json_schema() -> dict[str, Any]:
-    """JSON Schema of plan files (schema_version 1)."""
-    stage = {"type": "object", "required": ["node_group", "layers"], "properties": {
-        "node_group": {"type": "string", "description": "site/group hosting every GPU of the stage"},
-        "layers": {"type": "integer", "minimum": 1}}}
-    plan = {"type": "object", "required": ["tp", "pp", "dp", "micro_batch_size", "stages"], "properties": {
-        "tp": {"type": "integer", "minimum": 1}, "pp": {"type": "integer", "minimum": 1},
-        "dp": {"type": "integer", "minimum": 1}, "cp": {"type": "integer", "minimum": 1},
-        "micro_batch_size": {"type": "integer", "minimum": 1}, "vpp": {"type": "integer", "minimum": 1},
-        "recompute": {"enum": ["none", "selective", "full"]}, "sequence_parallel": {"type": "boolean"},
-        "zero_stage": {"enum": [0, 1, 2, 3]}, "distributed_optimizer": {"type": "boolean"},
-        "overlap_grad_reduce": {"type": "boolean"}, "stages": {"type": "array", "items": stage, "minItems": 1}}}
-    prediction = {"type": "object", "required": ["iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu"],
-                  "properties": {k: {"type": "number"} for k in (
-                      "iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu",
-                      "hfu", "bubble_fraction", "pipeline_s", "simulator_iteration_time_s")}}
-    source = {"type": "object", "required": ["ref", "yaml"], "properties": {
-        "ref": {"type": "string"}, "sha256": {"type": "string"}, "yaml": {"type": "string"}}}
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://hgplan.dev/schema/plan.json",
-        "title": "hgplan plan file",
-        "type": "object",
-        "required": ["schema_version", "kind", "inputs", "plan", "prediction"],
-        "properties": {
-            "schema_version": {"const": SCHEMA_VERSION},
-            "kind": {"const": PLAN_KIND},
-            "hgplan_version": {"type": "string"},
-            "inputs": {"type": "object", "required": ["cluster", "model", "training"], "properties": {
-                "cluster": source, "model": source,
-                "training": {"type": "object", "required": ["seq_length", "global_batch_size", "precision"]},
-                "target": {"enum": ["megatron", "deepspeed"]}}},
-            "plan": plan,
-            "prediction": prediction,
-            "stages": {"type": "array"},
-            "search": {"type": "object"},
-            "solver": {"type": "object"},
-            "baselines": {"type": "object"},
-        },
-    }
+                           "a_iteration_time_s": a.prediction.iteration_time_s,
+                           "b_iteration_time_s": b.prediction.iteration_time_s}}

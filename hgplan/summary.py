@@ -1,4 +1,4 @@
-"""Fleet summary for `hgplan validate`."""
+"""Summaries of fleets and catalog entries for `hgplan validate` and `hgplan profiles list` (pure)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from hgplan.domain import Fleet, ModelArch, Precision
 
 
 def fleet_summary(fleet: Fleet, warnings: list[str], model: ModelArch | None = None) -> dict[str, Any]:
+    """GPUs, nodes, peak compute and memory per node group, the links, and the model's size if one is given."""
     by_type: dict[str, int] = {}
     for g in fleet.groups:
         by_type[g.gpu.id] = by_type.get(g.gpu.id, 0) + g.num_gpus
@@ -36,3 +37,23 @@ def fleet_summary(fleet: Fleet, warnings: list[str], model: ModelArch | None = N
     if model is not None:
         out["model"] = {"name": model.name, "params_b": round(model.num_params() / 1e9, 3)}
     return out
+
+
+def gpu_row(g: Any) -> dict[str, Any]:
+    """One catalog GPU as `profiles list gpus` shows it."""
+    return {"id": g.id, "vendor": g.vendor, "arch": g.arch, "bf16_tflops": g.bf16_tflops, "fp16_tflops": g.fp16_tflops,
+            "hbm_gib": g.hbm_gib, "hbm_gbytes_per_s": g.hbm_gbytes_per_s,
+            "intra_node": f"{g.intra_node.kind} {g.intra_node.gbytes_per_s:g} GB/s"}
+
+
+def model_row(name: str, m: ModelArch) -> dict[str, Any]:
+    """One model preset as `profiles list models` shows it (parameters in billions)."""
+    return {"name": name, "params_b": round(m.num_params() / 1e9, 3), "num_layers": m.num_layers,
+            "hidden_size": m.hidden_size, "heads": m.num_attention_heads, "query_groups": m.num_query_groups,
+            "vocab_size": m.vocab_size, "source": m.source}
+
+
+def cluster_row(name: str, fleet: Fleet) -> dict[str, Any]:
+    """One example fleet as `profiles list clusters` shows it."""
+    return {"name": name, "gpus": fleet.num_gpus, "sites": len(fleet.sites),
+            "gpu_types": sorted({g.gpu.id for g in fleet.groups})}

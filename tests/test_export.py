@@ -14,7 +14,7 @@ from hgplan.export.layout import build_layout
 from hgplan.export.megatron import export_megatron, layout_string
 from hgplan.io import catalog
 from hgplan.plan import Plan
-from hgplan.planfile import load_plan_doc
+from hgplan.planfile import load_plan
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,8 @@ def plan_path(tmp_path_factory):
 
 def loaded(path):
     doc = json.loads(path.read_text())
-    return (*load_plan_doc(doc, str(path), catalog()), doc)
+    lp = load_plan(doc, str(path), catalog())
+    return lp.plan, lp.fleet, lp.model, lp.train, doc
 
 
 def megatron_layout():
@@ -116,9 +117,9 @@ def test_megatron_export_places_stages_on_their_groups(plan_path):
         assert fleet.group(plan.stages[r.stage].node_group).site in r.host
     ex = export_megatron(plan, fleet, model, train)
     assert "nccl_pg.yaml" in ex.files and "pp: {net_name: Socket}" in ex.files["nccl_pg.yaml"]
-    assert all(n["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" for n in ex.nodes)
-    assert [n["node_rank"] for n in ex.nodes] == list(range(len(ex.nodes)))
-    assert sum(n["nproc"] for n in ex.nodes) == plan.config.world_size
+    assert all(n.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" for n in ex.nodes)
+    assert [n.node_rank for n in ex.nodes] == list(range(len(ex.nodes)))
+    assert sum(n.nproc for n in ex.nodes) == plan.config.world_size
 
 
 def test_deepspeed_batch_identity_and_partition(plan_path):
@@ -177,13 +178,16 @@ def test_export_refusals(cli, tmp_path, plan_path):
     assert "exceeds the model's max_position_embeddings (2048)" in r.stderr
 
 
-def test_alibi_model_is_refused(cli, tmp_path):
-    path = tmp_path / "bloom.json"
-    r = cli("search", "-c", "two-site", "-m", "bloom-176b", "--seq-len", "2048", "--global-batch", "512",
-            "--time-limit", "20", "--no-baselines", "-o", path)
-    assert r.code == 0, r.stderr
-    r = cli("export", path, "--format", "megatron")
-    assert r.code == 1 and "ALiBi" in r.stderr
+def test_alibi_model_is_refused(plan_path):
+    """The refusal depends only on the model: ALiBi positions cannot be expressed by Megatron-LM or
+    Megatron-DeepSpeed, whatever the plan (tested on the exporters directly, no search needed)."""
+    from hgplan.errors import PlanningError
+    from hgplan.inputs import load_model
+    plan, fleet, _, train, _ = loaded(plan_path)
+    bloom = load_model(catalog().model_texts["bloom-176b"], "bloom-176b")
+    for exporter in (export_megatron, export_deepspeed):
+        with pytest.raises(PlanningError, match="ALiBi"):
+            exporter(plan, fleet, bloom, train)
 
 
 def test_plan_file_schema_and_tampering(cli, plan_path, tmp_path):

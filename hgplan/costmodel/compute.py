@@ -11,8 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hgplan.costmodel.comm import allreduce_s
-from hgplan.domain import ACTIVATION_FFN_MATRICES, RUNTIME_EFFICIENCY, GpuType, ModelArch, Precision, TrainingSettings
+from hgplan.domain import ACTIVATION_FFN_MATRICES, Attention, GpuType, ModelArch, Precision, Runtime, TrainingSettings
 from hgplan.plan import ParallelConfig, Recompute
+
+RUNTIME_EFFICIENCY = {Runtime.MEGATRON: 1.0, Runtime.DEEPSPEED: 0.80, Runtime.FSDP: 0.85}
+"""Share of GPU time a framework spends in useful kernels, relative to Megatron-LM's fused path.
+
+PyTorch-eager FSDP (FULL_SHARD with autocast) loses time to per-module hooks, dtype casts, unfused
+element-wise kernels and allocator synchronisation. 0.85 is the one constant estimated from the whole
+MosaicML llm-foundry family of the calibration set (124 rows); see docs/cost-model.md."""
+
 
 BYTES = 2  # bf16 / fp16 activations and weights
 TILE_MN = 256.0  # GEMM output tile edge (cuBLAS uses 256-wide tiles for large bf16 GEMMs): partial tiles waste work
@@ -63,7 +71,7 @@ def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Train
     lin_bwd = sum(gemm_s(gpu, prec, m, k, n) + gemm_s(gpu, prec, k, n, m) for m, n, k in gemms)
     # Attention core: per GPU, heads/t heads, s/c queries against s keys.
     q_len, k_len = s / c, s
-    if train.attention == "flash":
+    if train.attention is Attention.FLASH:
         flops = 4.0 * b * heads * q_len * k_len * d * 0.5  # causal blocks skipped
         rate = sustained_peak_flops(gpu, prec) * gpu.eff.attention_efficiency
         attn_fwd = flops / rate
@@ -101,7 +109,7 @@ def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Train
     else:
         recompute = 0.0
     # Hardware FLOPs of the forward on this GPU.
-    attn_flops = 4.0 * b * heads * q_len * k_len * d * (0.5 if train.attention == "flash" else 1.0)
+    attn_flops = 4.0 * b * heads * q_len * k_len * d * (0.5 if train.attention is Attention.FLASH else 1.0)
     fwd_flops = sum(2.0 * m * n * k for m, n, k in gemms) + attn_flops
     return LayerTime(fwd_s=fwd, bwd_s=bwd_plain + recompute, attention_fwd_s=attn_fwd, fwd_flops=fwd_flops, attention_fwd_flops=attn_flops)
 

@@ -10,7 +10,7 @@ from hgplan.costmodel.compute import BYTES, LayerTime, embedding_time, hbm_s, he
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
 from hgplan.costmodel.pipeline import Op, closed_form, simulate
-from hgplan.domain import Fleet, ModelArch, NetPath, NodeGroup, Precision, TrainingSettings
+from hgplan.domain import Attention, Fleet, ModelArch, NetPath, NodeGroup, PathKind, Precision, Runtime, TrainingSettings
 from hgplan.plan import ParallelConfig, Plan, Recompute
 
 OPTIMIZER_BYTES_PER_PARAM = 4 + 12 + 12 + 2
@@ -102,7 +102,7 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
     path = fleet.path(a, b)
     if path is None:
         return float("inf"), float("inf"), None
-    if path.kind == "same_group" and cfg.gpus_per_stage < a.gpus_per_node:
+    if path.kind is PathKind.SAME_GROUP and cfg.gpus_per_stage < a.gpus_per_node:
         bw = intra_node_busbw_gbytes_per_s(a.gpu, a.intra_node_gbytes_per_s)
         return msg_bytes / (bw * 1e9), 5e-6, path
     per_gpu = path.per_gpu_gbps / 8.0 * path.efficiency * 1e9
@@ -198,7 +198,7 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     p, v, t, c, d = cfg.pp, cfg.vpp, cfg.tp, cfg.cp, cfg.dp
     m = cfg.num_microbatches(train.global_batch_size)
     groups = [fleet.group(st.node_group) for st in plan.stages]
-    flash = train.attention == "flash"
+    flash = train.attention is Attention.FLASH
     gbytes = grad_bytes(train.precision)
     # --- per-stage compute
     fwd, bwd, layer_times, params = [], [], [], []
@@ -221,7 +221,7 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
             bw, lat = group_busbw_gbytes_per_s(g, transport, members=d * c, stride=t)
             # Megatron-FSDP and PyTorch FSDP gather one flat buffer per layer; DeepSpeed ZeRO-3 one per module
             # (each parameter tensor), each paying the ring's n - 1 step latency.
-            deepspeed = train.runtime == "deepspeed"
+            deepspeed = train.runtime is Runtime.DEEPSPEED
             calls = max(1, st.num_layers) * (_tensors_per_layer(model) if deepspeed else 1)
             latency = calls * ring_latency_s(d * c, lat)
             bandwidth = (d * c - 1) / (d * c) / (bw * 1e9)

@@ -12,8 +12,9 @@ import shlex
 
 from hgplan.domain import Fleet, ModelArch, Precision, TrainingSettings
 from hgplan.errors import PlanningError
+from hgplan.export.common import MASTER_PORT, Export, nccl_env, node_record, parallel_args
 from hgplan.export.layout import build_layout, vendor_warnings
-from hgplan.export.megatron import MASTER_PORT, Export, model_args, nccl_env, recompute_args, unsupported_features
+from hgplan.export.megatron import model_args, recompute_args, unsupported_features
 from hgplan.plan import Plan
 
 
@@ -61,13 +62,7 @@ def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
     assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * c.dp
     ex.files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
     ex.files["hostfile"] = "".join(f"{n.host} slots={n.local_gpus}\n" for n in layout.nodes)
-    argv = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
-    if c.pp == 1:
-        argv += ["--no-pipeline-parallel"]
-    if c.sequence_parallel:
-        argv += ["--sequence-parallel"]
-    argv += ["--micro-batch-size", str(c.micro_batch_size), "--global-batch-size", str(train.global_batch_size)]
-    argv += ["--bf16"] if train.precision is Precision.BF16 else ["--fp16"]
+    argv = parallel_args(plan, train, deepspeed=True)
     argv += model_args(model, train, deepspeed=True) + recompute_args(plan)
     argv += ["--deepspeed", "--deepspeed_config", "ds_config.json", "--zero-stage", str(cfg["zero_optimization"]["stage"])]
     ex.argv = argv
@@ -82,8 +77,7 @@ def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
         env = nccl_env(fleet.group(key))
         ex.files[f"nccl_conf_{key.replace('/', '_')}.conf"] = "".join(f"{k}={v}\n" for k, v in env.items()
                                                                       if k.startswith("NCCL_"))
-    ex.nodes = [{"host": n.host, "node_rank": n.node_rank, "node_group": n.group, "nproc": n.local_gpus,
-                 "first_rank": n.first_rank} for n in layout.nodes]
+    ex.nodes = [node_record(n) for n in layout.nodes]
     layers = [s.num_layers for s in plan.stages]
     if c.pp > 1 and len(set(layers)) > 1:
         parts = partition_bounds(plan)

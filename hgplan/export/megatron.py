@@ -7,29 +7,12 @@ core_v0.13+ for --pipeline-model-parallel-layout); docs/export.md explains every
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
 
-from hgplan.domain import Fleet, ModelArch, NodeGroup, Precision, TrainingSettings, Transport
+from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
 from hgplan.errors import PlanningError
+from hgplan.export.common import Export, nccl_env, node_record, node_script, parallel_args, torchrun_command
 from hgplan.export.layout import Layout, build_layout, vendor_warnings
 from hgplan.plan import Plan, Recompute
-
-MASTER_PORT = 29500
-
-
-@dataclass(slots=True, kw_only=True)
-class Export:
-    format: str
-    files: dict[str, str] = field(default_factory=dict)
-    argv: list[str] = field(default_factory=list)
-    nodes: list[dict] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {"format": self.format, "argv": self.argv, "nodes": self.nodes, "files": sorted(self.files),
-                "warnings": self.warnings, "notes": self.notes}
-
 
 def layout_string(plan: Plan) -> str:
     """--pipeline-model-parallel-layout: E on the first stage, L on the last, t per decoder layer.
@@ -112,38 +95,44 @@ def crosses_transports(plan: Plan, fleet: Fleet) -> tuple[bool, bool]:
     return pp, len(groups) > 1 and non_rdma(groups[0], groups[-1])
 
 
-def nccl_env(group: NodeGroup) -> dict[str, str]:
-    """Per-node-group NCCL environment (NCCL user guide, env.html). Device names are placeholders to check."""
-    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-    if group.nic_transport is Transport.INFINIBAND:
-        env["NCCL_IB_HCA"] = "mlx5"
-        env["NCCL_CROSS_NIC"] = "0"
-    elif group.nic_transport is Transport.ROCE:
-        env["NCCL_IB_HCA"] = "mlx5"
-        env["NCCL_IB_GID_INDEX"] = "3"
-        env["NCCL_IB_TC"] = "106"
-    else:
-        env["NCCL_IB_DISABLE"] = "1"
-        env["NCCL_SOCKET_IFNAME"] = "eth0"
-        env["NCCL_SOCKET_NTHREADS"] = "4"
-        env["NCCL_NSOCKS_PERTHREAD"] = "4"
-    return env
+def _socket_groups(plan: Plan, fleet: Fleet, model: ModelArch, ex: Export) -> list[str]:
+    """nccl_pg.yaml and its flag when the pipeline crosses a link without RDMA or between transports."""
+    pp_socket, embd_socket = crosses_transports(plan, fleet)
+    if not pp_socket:
+        return []
+    lines = ["# NCCL options per process group (--nccl-communicator-config-path).",
+             "# The pipeline crosses a link without RDMA or between transports: NCCL cannot run one communicator",
+             "# over InfiniBand/RoCE and TCP at once, so the pipeline (and tied-embedding) groups use sockets",
+             "# while TP and DP stay on the node group's RDMA fabric.", "pp: {net_name: Socket}"]
+    if embd_socket and not model.untie_embeddings_and_output_weights:
+        lines.append("embd: {net_name: Socket}")
+    ex.files["nccl_pg.yaml"] = "\n".join(lines) + "\n"
+    ex.notes.append("do not export NCCL_NET: it overrides the per-communicator net_name in nccl_pg.yaml")
+    return ["--nccl-communicator-config-path", "nccl_pg.yaml"]
 
 
-def parallel_args(plan: Plan, train: TrainingSettings) -> list[str]:
+def megatron_argv(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, ex: Export) -> list[str]:
+    """pretrain_gpt.py's arguments for the plan (files it refers to are added to ex)."""
     c = plan.config
-    a = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
-    if c.cp > 1:
-        a += ["--context-parallel-size", str(c.cp)]
-    if c.sequence_parallel:
-        a += ["--sequence-parallel"]
-    a += ["--micro-batch-size", str(c.micro_batch_size), "--global-batch-size", str(train.global_batch_size)]
-    a += ["--bf16"] if train.precision is Precision.BF16 else ["--fp16"]
-    return a
+    argv = parallel_args(plan, train)
+    if c.pp > 1:
+        argv += ["--pipeline-model-parallel-layout", layout_string(plan)]
+    argv += model_args(model, train) + recompute_args(plan)
+    if c.zero_stage == 1:
+        argv += ["--use-distributed-optimizer"]
+        if c.overlap_grad_reduce:
+            argv += ["--overlap-grad-reduce", "--overlap-param-gather"]
+    elif c.overlap_grad_reduce:
+        argv += ["--overlap-grad-reduce"]
+    argv += _socket_groups(plan, fleet, model, ex)
+    if any(fleet.group(a.node_group).site != fleet.group(b.node_group).site for a, b in zip(plan.stages, plan.stages[1:])):
+        argv += ["--distributed-timeout-minutes", "60"]
+    return argv
 
 
 def export_megatron(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
                     script: str = "pretrain_gpt.py") -> Export:
+    """Megatron-LM: arguments, a torchrun script per node with its node group's NCCL settings, the host list."""
     bad = unsupported_features(model)
     if bad:
         raise PlanningError(f"Megatron-LM cannot express {'; '.join(bad)}; export refused")
@@ -152,34 +141,8 @@ def export_megatron(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingS
                             f"{plan.config.zero_stage}: export to DeepSpeed instead")
     layout: Layout = build_layout(plan, fleet)
     ex = Export(format="megatron", warnings=vendor_warnings(plan, fleet))
-    argv = parallel_args(plan, train)
-    if plan.config.pp > 1:
-        argv += ["--pipeline-model-parallel-layout", layout_string(plan)]
-    argv += model_args(model, train) + recompute_args(plan)
-    if plan.config.zero_stage == 1:
-        argv += ["--use-distributed-optimizer"]
-        if plan.config.overlap_grad_reduce:
-            argv += ["--overlap-grad-reduce", "--overlap-param-gather"]
-    elif plan.config.overlap_grad_reduce:
-        argv += ["--overlap-grad-reduce"]
-    pp_socket, embd_socket = crosses_transports(plan, fleet)
-    wan = any(fleet.group(plan.stages[i].node_group).site != fleet.group(plan.stages[i + 1].node_group).site
-              for i in range(len(plan.stages) - 1))
-    if pp_socket:
-        lines = ["# NCCL options per process group (--nccl-communicator-config-path).",
-                 "# The pipeline crosses a link without RDMA or between transports: NCCL cannot run one communicator",
-                 "# over InfiniBand/RoCE and TCP at once, so the pipeline (and tied-embedding) groups use sockets",
-                 "# while TP and DP stay on the node group's RDMA fabric.", "pp: {net_name: Socket}"]
-        if embd_socket and not model.untie_embeddings_and_output_weights:
-            lines.append("embd: {net_name: Socket}")
-        ex.files["nccl_pg.yaml"] = "\n".join(lines) + "\n"
-        argv += ["--nccl-communicator-config-path", "nccl_pg.yaml"]
-        ex.notes.append("do not export NCCL_NET: it overrides the per-communicator net_name in nccl_pg.yaml")
-    if wan:
-        argv += ["--distributed-timeout-minutes", "60"]
-    ex.argv = argv
-    master = layout.nodes[0].host
-    nnodes = len(layout.nodes)
+    ex.argv = argv = megatron_argv(plan, fleet, model, train, ex)
+    master, nnodes = layout.nodes[0].host, len(layout.nodes)
     nprocs = {n.local_gpus for n in layout.nodes}
     if len(nprocs) > 1:
         ex.warnings.append(f"nodes run different numbers of processes ({sorted(nprocs)}); torchrun's static rendezvous "
@@ -188,17 +151,12 @@ def export_megatron(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingS
     envs: dict[str, dict[str, str]] = {}
     for node in layout.nodes:
         g = fleet.group(node.group)
-        envs.setdefault(g.key, nccl_env(g))
-        env = envs[g.key]
-        cmd = ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(node.local_gpus), "--node-rank",
-               str(node.node_rank), "--master-addr", master, "--master-port", str(MASTER_PORT), script] + argv
-        ex.nodes.append({"host": node.host, "node_rank": node.node_rank, "node_group": g.key, "nproc": node.local_gpus,
-                         "first_rank": node.first_rank, "env": env, "argv": cmd})
-        body = ["#!/usr/bin/env bash", f"# node {node.node_rank} of {nnodes}: {node.host} ({g.key}), global ranks "
-                f"{node.first_rank}-{node.first_rank + node.local_gpus - 1}", "set -euo pipefail"]
-        body += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-        body.append(" ".join(shlex.quote(x) for x in cmd) + ' "$@"')
-        ex.files[f"launch_node{node.node_rank:03d}_{node.host}.sh"] = "\n".join(body) + "\n"
+        env = envs.setdefault(g.key, nccl_env(g))
+        cmd = torchrun_command(node, nnodes=nnodes, master=master, script=script) + argv
+        ex.nodes.append(node_record(node, env, cmd))
+        comment = (f"# node {node.node_rank} of {nnodes}: {node.host} ({g.key}), global ranks "
+                   f"{node.first_rank}-{node.first_rank + node.local_gpus - 1}")
+        ex.files[f"launch_node{node.node_rank:03d}_{node.host}.sh"] = node_script(env, cmd, comment)
     ex.files["hosts.txt"] = "".join(f"{n.node_rank} {n.host} {n.local_gpus}\n" for n in layout.nodes)
     ex.files["megatron_args.txt"] = " \\\n  ".join(shlex.quote(x) for x in argv) + "\n"
     for key, env in envs.items():

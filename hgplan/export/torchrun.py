@@ -4,28 +4,24 @@ from __future__ import annotations
 
 import csv
 import io
-import shlex
 
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
+from hgplan.export.common import Export, nccl_env, node_record, node_script, torchrun_command
 from hgplan.export.layout import build_layout, vendor_warnings
-from hgplan.export.megatron import MASTER_PORT, Export, nccl_env
 from hgplan.plan import Plan
 
 
 def export_torchrun(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
                     script: str = "train.py") -> Export:
+    """A torchrun command and script per node for the user's own training script, and the rank map."""
     layout = build_layout(plan, fleet)
     ex = Export(format="torchrun", warnings=vendor_warnings(plan, fleet))
     master = layout.nodes[0].host
     for n in layout.nodes:
-        cmd = ["torchrun", "--nnodes", str(len(layout.nodes)), "--nproc-per-node", str(n.local_gpus), "--node-rank",
-               str(n.node_rank), "--master-addr", master, "--master-port", str(MASTER_PORT), script]
+        cmd = torchrun_command(n, nnodes=len(layout.nodes), master=master, script=script)
         env = nccl_env(fleet.group(n.group))
-        ex.nodes.append({"host": n.host, "node_rank": n.node_rank, "node_group": n.group, "nproc": n.local_gpus,
-                         "first_rank": n.first_rank, "env": env, "argv": cmd})
-        ex.files[f"launch_node{n.node_rank:03d}_{n.host}.sh"] = (
-            "#!/usr/bin/env bash\nset -euo pipefail\n" + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-            + " ".join(shlex.quote(x) for x in cmd) + ' "$@"\n')
+        ex.nodes.append(node_record(n, env, cmd))
+        ex.files[f"launch_node{n.node_rank:03d}_{n.host}.sh"] = node_script(env, cmd)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["rank", "host", "node_rank", "local_rank", "stage", "node_group", "layers", "tp_rank", "cp_rank", "dp_rank"])

@@ -1,49 +1,52 @@
-"""plan(): search, check every returned plan, re-evaluate it, add baselines and explanations (pure)."""
+"""plan_training(): search, check every returned plan, re-evaluate it, add baselines and explanations (pure).
+
+Returns a typed SearchReport (hgplan/documents.py); the CLI prints it, writes plan files from it and renders it.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import ortools
 
 from hgplan import __version__
 from hgplan.costmodel.evaluate import Prediction, evaluate
-from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB
+from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB, state_bytes_per_param
+from hgplan.documents import (BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus, ModelInput,
+                              PlanEntry, SearchInputs, SearchReport, SearchStats, SolverRecord)
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
-from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
-from hgplan.planner.search import SearchResult, seeded_search
+from hgplan.planner.search import Found, SearchResult, seeded_search, solve_params
 from hgplan.planner.tables import eligible
-from hgplan.report import SCHEMA_VERSION, prediction_dict, stages_list, training_dict
+from hgplan.report import plan_record, prediction_record, rounded, stage_results, training_record
 from hgplan.validate import check_plan
 
 SIMULATE_MAX_OPS = 200_000
-
-
-def _r(x: float, nd: int = 6) -> float:
-    return float(f"{x:.{nd}g}")
+"""The top plans are also run through the pipeline simulator when one iteration has at most this many
+forward/backward operations (the simulator is linear in them; 200,000 take about a second)."""
+SIMULATED_TOP = 3
+"""How many of the ranked plans the simulator checks."""
 
 
 def plan_entry(rank: int, plan: Plan, pred: Prediction, sim: Prediction | None, *, objective_s: float | None = None,
-               status: str | None = None) -> dict[str, Any]:
-    entry = {"rank": rank, "plan": plan.to_dict(), "prediction": prediction_dict(pred, simulated=sim),
-             "stages": stages_list(pred), "gpus_used": plan.config.world_size,
-             "worst_headroom_gib": _r(min(s.headroom_gib for s in pred.stages), 4)}
-    if objective_s is not None:
-        entry["solver"] = {"objective_s": _r(objective_s), "status": status}
-    return entry
+               status: str | None = None) -> PlanEntry:
+    """One ranked plan as a document part."""
+    extra = {} if objective_s is None else {"solver": EntrySolver(objective_s=rounded(objective_s), status=status)}
+    return PlanEntry(rank=rank, plan=plan_record(plan), prediction=prediction_record(pred, simulated=sim),
+                     stages=stage_results(pred), gpus_used=plan.config.world_size,
+                     worst_headroom_gib=rounded(min(s.headroom_gib for s in pred.stages), 4), **extra)
 
 
-def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[dict[str, Any]]:
+def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[IdleGpus]:
+    """The GPUs the plan leaves idle, per node group, with the reason."""
     cfg = plan.config
     size = cfg.gpus_per_stage
     out = []
     for g in fleet.groups:
-        used = sum(size for s in plan.stages if s.node_group == g.key)
-        idle = g.num_gpus - used
+        idle = g.num_gpus - sum(size for s in plan.stages if s.node_group == g.key)
         if idle <= 0:
             continue
         if not g.gpu.supports(train.precision):
@@ -56,20 +59,22 @@ def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[dict[st
         else:
             why = (f"room for {idle // size} more stage(s) of {size} GPUs, left empty: more stages would add pipeline "
                    "fill, transfers or memory pressure that outweigh their compute (the solver weighed them)")
-        out.append({"node_group": g.key, "gpus": idle, "reason": why})
+        out.append(IdleGpus(node_group=g.key, gpus=idle, reason=why))
     return out
 
 
 def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, result: SearchResult) -> str:
+    """Why nothing fits, with the numbers."""
     usable = [g for g in fleet.groups if g.gpu.supports(train.precision)]
     if not usable:
-        return (f"no GPU in the fleet supports {train.precision.value}; train in fp16 (--precision fp16)")
-    need = model.num_params() * 18 / GIB / 1024
+        return f"no GPU in the fleet supports {train.precision.value}; train in fp16 (--precision fp16)"
+    per_param = sum(state_bytes_per_param(train.precision, 0, 1))
+    need = model.num_params() * per_param / GIB / 1024
     have = sum(g.num_gpus * (g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) for g in usable) / 1024
     if need > have:
         return (f"the {model.num_layers} layers ({model.num_params() / 1e9:.1f} B parameters) need at least "
-                f"{need:.1f} TiB for weights, gradients and optimizer state (18 bytes per parameter); the fleet has "
-                f"{have:.1f} TiB of usable GPU memory")
+                f"{need:.1f} TiB for weights, gradients and optimizer state ({per_param:g} bytes per parameter); the "
+                f"fleet has {have:.1f} TiB of usable GPU memory")
     if result.candidates_total == 0:
         return (f"no configuration divides the global batch of {train.global_batch_size} into micro-batches x DP for a "
                 "stage size that tiles the nodes; use a global batch with more factors of 2")
@@ -77,21 +82,11 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
             f"{train.seq_length} plus model state); add GPUs, shorten the sequence or use a smaller global batch")
 
 
-def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
-                  inputs: dict[str, Any], progress: Callable[[int, int], None] | None = None,
-                  with_baselines: bool = True) -> dict[str, Any]:
-    """Search and assemble the result document. Raises PlanningError (nothing fits) or NoAnswerError (timeout)."""
-    result, seeds = seeded_search(fleet, model, train, opts, progress=progress)
-    single = bl.single_group_from(seeds, fleet, model, train) if seeds else None
-    if not result.found:
-        if result.stopped_by != "complete" and result.candidates_skipped:
-            raise NoAnswerError(f"the time limit ended before any plan was found ({result.candidates_solved} of "
-                                f"{result.candidates_total} configurations solved); raise --time-limit")
-        raise PlanningError(explain_infeasible(fleet, model, train, result))
-    warnings: list[str] = []
-    entries = []
-    evaluated: list[tuple[Plan, Prediction, Any]] = []
-    for f in result.found:
+def _checked(found: list[Found], fleet: Fleet, model: ModelArch, train: TrainingSettings,
+             warnings: list[str]) -> list[tuple[Plan, Prediction, Found]]:
+    """The solver's plans that pass the validator and fit the cost model's memory, fastest first."""
+    evaluated = []
+    for f in found:
         plan = f.plan()
         violations = check_plan(plan, fleet, model, train)
         if violations:  # never trust the solver unchecked
@@ -104,48 +99,69 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
         evaluated.append((plan, pred, f))
     if not evaluated:
         raise PlanningError("every plan the solver returned failed validation; this is a bug, please report it")
-    evaluated.sort(key=lambda e: e[1].iteration_time_s)
+    return sorted(evaluated, key=lambda e: e[1].iteration_time_s)
+
+
+def _solver_record(result: SearchResult, opts: SearchOptions) -> SolverRecord:
+    """The parameters every solve shared and the largest limits any solve ran under."""
+    limits = {**solve_params(opts, 0).to_dict(), **result.solver_limits}
+    return SolverRecord(**limits, time_limit_s=opts.budget_s, budget_deterministic_s=round(DTIME_PER_WALL * opts.budget_s, 3),
+                        max_gap=opts.max_gap, solver_params=opts.solver_params)
+
+
+def _search_stats(result: SearchResult) -> SearchStats:
+    return SearchStats(
+        stopped_by=result.stopped_by,
+        candidates=CandidateCounts(total=result.candidates_total, solved=result.candidates_solved,
+                                   pruned_by_bound=result.candidates_pruned,
+                                   skipped_by_budget=result.candidates_skipped,
+                                   infeasible=result.candidates_infeasible),
+        solver_statuses=dict(sorted(result.statuses.items())), best_objective_s=rounded(result.best_us / 1e6),
+        bound_s=rounded(result.bound_us / 1e6), relative_gap=rounded(result.gap, 4),
+        deterministic_time=rounded(result.deterministic_time, 4), wall_time_s=round(result.wall_time_s, 3))
+
+
+def _baselines(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, seeds: list[Found],
+               best: Prediction) -> dict[str, BaselineRecord]:
+    single = bl.single_group_from(seeds, fleet, model, train) if seeds else bl.single_group(fleet, model, train, opts)
+    out = {}
+    for b in (single, bl.megatron_default(fleet, model, train, opts), bl.proportional(fleet, model, train, opts)):
+        item: dict = {"description": b.description, "available": b.prediction is not None}
+        if b.note:
+            item["note"] = b.note
+        if b.prediction is not None:
+            item.update(plan=plan_record(b.plan), prediction=prediction_record(b.prediction),
+                        speedup=rounded(b.prediction.iteration_time_s / best.iteration_time_s, 4))
+        out[b.name] = BaselineRecord(**item)
+    return out
+
+
+def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
+                  cluster: ClusterInput, model_ref: str, progress: Callable[[int, int], None] | None = None,
+                  log: Callable[[str], None] | None = None, with_baselines: bool = True) -> tuple[SearchReport, SearchResult]:
+    """Search and assemble the report (and the raw result, for --export-model).
+
+    Raises PlanningError (nothing fits) or NoAnswerError (timeout)."""
+    result, seeds = seeded_search(fleet, model, train, opts, progress=progress, log=log)
+    if not result.found:
+        if result.stopped_by != "complete" and result.candidates_skipped:
+            raise NoAnswerError(f"the time limit ended before any plan was found ({result.candidates_solved} of "
+                                f"{result.candidates_total} configurations solved); raise --time-limit")
+        raise PlanningError(explain_infeasible(fleet, model, train, result))
+    warnings: list[str] = []
+    evaluated = _checked(result.found, fleet, model, train, warnings)
+    entries = []
     for rank, (plan, pred, f) in enumerate(evaluated, start=1):
         ops = plan.config.pp * plan.config.vpp * pred.num_microbatches * 2
-        sim = evaluate(plan, fleet, model, train, use_simulator=True) if rank <= 3 and ops <= SIMULATE_MAX_OPS else None
+        sim = evaluate(plan, fleet, model, train, use_simulator=True) \
+            if rank <= SIMULATED_TOP and ops <= SIMULATE_MAX_OPS else None
         entries.append(plan_entry(rank, plan, pred, sim, objective_s=f.time_us / 1e6, status=f.solution.status))
     best_plan, best_pred, _ = evaluated[0]
-    doc: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "hgplan.search",
-        "hgplan_version": __version__,
-        "ortools_version": ortools.__version__,
-        "inputs": {**inputs, "training": training_dict(train), "target": opts.target},
-        "solver": {**SolverParams(random_seed=opts.seed, max_deterministic_time=opts.per_solve_s,
-                                  relative_gap_limit=opts.solve_gap).to_dict(),
-                   "time_limit_s": opts.budget_s, "budget_deterministic_s": round(DTIME_PER_WALL * opts.budget_s, 3),
-                   "max_gap": opts.max_gap},
-        "search": {
-            "stopped_by": result.stopped_by,
-            "candidates": {"total": result.candidates_total, "solved": result.candidates_solved,
-                           "pruned_by_bound": result.candidates_pruned, "skipped_by_budget": result.candidates_skipped,
-                           "infeasible": result.candidates_infeasible},
-            "solver_statuses": dict(sorted(result.statuses.items())),
-            "best_objective_s": _r(result.best_us / 1e6),
-            "bound_s": _r(result.bound_us / 1e6),
-            "relative_gap": _r(result.gap, 4),
-            "deterministic_time": _r(result.deterministic_time, 4),
-            "wall_time_s": round(result.wall_time_s, 3),
-        },
-        "plans": entries,
-        "idle_gpus": idle_gpus(fleet, best_plan, train),
-        "warnings": warnings,
-    }
-    if with_baselines:
-        doc["baselines"] = {}
-        for b in (single or bl.single_group(fleet, model, train, opts), bl.megatron_default(fleet, model, train, opts),
-                  bl.proportional(fleet, model, train, opts)):
-            item: dict[str, Any] = {"description": b.description, "available": b.prediction is not None}
-            if b.note:
-                item["note"] = b.note
-            if b.prediction is not None:
-                item["plan"] = b.plan.to_dict()
-                item["prediction"] = prediction_dict(b.prediction)
-                item["speedup"] = _r(b.prediction.iteration_time_s / best_pred.iteration_time_s, 4)
-            doc["baselines"][b.name] = item
-    return doc
+    extra = {"baselines": _baselines(fleet, model, train, opts, seeds, best_pred)} if with_baselines else {}
+    report = SearchReport(
+        hgplan_version=__version__, ortools_version=ortools.__version__,
+        inputs=SearchInputs(cluster=cluster, model=ModelInput(ref=model_ref, name=model.name),
+                            training=training_record(train), target=opts.target),
+        solver=_solver_record(result, opts), search=_search_stats(result), plans=entries,
+        idle_gpus=idle_gpus(fleet, best_plan, train), warnings=warnings, **extra)
+    return report, result

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator
 
 from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB, state_bytes_per_param
-from hgplan.domain import ModelArch, NodeGroup, TrainingSettings
+from hgplan.domain import ModelArch, NodeGroup, Target, TrainingSettings
 from hgplan.plan import ParallelConfig, Recompute
 from hgplan.planner.bounds import BoundContext, candidate_bound_s, make_context
 from hgplan.planner.costs import US, CostSource
@@ -99,7 +99,7 @@ def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[No
     """Every outer candidate of the plan family with its lower bound, sorted by key (bound first)."""
     model, train = costs.model, costs.train
     L = model.num_layers
-    vpps = opts.vpp_options or ((1, 2) if opts.target == "megatron" else (1,))
+    vpps = opts.vpp_options or ((1, 2) if opts.target == Target.MEGATRON else (1,))
     max_pp = min(L, opts.max_pp or L)
     out: list[Candidate] = []
     for base in base_configs(model, train, opts, groups):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hgplan.costmodel.evaluate import (dp_tail, edge_costs, layer_cost, p2p_message_bytes, p2p_seconds,
                                        tied_embedding_sync_s)
 from hgplan.costmodel.memory import GIB, stage_memory
-from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
+from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig
 
 US = 1_000_000
@@ -103,7 +103,7 @@ def edge_tail_inputs(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train:
             out.append({})
             continue
         mem = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length,
-                           num_microbatches=num_microbatches, stage=stage, layers=1, flash=train.attention == "flash")
+                           num_microbatches=num_microbatches, stage=stage, layers=1, flash=train.attention is Attention.FLASH)
         out.append({"edge_params": mem.params - per, "edge_fwd_s": fwd, "edge_bwd_s": bwd})
     return out
 
@@ -166,7 +166,7 @@ class CostSource:
             for s in range(cfg.pp):
                 one, two = (stage_memory(self.model, cfg, precision=train.precision, seq_length=train.seq_length,
                                          num_microbatches=m, stage=s, layers=n * cfg.vpp,
-                                         flash=train.attention == "flash").total_gib * GIB / MIB for n in (1, 2))
+                                         flash=train.attention is Attention.FLASH).total_gib * GIB / MIB for n in (1, 2))
                 slope = (two - one) / cfg.vpp
                 rows.append((math.ceil(one - slope * cfg.vpp) + 1, math.ceil(slope)))
             self._memory[cfg] = tuple(rows)

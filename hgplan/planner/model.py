@@ -1,26 +1,34 @@
 """CP-SAT model: place every pipeline stage on a node group and split the layers, for one outer candidate.
 
-Variables: x[s,k] stage s on group k; u[s] layers of stage s divided by v; y[s,k] = layers if x[s,k] else 0;
-z[b,k,k'] the two ends of boundary b sit on k and k'. Constraints: one group per stage, group capacity in
-stages, layers sum to L, memory per stage (linear in layers for a fixed stage and group), reachable
-boundaries only. Objective (v-scaled microseconds):
-    (v m - 1) C + sum_s work_s + sum_b (2 send_b + 2 lat_b) + v Tail
-with C >= work_s + v x sends touching s, Tail >= DP tail of each stage. Each group's stages are contiguous
-(one block per group; the block order is free). Mirrors CostTables.objective.
+Laid out as the CP-SAT primer and OR-Tools' examples do: a container of the decision variables with `extract()`,
+one function per constraint group (each says why it exists), the objective, the hint, and `solve()` which only
+wires them together. The solver receives precomputed integer tables (planner/tables.py) and knows nothing of the
+cost model.
+
+Legend: p stages (s = 0..p-1), K node groups of the table (k), v virtual stages per rank, m micro-batches,
+L layers; b indexes the pipeline boundaries (stage a -> stage b, plus the wrap-around one when interleaved).
+Variables: x[s][k] stage s on group k; u[s] layers of stage s divided by v; y[s][k] = layers if x[s][k] else 0;
+z[b,k,k'] the two ends of boundary b sit on k and k'; cycle and tail as in the objective (v-scaled microseconds):
+    (v m - 1) cycle + sum_s work_s + sum_b (2 send_b + 2 lat_b) + v tail
+with cycle >= work_s + v x sends touching s, tail >= DP tail of each stage. Mirrors CostTables.objective.
 """
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from ortools.sat.python import cp_model
 
-from hgplan.planner.tables import CostTables, tail_class
+from hgplan.planner.costs import tail_class
+from hgplan.planner.tables import CostTables
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SolverParams:
+    """CP-SAT parameters of one solve. `extra` is text-format SatParameters applied last (the CLI's
+    --solver-params escape hatch); everything here is recorded in the search JSON."""
+
     num_workers: int = 1
     random_seed: int = 1
     max_deterministic_time: float = 2.0
@@ -29,15 +37,27 @@ class SolverParams:
     """Safety net only."""
     relative_gap_limit: float = 0.0
     log_search_progress: bool = False
+    extra: str = ""
 
     def to_dict(self) -> dict:
+        """The parameters as recorded in the search JSON."""
         return {"num_workers": self.num_workers, "random_seed": self.random_seed,
                 "max_deterministic_time": self.max_deterministic_time, "max_time_in_seconds": self.max_time_in_seconds,
                 "relative_gap_limit": self.relative_gap_limit}
 
 
+def extra_params_error(text: str) -> str | None:
+    """Why `text` is not valid text-format SatParameters (None when it is)."""
+    probe = cp_model.CpSolver().parameters
+    return None if probe.merge_text_format(text) else (
+        "not valid text-format SatParameters (e.g. 'linearization_level: 2 symmetry_level: 0'); see OR-Tools' "
+        "sat_parameters.proto for the field names")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Solution:
+    """What one solve returned, in the tables' units."""
+
     status: str
     objective: int | None
     bound: float
@@ -45,70 +65,125 @@ class Solution:
     layers: tuple[int, ...]
     deterministic_time: float
     wall_time_s: float
+    model_text: str | None = None
+    """The CpModelProto in text format, when the caller asked to keep it (--export-model)."""
 
 
-def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[int]] | None = None,
-          upper_bound: int | None = None) -> Solution:
-    """Solve one candidate. With upper_bound (v-scaled objective of a known plan), only strictly better plans are
-    sought: a stage on group k can then hold at most UB / ((v m - 1) tau_k) layers, a valid and much tighter bound on
-    y than L; status INFEASIBLE then means "nothing better than upper_bound"."""
-    p, v, m, L, K = t.pp, t.vpp, t.microbatches, t.num_layers, len(t.groups)
-    cap_layers = [L] * K
-    if upper_bound is not None and v * m > 1:
-        cap_layers = [min(L, upper_bound // ((v * m - 1) * t.layer_us[k])) for k in range(K)]
-    md = cp_model.CpModel()
-    x = [[md.new_bool_var(f"x{s}_{k}") for k in range(K)] for s in range(p)]
-    u = [md.new_int_var(1, L // v, f"u{s}") for s in range(p)]
-    y = [[md.new_int_var(0, L, f"y{s}_{k}") for k in range(K)] for s in range(p)]
-    for s in range(p):
-        md.add_exactly_one(x[s])
-        md.add(sum(y[s]) == v * u[s])
-        for k in range(K):
-            md.add(y[s][k] == 0).only_enforce_if(~x[s][k])
-            md.add(y[s][k] <= cap_layers[k] * x[s][k])
-            # memory: a + b * layers <= capacity when the stage sits on k
-            md.add(t.mem_a_mib[s][k] + t.mem_b_mib[s][k] * y[s][k] <= t.cap_mib[k]).only_enforce_if(x[s][k])
-    md.add(sum(u) * v == L)
-    for k in range(K):
-        md.add(sum(x[s][k] for s in range(p)) <= t.slots[k])
+@dataclass(slots=True)
+class PlacementVars:
+    """The decision variables of one model."""
+
+    x: list[list[cp_model.IntVar]]
+    u: list[cp_model.IntVar]
+    y: list[list[cp_model.IntVar]]
+    z: dict[tuple[int, int, int], cp_model.IntVar] = field(default_factory=dict)
+
+    def extract(self, solver: cp_model.CpSolver, v: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(group of each stage, layers of each stage) of the solver's current solution."""
+        K = len(self.x[0])
+        assign = tuple(next(k for k in range(K) if solver.boolean_value(xs[k])) for xs in self.x)
+        return assign, tuple(v * solver.value(us) for us in self.u)
+
+
+def _layer_caps(t: CostTables, upper_bound: int | None) -> list[int]:
+    """Most layers a stage on group k may hold: L, or, with an incumbent, UB / ((v m - 1) tau_k), a valid and much
+    tighter bound (a stage holding more would make the cycle alone exceed the incumbent)."""
+    v, m, L = t.vpp, t.microbatches, t.num_layers
+    if upper_bound is None or v * m == 1:
+        return [L] * len(t.groups)
+    return [min(L, upper_bound // ((v * m - 1) * t.layer_us[k])) for k in range(len(t.groups))]
+
+
+def _new_vars(md: cp_model.CpModel, t: CostTables) -> PlacementVars:
+    p, K, L = t.pp, len(t.groups), t.num_layers
+    return PlacementVars(x=[[md.new_bool_var(f"x{s}_{k}") for k in range(K)] for s in range(p)],
+                         u=[md.new_int_var(1, L // t.vpp, f"u{s}") for s in range(p)],
+                         y=[[md.new_int_var(0, L, f"y{s}_{k}") for k in range(K)] for s in range(p)])
+
+
+def _add_stage_placement(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, caps: list[int]) -> None:
+    """Each stage sits on exactly one group and holds whole chunks of v layers; all layers are placed; a stage fits
+    its group's memory. Why: these are the plan family's definition (one GPU type per stage) and the hard memory
+    rule (a + b x layers MiB, linear for a fixed stage and group)."""
+    v = t.vpp
+    for s in range(t.pp):
+        md.add_exactly_one(xv.x[s])
+        md.add(sum(xv.y[s]) == v * xv.u[s])
+        for k in range(len(t.groups)):
+            md.add(xv.y[s][k] == 0).only_enforce_if(~xv.x[s][k])
+            md.add(xv.y[s][k] <= caps[k] * xv.x[s][k])
+            md.add(t.mem_a_mib[s][k] + t.mem_b_mib[s][k] * xv.y[s][k] <= t.cap_mib[k]).only_enforce_if(xv.x[s][k])
+    md.add(sum(xv.u) * v == t.num_layers)
+
+
+def _add_group_capacity(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> None:
+    """A group hosts at most its GPUs // stage size stages; with require_all, at least one. Why: stages own whole
+    GPUs, and the search solves one set of groups per item, so every group of the item must be used."""
+    for k in range(len(t.groups)):
+        used = sum(xv.x[s][k] for s in range(t.pp))
+        md.add(used <= t.slots[k])
         if t.require_all:
-            md.add(sum(x[s][k] for s in range(p)) >= 1)
-    # boundaries
-    z: dict[tuple[int, int, int], cp_model.IntVar] = {}
+            md.add(used >= 1)
+
+
+def _add_boundaries(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> None:
+    """z[b,k,k'] links the groups at both ends of boundary b, only over reachable pairs. Why: the sends, latencies
+    and contiguity are all priced per boundary, and an unreachable pair must be impossible."""
+    K = len(t.groups)
     for bi, (a, b) in enumerate(t.boundaries()):
         for k in range(K):
             for k2 in range(K):
                 if t.send_us[k][k2] is not None:
-                    z[(bi, k, k2)] = md.new_bool_var(f"z{bi}_{k}_{k2}")
+                    xv.z[(bi, k, k2)] = md.new_bool_var(f"z{bi}_{k}_{k2}")
         for k in range(K):
-            md.add(sum(z[(bi, k, k2)] for k2 in range(K) if (bi, k, k2) in z) == x[a][k])
+            md.add(sum(xv.z[(bi, k, k2)] for k2 in range(K) if (bi, k, k2) in xv.z) == xv.x[a][k])
         for k2 in range(K):
-            md.add(sum(z[(bi, k, k2)] for k in range(K) if (bi, k, k2) in z) == x[b][k2])
-    # Contiguity: a group's stages form one block, i.e. each group is entered at most once.
-    chain = [bi for bi, (a, b) in enumerate(t.boundaries()) if b == a + 1]
+            md.add(sum(xv.z[(bi, k, k2)] for k in range(K) if (bi, k, k2) in xv.z) == xv.x[b][k2])
+
+
+def _chain(t: CostTables) -> list[int]:
+    """The boundaries between consecutive stages (the wrap-around one excluded)."""
+    return [bi for bi, (a, b) in enumerate(t.boundaries()) if b == a + 1]
+
+
+def _add_contiguity(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> None:
+    """Each group is entered at most once along the pipeline. Why: a group's stages form one block, so the pipeline
+    crosses each inter-group link at most once (the closed form and the exporters assume it)."""
+    K = len(t.groups)
     for k in range(K):
-        entries = [x[0][k]] + [z[(bi, k2, k)] for bi in chain for k2 in range(K) if k2 != k and (bi, k2, k) in z]
+        entries = [xv.x[0][k]] + [xv.z[(bi, k2, k)] for bi in _chain(t) for k2 in range(K)
+                                  if k2 != k and (bi, k2, k) in xv.z]
         md.add(sum(entries) <= 1)
-    # Symmetry: inside a block, interior stages whose neighbours share their group may swap layer counts at equal
-    # cost; fewer layers on the earlier stage (more micro-batches in flight) never hurts memory, so order them.
+
+
+def _add_symmetry_breaking(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> None:
+    """Inside a block, interior stages whose neighbours share their group may swap layer counts at equal cost; fewer
+    layers on the earlier stage (more micro-batches in flight) never hurts memory, so order them. Why: it removes
+    equivalent optima the search would otherwise have to close one by one."""
+    K = len(t.groups)
     same = []
-    for bi in chain:
+    for bi in _chain(t):
         var = md.new_bool_var(f"same{bi}")
-        md.add(var == sum(z[(bi, k, k)] for k in range(K) if (bi, k, k) in z))
+        md.add(var == sum(xv.z[(bi, k, k)] for k in range(K) if (bi, k, k) in xv.z))
         same.append(var)
-    for s in range(1, p - 2):
-        md.add(u[s] <= u[s + 1]).only_enforce_if([same[s - 1], same[s], same[s + 1]])
+    for s in range(1, t.pp - 2):
+        md.add(xv.u[s] <= xv.u[s + 1]).only_enforce_if([same[s - 1], same[s], same[s + 1]])
+
+
+def _cycle_and_fill(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> tuple[cp_model.IntVar, object]:
+    """The cycle (slowest stage per micro-batch, sends included) and the fill (work plus the crossings' sends and
+    latencies once). Why: together with the tail they are the closed form of the iteration time."""
+    p, v, K, L = t.pp, t.vpp, len(t.groups), t.num_layers
     work = []
     for s in range(p):
-        expr = sum(t.layer_us[k] * y[s][k] for k in range(K))
+        expr = sum(t.layer_us[k] * xv.y[s][k] for k in range(K))
         if s == 0:
-            expr += sum(t.first_us[k] * x[0][k] for k in range(K))
+            expr += sum(t.first_us[k] * xv.x[0][k] for k in range(K))
         if s == p - 1:
-            expr += sum(t.last_us[k] * x[p - 1][k] for k in range(K))
+            expr += sum(t.last_us[k] * xv.x[p - 1][k] for k in range(K))
         work.append(expr)
-    send_of = {}
-    for bi, _ in enumerate(t.boundaries()):
-        send_of[bi] = sum(t.send_us[k][k2] * var for (b2, k, k2), var in z.items() if b2 == bi)
+    send_of = {bi: sum(t.send_us[k][k2] * var for (b2, k, k2), var in xv.z.items() if b2 == bi)
+               for bi, _ in enumerate(t.boundaries())}
     horizon = (max(t.layer_us) * L + max(t.first_us) + max(t.last_us)
                + 2 * v * max((val for row in t.send_us for val in row if val is not None), default=0) + 1)
     cycle = md.new_int_var(0, horizon, "cycle")
@@ -116,11 +191,17 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
         touching = [send_of[bi] for bi, (a, b) in enumerate(t.boundaries()) if s in (a, b)]
         md.add(cycle >= work[s] + v * sum(touching))
     fill = sum(work)
-    for bi, (a, b) in enumerate(t.boundaries()):
-        if b == a + 1:
-            fill += sum((2 * t.send_us[k][k2] + 2 * t.lat_us[k][k2]) * var for (b2, k, k2), var in z.items() if b2 == bi)
-    tail_max = max(map(max, t.tail_a_us)) + max(map(max, t.tail_b_us)) * L + max(max(r) for r in t.tied_us) + 1
-    tail = md.new_int_var(0, tail_max, "tail")
+    for bi in _chain(t):
+        fill += sum((2 * t.send_us[k][k2] + 2 * t.lat_us[k][k2]) * var for (b2, k, k2), var in xv.z.items() if b2 == bi)
+    return cycle, fill
+
+
+def _tail(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> cp_model.IntVar:
+    """The exposed data-parallel sync and optimizer step after the flush, the slowest stage's (its class's linear
+    tail, plus the tied-embedding sync on the first and last stages). Why: it ends every iteration."""
+    p, K, L = t.pp, len(t.groups), t.num_layers
+    tail = md.new_int_var(0, max(map(max, t.tail_a_us)) + max(map(max, t.tail_b_us)) * L
+                          + max(max(r) for r in t.tied_us) + 1, "tail")
     tied_expr = 0
     if p > 1 and max(max(r) for r in t.tied_us) > 0:
         w = {}
@@ -128,48 +209,85 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
             for k2 in range(K):
                 if t.tied_us[k][k2]:
                     w[(k, k2)] = md.new_bool_var(f"w{k}_{k2}")
-                    md.add_implication(w[(k, k2)], x[0][k])
-                    md.add_implication(w[(k, k2)], x[p - 1][k2])
-                    md.add_bool_or([w[(k, k2)], ~x[0][k], ~x[p - 1][k2]])
+                    md.add_implication(w[(k, k2)], xv.x[0][k])
+                    md.add_implication(w[(k, k2)], xv.x[p - 1][k2])
+                    md.add_bool_or([w[(k, k2)], ~xv.x[0][k], ~xv.x[p - 1][k2]])
         tied_expr = sum(t.tied_us[k][k2] * var for (k, k2), var in w.items())
     for s in range(p):
         c = tail_class(s, p)
-        expr = sum(t.tail_a_us[c][k] * x[s][k] + t.tail_b_us[c][k] * y[s][k] for k in range(K))
+        expr = sum(t.tail_a_us[c][k] * xv.x[s][k] + t.tail_b_us[c][k] * xv.y[s][k] for k in range(K))
         if s in (0, p - 1):
             expr += tied_expr
         md.add(tail >= expr)
-    objective = (v * m - 1) * cycle + fill + v * tail
+    return tail
+
+
+def add_hint(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, hint: tuple[list[int], list[int]]) -> None:
+    """Warm start: a complete placement (group of each stage, layers of each stage)."""
+    h_assign, h_layers = hint
+    for s in range(t.pp):
+        for k in range(len(t.groups)):
+            md.add_hint(xv.x[s][k], int(h_assign[s] == k))
+            md.add_hint(xv.y[s][k], h_layers[s] if h_assign[s] == k else 0)
+        md.add_hint(xv.u[s], h_layers[s] // t.vpp)
+
+
+def build_model(t: CostTables, *, upper_bound: int | None = None) -> tuple[cp_model.CpModel, PlacementVars]:
+    """The whole model of one candidate. With upper_bound (v-scaled objective of a known plan), only strictly
+    better plans are feasible."""
+    md = cp_model.CpModel()
+    xv = _new_vars(md, t)
+    _add_stage_placement(md, t, xv, _layer_caps(t, upper_bound))
+    _add_group_capacity(md, t, xv)
+    _add_boundaries(md, t, xv)
+    _add_contiguity(md, t, xv)
+    _add_symmetry_breaking(md, t, xv)
+    cycle, fill = _cycle_and_fill(md, t, xv)
+    objective = (t.vpp * t.microbatches - 1) * cycle + fill + t.vpp * _tail(md, t, xv)
     if upper_bound is not None:
         md.add(objective <= upper_bound - 1)
     md.minimize(objective)
+    return md, xv
+
+
+def _configure(solver: cp_model.CpSolver, params: SolverParams, log: Callable[[str], None] | None) -> None:
+    sp = solver.parameters
+    sp.num_workers = params.num_workers
+    sp.random_seed = params.random_seed
+    sp.max_deterministic_time = params.max_deterministic_time
+    sp.max_time_in_seconds = params.max_time_in_seconds
+    sp.relative_gap_limit = params.relative_gap_limit
+    sp.log_search_progress = params.log_search_progress
+    sp.log_to_stdout = False
+    if params.extra:
+        assert sp.merge_text_format(params.extra), "solver parameters are validated before the search"
+    if params.log_search_progress and log is not None:
+        solver.log_callback = log
+
+
+def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[int]] | None = None,
+          upper_bound: int | None = None, log: Callable[[str], None] | None = None,
+          keep_model: bool = False) -> Solution:
+    """Solve one candidate; status INFEASIBLE with upper_bound means "nothing better than upper_bound".
+
+    `log` receives CP-SAT's progress lines when params.log_search_progress is set (the CLI sends them to stderr;
+    the planner never prints)."""
+    md, xv = build_model(t, upper_bound=upper_bound)
     if hint is not None:
-        h_assign, h_layers = hint
-        for s in range(p):
-            for k in range(K):
-                md.add_hint(x[s][k], int(h_assign[s] == k))
-                md.add_hint(y[s][k], h_layers[s] if h_assign[s] == k else 0)
-            md.add_hint(u[s], h_layers[s] // v)
+        add_hint(md, t, xv, hint)
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = params.num_workers
-    solver.parameters.random_seed = params.random_seed
-    solver.parameters.max_deterministic_time = params.max_deterministic_time
-    solver.parameters.max_time_in_seconds = params.max_time_in_seconds
-    solver.parameters.relative_gap_limit = params.relative_gap_limit
-    solver.parameters.log_search_progress = params.log_search_progress
-    solver.parameters.log_to_stdout = False
-    if params.log_search_progress:
-        solver.log_callback = lambda line: print(line, file=sys.stderr)
+    _configure(solver, params, log)
     status = solver.solve(md)
     name = solver.status_name(status)
+    text = str(md.proto) if keep_model else None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        assign = tuple(next(k for k in range(K) if solver.boolean_value(x[s][k])) for s in range(p))
-        layers = tuple(v * solver.value(u[s]) for s in range(p))
+        assign, layers = xv.extract(solver, t.vpp)
         return Solution(status=name, objective=int(solver.objective_value), bound=float(solver.best_objective_bound),
                         assign=assign, layers=layers, deterministic_time=solver.deterministic_time,
-                        wall_time_s=solver.wall_time)
+                        wall_time_s=solver.wall_time, model_text=text)
     # INFEASIBLE: nothing (better than upper_bound) exists. UNKNOWN: no plan found, but CP-SAT's bound still holds
     # for every plan better than upper_bound.
     bound = float("inf") if status == cp_model.INFEASIBLE else (
         float(solver.best_objective_bound) if status == cp_model.UNKNOWN else 0.0)
-    return Solution(status=name, objective=None, bound=bound,
-                    assign=(), layers=(), deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time)
+    return Solution(status=name, objective=None, bound=bound, assign=(), layers=(),
+                    deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time, model_text=text)

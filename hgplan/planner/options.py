@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hgplan.domain import Target
 from hgplan.plan import Recompute
 
 DTIME_PER_WALL = 0.6
@@ -14,7 +15,7 @@ DTIME_PER_WALL = 0.6
 class SearchOptions:
     """What to search and for how long. Defaults are the CLI's."""
 
-    target: str = "megatron"
+    target: Target = Target.MEGATRON
     top_k: int = 5
     budget_s: float = 60.0
     """Time limit in seconds. The search spends at most DTIME_PER_WALL x budget_s of CP-SAT deterministic time
@@ -32,6 +33,10 @@ class SearchOptions:
     max_gap: float = 0.005
     """Stop once no unexplored candidate can beat the best plan by more than this fraction (certified)."""
     solver_log: bool = False
-    """Stream CP-SAT's search log to the log callback."""
+    """Send CP-SAT's search log to the caller's log callback."""
     solve_gap: float = 0.001
     """CP-SAT stops a candidate once its own relative gap is below this; the reported gap is still proven."""
+    solver_params: str = ""
+    """Text-format SatParameters applied on top of hgplan's own (an escape hatch; recorded in the JSON)."""
+    keep_model: bool = False
+    """Keep the last CP-SAT model (text format) in the result, for --export-model."""

@@ -96,6 +96,8 @@ class SearchResult:
     statuses: dict[str, int] = field(default_factory=dict)
     solver_limits: dict[str, float] = field(default_factory=dict)
     """The largest limits any solve of this search ran under (what the solves really used)."""
+    last_model_text: str | None = None
+    """The last CP-SAT model solved, in text format (only with SearchOptions.keep_model)."""
 
     @property
     def best_us(self) -> float | None:
@@ -122,9 +124,21 @@ class _State:
     dtime: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
     limits: dict[str, float] = field(default_factory=dict)
+    last_model: str | None = None
+    log: Callable[[str], None] | None = None
 
     def best_us(self) -> float:
         return min((f.time_us for f in self.found.values()), default=math.inf)
+
+
+def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf) -> SolverParams:
+    """CP-SAT parameters of a solve: attempt n gets 2^n times the per-solve deterministic time (at most what the
+    budget has left) and a wall-clock safety net SAFETY_WALL_FACTOR times that."""
+    scale = 2 ** attempt
+    return SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * scale, remaining_s),
+                        max_time_in_seconds=max(SAFETY_WALL_MIN_S, SAFETY_WALL_FACTOR * opts.per_solve_s * scale),
+                        relative_gap_limit=opts.solve_gap, log_search_progress=opts.solver_log,
+                        extra=opts.solver_params)
 
 
 def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, ...]], stage: int, lb: float,
@@ -142,9 +156,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     prev = st.found.get(item)
     hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else \
         improve(tables, greedy_hint(tables, order))
-    params = SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * 2 ** attempt, remaining),
-                          max_time_in_seconds=max(SAFETY_WALL_MIN_S, SAFETY_WALL_FACTOR * opts.per_solve_s * 2 ** attempt),
-                          relative_gap_limit=opts.solve_gap, log_search_progress=opts.solver_log)
+    params = solve_params(opts, attempt, remaining)
     for name in ("max_deterministic_time", "max_time_in_seconds"):
         st.limits[name] = max(st.limits.get(name, 0.0), getattr(params, name))
     best_now = st.best_us()
@@ -155,7 +167,8 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
             deterministic_time=0.0, wall_time_s=0.0))
         best_now = min(best_now, st.found[item].time_us)
     upper = math.ceil(best_now * cand.cfg.vpp) if math.isfinite(best_now) else None
-    sol = solve(tables, params, hint=hint, upper_bound=upper)
+    sol = solve(tables, params, hint=hint, upper_bound=upper, log=st.log, keep_model=opts.keep_model)
+    st.last_model = sol.model_text or st.last_model
     st.dtime += sol.deterministic_time
     st.statuses[sol.status] = st.statuses.get(sol.status, 0) + 1
     st.solved += attempt == 0
@@ -188,7 +201,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
 
 def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
                progress: Callable[[int, int], None] | None = None, seeds: list[Found] | None = None,
-               costs: CostSource | None = None) -> SearchResult:
+               costs: CostSource | None = None, log: Callable[[str], None] | None = None) -> SearchResult:
     """Best-first over items by lower bound. A popped item is first refined (subset, then block bounds); then it
     is solved; a solve that stops at its time limit goes back with its improved bound and twice the time."""
     start = time.perf_counter()
@@ -200,7 +213,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     heap = [(c.lower_bound_us, c.key, Stage.CANDIDATE, i, ()) for i, c in enumerate(cands)]
     heapq.heapify(heap)
     # plans found beforehand (e.g. each node group alone) are incumbents from the start
-    st = _State(found={("seed", n): f for n, f in enumerate(seeds or [])})
+    st = _State(found={("seed", n): f for n, f in enumerate(seeds or [])}, log=log)
     pruned = skipped = done = 0
     stopped = "complete"
     while heap:
@@ -250,11 +263,12 @@ def _result(st: _State, cands: list[Candidate], opts: SearchOptions, *, pruned: 
                         candidates_pruned=pruned, candidates_skipped=skipped, candidates_infeasible=st.infeasible,
                         bound_us=min([best] + st.closed_bounds), deterministic_time=st.dtime,
                         wall_time_s=time.perf_counter() - start, stopped_by=stopped, statuses=st.statuses,
-                        solver_limits=st.limits)
+                        solver_limits=st.limits, last_model_text=st.last_model)
 
 
 def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
-                  progress: Callable[[int, int], None] | None = None) -> tuple[SearchResult, list[Found]]:
+                  progress: Callable[[int, int], None] | None = None,
+                  log: Callable[[str], None] | None = None) -> tuple[SearchResult, list[Found]]:
     """Each node group alone first (a quarter of the time limit, shared), then the whole fleet seeded with their
     best plans as incumbents. Returns the main result and the per-group plans (the single-group baseline)."""
     start = time.perf_counter()
@@ -265,13 +279,13 @@ def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
         share = replace(opts, budget_s=opts.budget_s / (4 * len(fleet.groups)), top_k=1)
         used = 0.0
         for g in fleet.groups:
-            res = run_search(fleet, model, train, replace(share, groups=(g.key,)), costs=costs)
+            res = run_search(fleet, model, train, replace(share, groups=(g.key,)), costs=costs, log=log)
             seeds += res.found
             used += res.deterministic_time
             limits = {k: max(v, limits.get(k, 0.0)) for k, v in res.solver_limits.items()}
         # what the seeds left goes to the fleet search, counted in deterministic time so runs stay reproducible
         opts = replace(opts, budget_s=max(0.1, opts.budget_s - used / DTIME_PER_WALL))
-    result = run_search(fleet, model, train, opts, progress=progress, seeds=seeds, costs=costs)
+    result = run_search(fleet, model, train, opts, progress=progress, seeds=seeds, costs=costs, log=log)
     result.solver_limits = {k: max(v, limits.get(k, 0.0)) for k, v in result.solver_limits.items()} or limits
     result.wall_time_s = time.perf_counter() - start
     return result, seeds

@@ -1,0 +1,397 @@
+"""Typed JSON documents: what `search`, `explain` and `export` print with --json, and plan files.
+
+Each is a pydantic model, so the library returns typed results, plan files are validated on read, and the JSON
+Schemas that `hgplan schema search|explain|export|plan` prints are generated from the same classes. Optional
+parts are left unset rather than set to None, and documents are dumped with `exclude_unset`, so a key appears
+exactly when the document has it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1"
+"""Version of every JSON document hgplan writes; a reader refuses another."""
+SEARCH_KIND = "hgplan.search"
+PLAN_KIND = "hgplan.plan"
+
+
+class Doc(BaseModel):
+    """Base of every document part: unknown keys are an error (a typo in a hand-edited plan file is caught)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def model_post_init(self, context: Any, /) -> None:
+        """A document's schema version and kind are always written, though they have defaults."""
+        self.__pydantic_fields_set__.update(k for k in ("schema_version", "kind") if k in type(self).model_fields)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The document as JSON-ready dicts and lists, with exactly the keys it was given."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class TrainingRecord(Doc):
+    """The training settings a plan was made for."""
+
+    seq_length: int = Field(ge=1)
+    global_batch_size: int = Field(ge=1)
+    precision: str
+    optimizer: str
+    attention: str
+    runtime: str
+
+
+class StageRecord(Doc):
+    """One pipeline stage of a plan: its node group and its layers."""
+
+    node_group: str = Field(description="site/group hosting every GPU of the stage")
+    layers: int = Field(ge=1)
+
+
+class PlanRecord(Doc):
+    """A plan's degrees and stages (the input of the cost model and of every exporter)."""
+
+    tp: int = Field(ge=1)
+    pp: int = Field(ge=1)
+    dp: int = Field(ge=1)
+    cp: int = Field(1, ge=1)
+    micro_batch_size: int = Field(ge=1)
+    vpp: int = Field(1, ge=1)
+    recompute: Literal["none", "selective", "full"] = "none"
+    sequence_parallel: bool = False
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    distributed_optimizer: bool = False
+    overlap_grad_reduce: bool = True
+    stages: list[StageRecord] = Field(min_length=1)
+
+
+class PredictionRecord(Doc):
+    """The cost model's prediction for one plan (the closed form; the simulator's time beside it when run)."""
+
+    iteration_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    bubble_fraction: float
+    pipeline_s: float
+    num_microbatches: int
+    bottleneck_stage: int
+    fits: bool
+    overflow_stages: list[int]
+    method: str
+    simulator_iteration_time_s: float | None = None
+
+
+class MemoryRecord(Doc):
+    """Per-GPU memory of one stage by kind (GiB), and the micro-batches whose activations it holds."""
+
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    overhead_gib: float
+    inflight_microbatches: float
+
+
+class StageResult(Doc):
+    """Time and memory of one stage as the cost model predicts them."""
+
+    index: int
+    node_group: str
+    site: str
+    gpu: str
+    gpus: int
+    layers: int
+    fwd_s: float
+    bwd_s: float
+    compute_s: float
+    p2p_s: float
+    dp_sync_s: float
+    optimizer_s: float
+    memory_gib: float
+    memory_capacity_gib: float
+    headroom_gib: float
+    fits: bool
+    memory: MemoryRecord
+
+
+class EntrySolver(Doc):
+    """What the solver's integer tables said of a plan (the ranking uses the cost model)."""
+
+    objective_s: float
+    status: str
+
+
+class PlanEntry(Doc):
+    """One ranked plan of a search."""
+
+    rank: int
+    plan: PlanRecord
+    prediction: PredictionRecord
+    stages: list[StageResult]
+    gpus_used: int
+    worst_headroom_gib: float
+    solver: EntrySolver | None = None
+
+
+class IdleGpus(Doc):
+    """GPUs of one node group the best plan leaves idle, and why."""
+
+    node_group: str
+    gpus: int
+    reason: str
+
+
+class BaselineRecord(Doc):
+    """A baseline plan evaluated by the same cost model, with hgplan's speedup over it."""
+
+    description: str
+    available: bool
+    note: str | None = None
+    plan: PlanRecord | None = None
+    prediction: PredictionRecord | None = None
+    speedup: float | None = None
+
+
+class ClusterInput(Doc):
+    """Where the cluster came from: a path or `example:NAME`, and the sha256 of its text."""
+
+    ref: str
+    sha256: str
+
+
+class ModelInput(Doc):
+    """Where the model came from: a path or `preset:NAME`, and its name."""
+
+    ref: str
+    name: str
+
+
+class SearchInputs(Doc):
+    """The inputs of a search."""
+
+    cluster: ClusterInput
+    model: ModelInput
+    training: TrainingRecord
+    target: str
+
+
+class SolverRecord(Doc):
+    """The CP-SAT parameters and limits of a search: the limits are the largest any solve ran under."""
+
+    num_workers: int
+    random_seed: int
+    max_deterministic_time: float
+    max_time_in_seconds: float
+    relative_gap_limit: float
+    time_limit_s: float
+    budget_deterministic_s: float
+    max_gap: float
+    solver_params: str = Field("", description="text-format SatParameters given with --solver-params")
+
+
+class CandidateCounts(Doc):
+    """How the search disposed of the outer candidates."""
+
+    total: int
+    solved: int
+    pruned_by_bound: int
+    skipped_by_budget: int
+    infeasible: int
+
+
+class SearchStats(Doc):
+    """What the search proved: best objective, bound and gap under the integer tables."""
+
+    stopped_by: Literal["complete", "budget", "wall"]
+    candidates: CandidateCounts
+    solver_statuses: dict[str, int]
+    best_objective_s: float
+    bound_s: float
+    relative_gap: float
+    deterministic_time: float
+    wall_time_s: float | None = None
+
+
+class RegressionRecord(Doc):
+    """The CI gate: the fresh best plan against a committed one."""
+
+    baseline_tokens_per_s: float
+    tokens_per_s: float
+    change: float
+    max_regression: float
+    failed: bool
+    message: str
+
+
+class SearchReport(Doc):
+    """`hgplan search --json`."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    kind: Literal["hgplan.search"] = SEARCH_KIND
+    hgplan_version: str
+    ortools_version: str
+    inputs: SearchInputs
+    solver: SolverRecord
+    search: SearchStats
+    plans: list[PlanEntry] = Field(min_length=1)
+    idle_gpus: list[IdleGpus]
+    warnings: list[str]
+    baselines: dict[str, BaselineRecord] | None = None
+    regression: RegressionRecord | None = None
+
+
+class SourceText(Doc):
+    """An input file travelling inside a plan file: where it came from, its digest and its text."""
+
+    ref: str
+    sha256: str
+    yaml: str
+
+
+class ModelSourceText(Doc):
+    """The model file inside a plan file."""
+
+    ref: str
+    name: str
+    yaml: str
+    sha256: str
+
+
+class PlanInputs(Doc):
+    """Everything a plan file needs to be re-evaluated without other files."""
+
+    cluster: SourceText
+    model: ModelSourceText
+    training: TrainingRecord
+    target: str = "megatron"
+
+
+class PlanBaseline(Doc):
+    """A baseline as kept in a plan file."""
+
+    description: str
+    available: bool
+    note: str | None = None
+    plan: PlanRecord | None = None
+    prediction: PredictionRecord | None = None
+    speedup: float | None = None
+
+
+class PlanFile(Doc):
+    """A plan file (`hgplan search -o plan.json`): the best plan, self-contained."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    kind: Literal["hgplan.plan"] = PLAN_KIND
+    hgplan_version: str
+    inputs: PlanInputs
+    plan: PlanRecord
+    prediction: PredictionRecord
+    stages: list[StageResult] = []
+    search: SearchStats | None = None
+    solver: SolverRecord | None = None
+    baselines: dict[str, PlanBaseline] = {}
+
+
+class BoundaryRecord(Doc):
+    """One pipeline boundary of a plan: where it runs and what one message costs."""
+
+    from_stage: int
+    to_stage: int
+    path: str
+    transport: str | None
+    send_s: float
+    latency_s: float
+    message_mib: float
+
+
+class WhatIf(Doc):
+    """A binding resource, what it costs and what improving it gives (re-evaluated by the cost model)."""
+
+    resource: str
+    share_of_step: float
+    what_if: str
+    speedup: float
+    text: str
+
+
+class UpperBound(Doc):
+    """HETHUB's yardstick: the fleet's tokens/s with every GPU at its achievable matmul rate."""
+
+    tokens_per_s: float
+    definition: str
+    share_reached: float
+
+
+class ExplainBaseline(Doc):
+    """A baseline's speedup as `explain` repeats it from the plan file."""
+
+    available: bool
+    speedup: float
+    description: str
+
+
+class ExplainInputs(Doc):
+    """What `explain` was given."""
+
+    cluster: str
+    model: str
+    model_name: str
+    training: TrainingRecord
+
+
+class ExplainReport(Doc):
+    """`hgplan explain --json`."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    hgplan_version: str
+    inputs: ExplainInputs
+    plan: PlanRecord
+    prediction: PredictionRecord
+    stages: list[StageResult]
+    boundaries: list[BoundaryRecord]
+    findings: list[str]
+    what_if: list[WhatIf]
+    upper_bound: UpperBound
+    baselines: dict[str, ExplainBaseline] | None = None
+    warnings: list[str] | None = None
+
+
+class ExportNode(Doc):
+    """One node of an export: its host, rank range and (where the target has one) its command and environment."""
+
+    host: str
+    node_rank: int
+    node_group: str
+    nproc: int
+    first_rank: int
+    env: dict[str, str] | None = None
+    argv: list[str] | None = None
+
+
+class ExportReport(Doc):
+    """`hgplan export --json`: the launch arguments, nodes, file names and contents."""
+
+    format: str
+    argv: list[str]
+    nodes: list[ExportNode]
+    files: list[str]
+    warnings: list[str]
+    notes: list[str]
+    file_contents: dict[str, str]
+
+
+SCHEMAS: dict[str, type[Doc]] = {"search": SearchReport, "explain": ExplainReport, "export": ExportReport,
+                                 "plan": PlanFile}
+"""The documents whose JSON Schema `hgplan schema` prints, by name."""
+
+
+def json_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of one of SCHEMAS."""
+    doc = SCHEMAS[name].model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": f"https://hgplan.dev/schema/{name}.json",
+            **doc}

@@ -1,0 +1,130 @@
+"""Rich renderers: the tables and lines the CLI prints when --json is not given (documents in, text out)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from hgplan.documents import ExplainReport, SearchReport, StageRecord
+from hgplan.export.common import Export
+
+
+def plain(console: Console, text: str) -> None:
+    """Print text as is: no markup, no highlighting (paths and flags contain brackets and numbers)."""
+    console.print(text, markup=False, highlight=False)
+
+
+def validate_summary(out: Console, summary: dict[str, Any]) -> None:
+    """`hgplan validate`: the fleet's headline, its node groups and links, and the model's size."""
+    out.print(f"[bold]{summary['name']}[/]: {summary['num_gpus']} GPUs in {summary['num_nodes']} nodes, "
+              f"{len(summary['sites'])} site(s); peak {summary['peak_pflops']:g} PFLOP/s "
+              f"({summary['common_precision']}), {summary['hbm_tib']:g} TiB HBM")
+    table = Table("node group", "nodes", "GPU", "GPUs", "intra-node", "NICs per node", "PFLOP/s", "HBM TiB")
+    for g in summary["node_groups"]:
+        table.add_row(g["key"], str(g["nodes"]), g["gpu"], str(g["gpus"]), g["intra_node"], g["nics"],
+                      f"{g['peak_pflops']:g}", f"{g['hbm_tib']:g}")
+    out.print(table)
+    if summary["links"]:
+        lt = Table("link", "between", "Gbit/s", "latency ms", "transport")
+        for lk in summary["links"]:
+            lt.add_row(lk["scope"], " <-> ".join(lk["between"]), f"{lk['gbps']:g}", f"{lk['latency_ms']:g}",
+                       lk["transport"])
+        out.print(lt)
+    if "model" in summary:
+        out.print(f"model {summary['model']['name']}: {summary['model']['params_b']:g} B parameters")
+
+
+def rows_table(out: Console, rows: list[dict[str, Any]]) -> None:
+    """A list of flat records as a table (lists joined, None as '-')."""
+    table = Table(*rows[0].keys()) if rows else Table()
+    for r in rows:
+        table.add_row(*(", ".join(v) if isinstance(v, list) else ("-" if v is None else str(v)) for v in r.values()))
+    out.print(table)
+
+
+def explanation(out: Console, report: ExplainReport, timeline: str | None) -> None:
+    """`hgplan explain`: headline, per-stage table, findings and the optional timeline."""
+    p, plan = report.prediction, report.plan
+    out.print(f"[bold]{report.inputs.model_name}[/] on {report.inputs.cluster}: TP {plan.tp} CP {plan.cp} "
+              f"PP {plan.pp} DP {plan.dp}, micro-batch {plan.micro_batch_size} x {p.num_microbatches}, "
+              f"vpp {plan.vpp}, recompute {plan.recompute}, ZeRO {plan.zero_stage}")
+    sim = "" if p.simulator_iteration_time_s is None else f" (simulator {p.simulator_iteration_time_s:.3f} s)"
+    out.print(f"iteration {p.iteration_time_s:.3f} s{sim}  |  {p.tokens_per_s:,.0f} tokens/s  |  "
+              f"{p.model_tflops_per_gpu:.1f} model TFLOP/s/GPU  |  MFU {p.mfu:.1%}  |  bubble {p.bubble_fraction:.1%}")
+    table = Table("stage", "node group", "GPUs", "layers", "fwd+bwd s/mb", "compute s", "p2p s", "DP sync s",
+                  "memory GiB", "capacity", "headroom")
+    for s in report.stages:
+        mark = "" if s.fits else " [red]OOM[/]"
+        table.add_row(str(s.index), s.node_group, str(s.gpus), str(s.layers), f"{s.fwd_s + s.bwd_s:.4f}",
+                      f"{s.compute_s:.3f}", f"{s.p2p_s:.3f}", f"{s.dp_sync_s:.3f}", f"{s.memory_gib:.1f}{mark}",
+                      f"{s.memory_capacity_gib:g}", f"{s.headroom_gib:.1f}")
+    out.print(table)
+    for line in report.findings:
+        plain(out, line)
+    if timeline:
+        plain(out, timeline)
+
+
+def stage_summary(stages: list[StageRecord]) -> str:
+    """Consecutive stages on one node group folded: 'site/g: 10,10 | site/h: 9,9'."""
+    parts: list[tuple[str, list[int]]] = []
+    for st in stages:
+        if parts and parts[-1][0] == st.node_group:
+            parts[-1][1].append(st.layers)
+        else:
+            parts.append((st.node_group, [st.layers]))
+    return " | ".join(f"{g}: {','.join(map(str, ls))}" for g, ls in parts)
+
+
+def search_report(out: Console, report: SearchReport) -> None:
+    """`hgplan search`: the ranked plans, what the search proved, the baselines and the idle GPUs."""
+    s = report.search
+    table = Table("#", "tokens/s", "iter s", "MFU", "GPUs", "TP/CP/PP/DP", "mbs,vpp,recompute",
+                  "stages (node group: layers)", "headroom GiB", title="plans")
+    for e in report.plans:
+        p, pl = e.prediction, e.plan
+        table.add_row(str(e.rank), f"{p.tokens_per_s:,.0f}", f"{p.iteration_time_s:.3f}", f"{p.mfu:.1%}",
+                      str(e.gpus_used), f"{pl.tp}/{pl.cp}/{pl.pp}/{pl.dp}",
+                      f"{pl.micro_batch_size},{pl.vpp},{pl.recompute}", stage_summary(pl.stages),
+                      f"{e.worst_headroom_gib:.1f}")
+    out.print(table)
+    c = s.candidates
+    out.print(f"search: best {s.best_objective_s:.3f} s, proven bound {s.bound_s:.3f} s, gap "
+              f"{s.relative_gap:.2%} ({c.solved} solved, {c.pruned_by_bound} pruned by bound, "
+              f"{c.skipped_by_budget} skipped by budget of {c.total}; {s.stopped_by})")
+    for name, b in (report.baselines or {}).items():
+        if b.available:
+            out.print(f"baseline {name}: {b.prediction.tokens_per_s:,.0f} tokens/s; hgplan is "
+                      f"{b.speedup:.2f}x faster ({b.description}{'; ' + b.note if b.note else ''})")
+        else:
+            out.print(f"baseline {name}: not available ({b.note or ''})")
+    for idle in report.idle_gpus:
+        out.print(f"idle: {idle.gpus} GPUs of {idle.node_group}: {idle.reason}")
+
+
+def export_summary(out: Console, ex: Export, *, written: bool) -> None:
+    """`hgplan export`: the arguments, node 0's command, the notes and the files."""
+    if ex.argv:
+        plain(out, f"# {ex.format} arguments")
+        out.file.write(" ".join(shlex.quote(a) for a in ex.argv) + "\n")
+    for n in ex.nodes[:1]:
+        if n.argv is not None:
+            plain(out, f"# node 0 ({n.host}, {n.node_group}); {len(ex.nodes)} nodes in all")
+            out.file.write(" ".join(shlex.quote(a) for a in n.argv) + "\n")
+    for note in ex.notes:
+        plain(out, f"# note: {note}")
+    if not written:
+        plain(out, f"# {len(ex.files)} files (give -o DIR to write them): {', '.join(sorted(ex.files))}")
+
+
+def plan_diff(out: Console, d: dict[str, Any]) -> None:
+    """`hgplan diff`: one line per changed field, then the throughput change."""
+    if not d["changes"]:
+        plain(out, "plans are identical")
+    for c in d["changes"]:
+        plain(out, f"{c['field']}: {c['a']} -> {c['b']}")
+    p = d["prediction"]
+    plain(out, f"tokens/s: {p['a_tokens_per_s']:,.0f} -> {p['b_tokens_per_s']:,.0f} ({p['change']:+.1%})")
