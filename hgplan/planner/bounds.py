@@ -21,7 +21,6 @@ import math
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-import numpy as np
 
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig

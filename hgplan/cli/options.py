@@ -1,0 +1,88 @@
+"""Option stacks several commands share (sqlite-utils' output_options pattern) and small flag parsers."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable
+
+import typer
+
+from hgplan.errors import InputError
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingFlags:
+    """The training-setting flags `search` and `explain` share (None: not given)."""
+
+    seq_len: int | None = None
+    global_batch: int | None = None
+    precision: str | None = None
+    training: str | None = None
+    attention: str | None = None
+    runtime: str | None = None
+
+    def given(self) -> list[str]:
+        """The flags the user gave, as spelled on the command line."""
+        names = {"seq_len": "--seq-len", "global_batch": "--global-batch", "training": "--training"}
+        return [flag for name, flag in names.items() if getattr(self, name) is not None]
+
+    def settings(self, model):
+        """TrainingSettings from the training file (if any) overridden by the flags; InputError when invalid."""
+        from hgplan.inputs import load_training, make_training
+        from hgplan.io import read_text
+
+        values: dict[str, Any] = {}
+        if self.training:
+            values.update(load_training(read_text(self.training, "training"), self.training))
+        for key, val in (("seq_length", self.seq_len), ("global_batch_size", self.global_batch),
+                         ("precision", self.precision), ("attention", self.attention), ("runtime", self.runtime)):
+            if val is not None:
+                values[key] = val
+        return make_training(values, model)
+
+
+_TRAINING_OPTIONS: dict[str, Any] = {
+    "seq_len": Annotated[int | None, typer.Option("--seq-len", help="Sequence length (tokens).")],
+    "global_batch": Annotated[int | None, typer.Option("--global-batch",
+                                                       help="Global batch size (sequences per iteration).")],
+    "precision": Annotated[str | None, typer.Option("--precision", help="bf16 (default) or fp16.")],
+    "training": Annotated[str | None, typer.Option("--training", help="Training settings YAML (flags override it).")],
+    "attention": Annotated[str | None, typer.Option("--attention", help="flash (default) or unfused.")],
+    "runtime": Annotated[str | None, typer.Option("--runtime", help="megatron (default), deepspeed or fsdp.")],
+}
+
+
+def training_options(*, runtime: bool) -> Callable[[Callable], Callable]:
+    """Add the training-setting flags to a command and hand them over as one `flags: TrainingFlags` argument
+    (sqlite-utils' output_options pattern): one definition, one help text, for every command that takes them."""
+    names = [n for n in _TRAINING_OPTIONS if runtime or n != "runtime"]
+
+    def decorate(fn: Callable) -> Callable:
+        sig = inspect.signature(fn, eval_str=True)
+        kept = [p for p in sig.parameters.values() if p.name != "flags"]
+        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=_TRAINING_OPTIONS[n])
+                 for n in names]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            flags = TrainingFlags(**{n: kwargs.pop(n) for n in names})
+            return fn(*args, flags=flags, **kwargs)
+
+        wrapper.__signature__ = sig.replace(parameters=kept + added)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {**{p.name: p.annotation for p in kept}, **{n: _TRAINING_OPTIONS[n] for n in names},
+                                   "return": sig.return_annotation}
+        return wrapper
+
+    return decorate
+
+
+def parse_percent(text: str, flag: str) -> float:
+    """A fraction ('0.005') or a percentage ('0.5%') in [0, 1), or InputError naming the flag."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise InputError(f"{flag}: expected a fraction or a percentage such as 0.5% (got {text!r})") from None
+    if not 0 <= value < 1:
+        raise InputError(f"{flag}: must be between 0 and 100% (got {text!r})")
+    return value

@@ -1,0 +1,118 @@
+"""search: the fastest plan with its proven gap, plan files, the CI gate."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Callable
+
+import typer
+
+from hgplan.cli.base import ClusterOpt, JsonOpt, ModelOpt, app, emit_json, err, handles_errors, out, warn
+from hgplan.cli.options import TrainingFlags, parse_percent, training_options
+from hgplan.domain import Target
+from hgplan.errors import InputError
+
+def _check_search_flags(top: int, time_limit: float, max_pp: int | None, solver_params: str | None) -> None:
+    if top < 1:
+        raise InputError(f"--top must be >= 1 (got {top})")
+    if time_limit <= 0:
+        raise InputError(f"--time-limit must be > 0 seconds (got {time_limit})")
+    if max_pp is not None and max_pp < 1:
+        raise InputError(f"--max-pp must be >= 1 (got {max_pp})")
+    if solver_params:
+        from hgplan.planner.model import extra_params_error
+
+        problem = extra_params_error(solver_params)
+        if problem:
+            raise InputError(f"--solver-params {solver_params!r}: {problem}")
+
+
+def _run_with_progress(fn: Callable, solver_log: bool):
+    if not err.is_terminal or solver_log:
+        return fn(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("search", total=None)
+
+        def cb(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return fn(cb)
+
+
+@app.command()
+@handles_errors
+@training_options(runtime=False)
+def search(
+    cluster: ClusterOpt, model: ModelOpt,
+    target: Annotated[Target, typer.Option("--target", help="Framework the plan must run on.")] = Target.MEGATRON,
+    top: Annotated[int, typer.Option("--top", help="How many ranked plans to show.")] = 5,
+    time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds: a reproducible budget "
+                                                                   "of 0.6 x this in CP-SAT deterministic time, and a hard "
+                                                                   "wall-clock stop at this.")] = 60.0,
+    max_gap: Annotated[str, typer.Option("--max-gap", help="Stop when the best plan is proven within this gap.")] = "0.5%",
+    max_pp: Annotated[int | None, typer.Option("--max-pp", help="Largest number of pipeline stages to consider.")] = None,
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Evaluate the three baselines.")] = True,
+    solver_log: Annotated[bool, typer.Option("--solver-log", help="CP-SAT progress to stderr.")] = False,
+    solver_params: Annotated[str | None, typer.Option("--solver-params", help="Extra CP-SAT parameters in text "
+                                                      "format, e.g. 'linearization_level: 2' (recorded in the JSON; "
+                                                      "num_workers > 1 makes runs non-reproducible).")] = None,
+    export_model: Annotated[str | None, typer.Option("--export-model", help="Write the last CP-SAT model solved "
+                                                                            "(text CpModelProto) to this file.")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file.")] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="A committed plan file to gate against (CI).")] = None,
+    max_regression: Annotated[str, typer.Option("--max-regression", help="With --baseline: exit 1 when the best plan "
+                                                                        "is predicted slower by more than this.")] = "3%",
+    as_json: JsonOpt = False,
+    *, flags: TrainingFlags,
+) -> None:
+    """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with a proven optimality gap."""
+    from hgplan import render
+    from hgplan.documents import ClusterInput
+    from hgplan.io import catalog, check_writable_file, read_json, resolve_cluster, resolve_model, write_file_atomic
+    from hgplan.planfile import make_plan_file, regression_check
+    from hgplan.planner.api import plan_training
+    from hgplan.planner.options import SearchOptions
+
+    _check_search_flags(top, time_limit, max_pp, solver_params)
+    gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression, "--max-regression")
+    for path in (output, export_model):
+        if path is not None:
+            check_writable_file(path)
+    base_file = None
+    if baseline is not None:
+        from hgplan.planfile import load_plan
+
+        base_file = load_plan(read_json(baseline, "baseline plan"), baseline, catalog()).file
+    fleet, warnings, csrc = resolve_cluster(cluster)
+    arch, msrc = resolve_model(model)
+    # Megatron-DeepSpeed runs Megatron's model code: both targets are costed with the Megatron runtime; the target
+    # only narrows the plan family (no interleaving, ZeRO <= 1 with pipeline parallelism).
+    train = flags.settings(arch)
+    opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
+                         solver_log=solver_log, solver_params=solver_params or "", keep_model=export_model is not None)
+    report, result = _run_with_progress(lambda cb: plan_training(
+        fleet, arch, train, opts, cluster=ClusterInput(ref=csrc.ref, sha256=csrc.sha256), model_ref=msrc.ref,
+        progress=cb, log=lambda line: warn(line, ""), with_baselines=baselines), solver_log)
+    report.warnings[:0] = warnings
+    for w in report.warnings:
+        warn(w)
+    if output:
+        pf = make_plan_file(report, cluster_text=csrc.text, model_text=msrc.text, model_sha256=msrc.sha256)
+        write_file_atomic(output, json.dumps(pf.to_json_dict(), indent=2) + "\n")
+        warn(f"wrote {output}", "")
+    if export_model and result.last_model_text:
+        write_file_atomic(export_model, result.last_model_text)
+        warn(f"wrote the last CP-SAT model to {export_model}", "")
+    if base_file is not None:
+        report.regression = regression_check(base_file, report, bound)
+    if as_json:
+        emit_json(report)
+    else:
+        render.search_report(out, report)
+    if report.regression is not None:
+        warn(report.regression.message, "")
+        if report.regression.failed:
+            raise typer.Exit(1)
