@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from hgplan import fidelity
+import fidelity_cases as fidelity
 from hgplan.io import catalog
 
 HERE = Path(__file__).resolve().parent

@@ -7,6 +7,8 @@ from enum import StrEnum
 
 
 class Precision(StrEnum):
+    """Training precision of weights and activations."""
+
     BF16 = "bf16"
     """bfloat16 compute, fp32 main gradients and master weights (Megatron default)."""
     FP16 = "fp16"
@@ -85,6 +87,8 @@ class ArchEfficiency:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransportProfile:
+    """A NIC transport's achievable share of line rate and its latency (profiles/nics.yaml)."""
+
     name: str
     efficiency: float
     latency_us: float
@@ -93,6 +97,8 @@ class TransportProfile:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuType:
+    """One GPU model with its datasheet figures and its architecture's constants."""
+
     id: str
     vendor: str
     arch: str
@@ -109,16 +115,20 @@ class GpuType:
     eff: ArchEfficiency
 
     def peak_tflops(self, precision: Precision) -> float | None:
+        """Dense tensor TFLOP/s at this precision (None when the datasheet gives none)."""
         if precision is Precision.BF16:
             return self.bf16_tflops if self.eff.bf16 else None
         return self.fp16_tflops
 
     def supports(self, precision: Precision) -> bool:
+        """Whether the GPU has tensor cores for this precision."""
         return self.peak_tflops(precision) is not None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeGroup:
+    """Identical nodes of one site: GPU type, GPUs per node, intra-node fabric and NICs."""
+
     site: str
     name: str
     num_nodes: int
@@ -136,22 +146,27 @@ class NodeGroup:
     """Host names from the cluster file; empty means placeholders."""
 
     def host(self, i: int) -> str:
+        """The host name of node i (from the file's hosts, else SITE-GROUP-i)."""
         return self.hosts[i] if self.hosts else f"{self.site}-{self.name}-{i:02d}"
 
     @property
     def key(self) -> str:
+        """'site/group', the group's unique name."""
         return f"{self.site}/{self.name}"
 
     @property
     def num_gpus(self) -> int:
+        """GPUs in the group (or the fleet)."""
         return self.num_nodes * self.gpus_per_node
 
     @property
     def node_nic_gbps(self) -> float:
+        """NIC bandwidth of one node, Gbit/s."""
         return self.nic_gbps * self.nic_count
 
     @property
     def nic_gbps_per_gpu(self) -> float:
+        """NIC bandwidth per GPU, Gbit/s."""
         return self.node_nic_gbps / self.gpus_per_node
 
 
@@ -168,6 +183,7 @@ class Link:
     egress_usd_per_gb: float | None
 
     def joins(self, x: str, y: str) -> bool:
+        """Whether the link joins these two names (either order)."""
         return {self.a, self.b} == {x, y}
 
 
@@ -190,6 +206,8 @@ class NetPath:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fleet:
+    """The whole cluster: node groups, links between sites and islands, and the transports' profiles."""
+
     name: str
     groups: tuple[NodeGroup, ...]
     links: tuple[Link, ...]
@@ -197,6 +215,7 @@ class Fleet:
 
     @property
     def sites(self) -> tuple[str, ...]:
+        """Site names in file order."""
         seen: list[str] = []
         for g in self.groups:
             if g.site not in seen:
@@ -205,9 +224,11 @@ class Fleet:
 
     @property
     def num_gpus(self) -> int:
+        """GPUs in the group (or the fleet)."""
         return sum(g.num_gpus for g in self.groups)
 
     def group(self, key: str) -> NodeGroup:
+        """The node group with this key (KeyError when none)."""
         for g in self.groups:
             if g.key == key:
                 return g
@@ -282,6 +303,7 @@ class ModelArch:
 
     @property
     def gated(self) -> bool:
+        """Whether the MLP is gated (SwiGLU: three matrices)."""
         return self.activation == "swiglu"
 
     @property
@@ -301,6 +323,7 @@ class ModelArch:
 
     @property
     def norm_params(self) -> int:
+        """Parameters of one normalisation layer."""
         return 2 * self.hidden_size if self.normalization == "LayerNorm" else self.hidden_size
 
     def layer_params(self) -> int:
@@ -331,6 +354,8 @@ class ModelArch:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainingSettings:
+    """Sequence length, global batch, precision, optimizer, attention kernel and runtime."""
+
     seq_length: int
     global_batch_size: int
     precision: Precision = Precision.BF16

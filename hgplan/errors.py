@@ -17,6 +17,7 @@ class InputIssue:
     message: str
 
     def render(self) -> str:
+        """'file:line: key.path: message', as every error line is printed."""
         where = f"{self.source}:{self.line}" if self.line is not None else self.source
         return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from hgplan.domain import (ArchEfficiency, Attention, Fleet, GpuType, Link, ModelArch, NodeGroup, Precision, Runtime,
                            TrainingSettings, Transport, TransportProfile)
+from hgplan.cluster_checks import cluster_semantics
 from hgplan.errors import InputError, InputIssue
 from hgplan.schema import MOE_KEYS, ClusterSpec, GpuSpec, ModelSpec, TrainingSpec
 from hgplan.yamlio import Path_, dotted, line_for, parse_yaml
@@ -35,6 +36,7 @@ class Catalog:
     """Example fleet name -> YAML text."""
 
     def gpu_type(self, spec: GpuSpec) -> GpuType:
+        """The GpuType of a catalog or inline GPU spec with its architecture's constants."""
         base = self.archs[spec.arch]
         eff = base if spec.gemm_efficiency is None else replace(base, gemm_efficiency=spec.gemm_efficiency)
         return GpuType(id=spec.id, vendor=spec.vendor, arch=spec.arch, form_factor=spec.form_factor,
@@ -107,6 +109,7 @@ def _value_at(data: Any, loc: tuple) -> Any:
 
 def pydantic_issues(exc: ValidationError, *, data: Any, lines: dict[Path_, int], source: str,
                     root: type[BaseModel]) -> list[InputIssue]:
+    """A pydantic validation error as located input issues (file line, key path, message)."""
     issues: list[InputIssue] = []
     seen: set[tuple[str, str]] = set()
     for err in exc.errors(include_url=False):
@@ -175,134 +178,6 @@ def _require_mapping(data: Any, source: str, what: str, hint: str) -> None:
 
 # --------------------------------------------------------------------------- cluster
 
-def _suggest(name: str, known: list[str]) -> str:
-    prefix = [k for k in known if k.lower().startswith(name.lower())]
-    close = (prefix + [c for c in difflib.get_close_matches(name, known, n=3, cutoff=0.4) if c not in prefix])[:3]
-    return f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-
-
-def _cluster_semantics(data: dict, lines: dict[Path_, int], source: str, catalog: Catalog) -> tuple[list[InputIssue], list[str]]:
-    """Cross-reference checks that pydantic cannot do. Works on raw data, tolerating bad structure."""
-    issues: list[InputIssue] = []
-    warnings: list[str] = []
-
-    def add(path: Path_, message: str) -> None:
-        issues.append(InputIssue(source=source, line=line_for(lines, path), path=dotted(path), message=message))
-
-    sites = data.get("sites") if isinstance(data.get("sites"), list) else []
-    site_names: list[str] = []
-    site_transports: dict[str, dict[str, str]] = {}
-    for si, site in enumerate(sites):
-        if not isinstance(site, dict):
-            continue
-        sname = site.get("name")
-        if isinstance(sname, str):
-            if sname in site_names:
-                add(("sites", si, "name"), f"duplicate site name '{sname}': site names must be unique")
-            site_names.append(sname)
-        groups = site.get("node_groups") if isinstance(site.get("node_groups"), list) else []
-        gtrans: dict[str, str] = {}
-        for gi, grp in enumerate(groups):
-            if not isinstance(grp, dict):
-                continue
-            gname = grp.get("name")
-            if isinstance(gname, str):
-                if gname in gtrans:
-                    add(("sites", si, "node_groups", gi, "name"),
-                        f"duplicate node group name '{gname}' in site '{sname}'")
-                nics = grp.get("nics")
-                gtrans[gname] = nics.get("transport") if isinstance(nics, dict) else None
-            hosts = grp.get("hosts")
-            if isinstance(hosts, list) and isinstance(grp.get("count"), int) and len(hosts) != grp["count"]:
-                add(("sites", si, "node_groups", gi, "hosts"),
-                    f"lists {len(hosts)} host names but count is {grp['count']}; give one host name per node")
-            gpu = grp.get("gpu")
-            gpath = ("sites", si, "node_groups", gi, "gpu")
-            if isinstance(gpu, str):
-                if gpu not in catalog.gpus:
-                    known = sorted(catalog.gpus)
-                    add(gpath, f"unknown GPU id '{gpu}'; {_suggest(gpu, known)}known ids: {', '.join(known)} "
-                               "(or give an inline GPU spec; see `hgplan profiles list gpus`)")
-                else:
-                    spec = catalog.gpus[gpu]
-                    if spec.bf16_tflops is None and spec.fp16_tflops is None:
-                        add(gpath, f"GPU '{gpu}' has no published tensor TFLOP/s in the catalog ({spec.source}); "
-                                   "give an inline GPU spec with bf16_tflops/fp16_tflops from a source you trust")
-            elif isinstance(gpu, dict):
-                arch = gpu.get("arch")
-                if isinstance(arch, str) and arch not in catalog.archs:
-                    add((*gpath, "arch"), f"unknown arch '{arch}'; {_suggest(arch, sorted(catalog.archs))}"
-                                          f"known: {', '.join(sorted(catalog.archs))}")
-                if gpu.get("bf16_tflops") is None and gpu.get("fp16_tflops") is None:
-                    add(gpath, "inline GPU spec needs bf16_tflops or fp16_tflops")
-        site_transports[sname if isinstance(sname, str) else f"#{si}"] = gtrans
-        # links between node groups of this site
-        glinks = site.get("links") if isinstance(site.get("links"), list) else []
-        linked: set[frozenset[str]] = set()
-        for li, lk in enumerate(glinks):
-            if not isinstance(lk, dict) or not isinstance(lk.get("between"), (list, tuple)):
-                continue
-            pair = [x for x in lk["between"] if isinstance(x, str)]
-            for k, x in enumerate(pair):
-                if x not in gtrans:
-                    add(("sites", si, "links", li, "between", k),
-                        f"unknown node group '{x}' in site '{sname}'; {_suggest(x, list(gtrans))}"
-                        f"groups here: {', '.join(gtrans) or '(none)'}")
-            if len(pair) == 2 and pair[0] == pair[1]:
-                add(("sites", si, "links", li, "between"), f"a link must join two different node groups (got '{pair[0]}' twice)")
-            if len(pair) == 2:
-                if frozenset(pair) in linked:
-                    add(("sites", si, "links", li, "between"), f"duplicate link between '{pair[0]}' and '{pair[1]}'")
-                linked.add(frozenset(pair))
-        names = [n for n in gtrans]
-        for i, x in enumerate(names):
-            for y in names[i + 1:]:
-                tx, ty = gtrans[x], gtrans[y]
-                if tx and ty and tx != ty and frozenset((x, y)) not in linked:
-                    add(("sites", si, "node_groups"),
-                        f"node groups '{x}' ({tx}) and '{y}' ({ty}) in site '{sname}' have no link: different "
-                        f"transports cannot share one fabric; add under sites[{si}].links: "
-                        f"{{between: [{x}, {y}], gbps: ..., latency_ms: ..., transport: ethernet}}")
-    # links between sites
-    links = data.get("links") if isinstance(data.get("links"), list) else []
-    site_pairs: set[frozenset[str]] = set()
-    for li, lk in enumerate(links):
-        if not isinstance(lk, dict) or not isinstance(lk.get("between"), (list, tuple)):
-            continue
-        pair = [x for x in lk["between"] if isinstance(x, str)]
-        for k, x in enumerate(pair):
-            if x not in site_names:
-                add(("links", li, "between", k), f"unknown site '{x}'; {_suggest(x, site_names)}"
-                                                 f"sites: {', '.join(site_names) or '(none)'}")
-        if len(pair) == 2 and pair[0] == pair[1]:
-            add(("links", li, "between"), f"a link must join two different sites (got '{pair[0]}' twice)")
-        elif len(pair) == 2 and all(x in site_names for x in pair):
-            if frozenset(pair) in site_pairs:
-                add(("links", li, "between"), f"duplicate link between '{pair[0]}' and '{pair[1]}'")
-            site_pairs.add(frozenset(pair))
-    if len(site_names) > 1 and not issues:
-        reach = {site_names[0]}
-        frontier = [site_names[0]]
-        while frontier:
-            s = frontier.pop()
-            for p in site_pairs:
-                if s in p:
-                    (other,) = p - {s}
-                    if other not in reach:
-                        reach.add(other)
-                        frontier.append(other)
-        unreached = [s for s in site_names if s not in reach]
-        if unreached:
-            add(("links",), f"sites {', '.join(unreached)} are not linked to '{site_names[0]}': add a links entry "
-                            "{between: [A, B], gbps: ..., latency_ms: ...} so every site is reachable")
-        for i, x in enumerate(site_names):
-            for y in site_names[i + 1:]:
-                if frozenset((x, y)) not in site_pairs and not unreached:
-                    warnings.append(f"no link between sites '{x}' and '{y}': pipeline stages on them are never "
-                                    "placed next to each other")
-    return issues, warnings
-
-
 def load_cluster(text: str, source: str, catalog: Catalog) -> tuple[Fleet, list[str]]:
     """Parse and check a cluster file. Returns the fleet and warnings; raises InputError with every issue."""
     data, lines = parse_yaml(text, source)
@@ -313,7 +188,7 @@ def load_cluster(text: str, source: str, catalog: Catalog) -> tuple[Fleet, list[
         spec = ClusterSpec.model_validate(data)
     except ValidationError as exc:
         issues.extend(pydantic_issues(exc, data=data, lines=lines, source=source, root=ClusterSpec))
-    sem, warnings = _cluster_semantics(data, lines, source, catalog)
+    sem, warnings = cluster_semantics(data, lines, source, catalog)
     issues.extend(sem)
     if issues or spec is None:
         raise InputError(sorted(issues, key=lambda i: (i.line or 0, i.path)))
@@ -321,6 +196,7 @@ def load_cluster(text: str, source: str, catalog: Catalog) -> tuple[Fleet, list[
 
 
 def build_fleet(spec: ClusterSpec, catalog: Catalog, *, name: str) -> Fleet:
+    """The Fleet of a validated cluster spec."""
     groups: list[NodeGroup] = []
     for site in spec.sites:
         for g in site.node_groups:
@@ -351,11 +227,13 @@ def default_ffn(hidden: int, gated: bool) -> int:
 
 
 def load_model(text: str, source: str) -> ModelArch:
+    """Parse and check a model file; InputError with every issue."""
     data, lines = parse_yaml(text, source)
     _require_mapping(data, source, "model", "keys such as num_layers, hidden_size, num_attention_heads")
     issues: list[InputIssue] = []
 
     def add(path: Path_, message: str) -> None:
+        """An issue at a key path."""
         issues.append(InputIssue(source=source, line=line_for(lines, path), path=dotted(path), message=message))
 
     for key in sorted(set(data) & MOE_KEYS):
@@ -368,6 +246,7 @@ def load_model(text: str, source: str) -> ModelArch:
         issues.extend(pydantic_issues(exc, data=clean, lines=lines, source=source, root=ModelSpec))
 
     def pos_int(key: str) -> int | None:
+        """The value of a key that must be a positive integer (None, with an issue, when it is not)."""
         v = clean.get(key)
         return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 

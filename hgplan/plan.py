@@ -7,6 +7,8 @@ from enum import StrEnum
 
 
 class Recompute(StrEnum):
+    """Activation recomputation (Megatron's --recompute-granularity)."""
+
     NONE = "none"
     """Store every activation."""
     SELECTIVE = "selective"
@@ -37,22 +39,28 @@ class ParallelConfig:
 
     @property
     def gpus_per_stage(self) -> int:
+        """tp x cp x dp."""
         return self.tp * self.cp * self.dp
 
     @property
     def world_size(self) -> int:
+        """GPUs of the whole plan."""
         return self.gpus_per_stage * self.pp
 
     @property
     def distributed_optimizer(self) -> bool:
+        """Whether optimizer state is sharded (ZeRO >= 1)."""
         return self.zero_stage >= 1
 
     def num_microbatches(self, global_batch_size: int) -> int:
+        """Micro-batches per iteration per data-parallel replica."""
         return global_batch_size // (self.micro_batch_size * self.dp)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageAssignment:
+    """One pipeline stage: the node group hosting all its GPUs and its layers."""
+
     node_group: str
     """Key 'site/group' of the node group that hosts every GPU of this stage."""
     num_layers: int
@@ -60,15 +68,19 @@ class StageAssignment:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
+    """Degrees and stages: what the cost model evaluates and the exporters launch."""
+
     config: ParallelConfig
     stages: tuple[StageAssignment, ...]
 
     @property
     def layers(self) -> tuple[int, ...]:
+        """Layers of each stage."""
         return tuple(s.num_layers for s in self.stages)
 
     @property
     def groups(self) -> tuple[str, ...]:
+        """Node group of each stage."""
         return tuple(s.node_group for s in self.stages)
 
     @staticmethod

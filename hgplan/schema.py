@@ -27,6 +27,8 @@ class _Strict(BaseModel):
 
 
 class IntraNodeSpec(_Strict):
+    """A GPU's intra-node fabric (NVLink, xGMI or PCIe) in a GPU spec."""
+
     kind: IntraKind = Field(description="GPU-to-GPU path inside a node.")
     gbytes_per_s: PosFloat = Field(description="Bidirectional per-GPU bandwidth in GB/s (decimal), as vendors quote it.")
 
@@ -50,12 +52,16 @@ class GpuSpec(_Strict):
 
 
 class NicSpec(_Strict):
+    """A node group's NICs: how many per node, their speed and transport."""
+
     transport: Transport = Field(description="infiniband, roce or ethernet (TCP sockets).")
     gbps: PosFloat = Field(description="Line rate of one NIC in Gbit/s.")
     count: PosInt = Field(1, description="NICs per node used for training traffic.")
 
 
 class NodeGroupSpec(_Strict):
+    """One node group of a site in the cluster file."""
+
     name: Name
     count: PosInt = Field(description="Number of nodes.")
     gpu: str | GpuSpec = Field(description="Catalog GPU id, or an inline GPU spec.")
@@ -68,6 +74,8 @@ class NodeGroupSpec(_Strict):
 
 
 class LinkSpec(_Strict):
+    """A link between two sites or two node groups of a site."""
+
     between: tuple[Name, Name] = Field(description="Two site names (top level) or two node-group names (inside a site).")
     gbps: PosFloat = Field(description="Bandwidth of the link in Gbit/s, shared by all traffic crossing it.")
     latency_ms: NonNegFloat = Field(description="One-way latency in milliseconds.")
@@ -76,6 +84,8 @@ class LinkSpec(_Strict):
 
 
 class SiteSpec(_Strict):
+    """One site of the cluster file: its node groups and the links between them."""
+
     name: Name
     node_groups: list[NodeGroupSpec] = Field(min_length=1, description="At least one node group.")
     links: list[LinkSpec] = Field(default_factory=list, description="Links between node groups of this site.")

@@ -14,6 +14,8 @@ from hgplan.plan import Plan
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Violation:
+    """A rule a plan breaks, with a message naming the values and the fix."""
+
     rule: str
     message: str
 
@@ -22,11 +24,12 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def check_plan(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> list[Violation]:
-    """Every rule a plan must satisfy to run on stock Megatron-LM. Memory is checked separately (check_memory)."""
+def _degree_rules(plan: Plan, model: ModelArch, train: TrainingSettings) -> list[Violation]:
+    """Degrees, layers, batch and interleaving: the rules that do not depend on the fleet."""
     out: list[Violation] = []
 
     def bad(rule: str, message: str) -> None:
+        """Record a broken rule."""
         out.append(Violation(rule=rule, message=message))
 
     c = plan.config
@@ -34,7 +37,7 @@ def check_plan(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettin
         if getattr(c, name) < 1:
             bad("positive", f"{name} must be >= 1 (got {getattr(c, name)})")
     if out:
-        return out
+        return out  # the rules below divide by these degrees
     if c.zero_stage not in (0, 1, 2, 3):
         bad("zero_stage", f"zero_stage must be 0, 1, 2 or 3 (got {c.zero_stage})")
     if len(plan.stages) != c.pp:
@@ -75,7 +78,18 @@ def check_plan(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettin
     if c.zero_stage >= 2 and c.pp > 1:
         bad("zero_pp", f"ZeRO stage {c.zero_stage} cannot be combined with pipeline parallelism (DeepSpeed asserts it; "
                        "Megatron's distributed optimizer is stage 1); use zero_stage <= 1 or pp = 1")
-    # placement
+    return out
+
+
+def _placement_rules(plan: Plan, fleet: Fleet, train: TrainingSettings) -> list[Violation]:
+    """Stages on known node groups with room for them, TP inside a node, stages tiling nodes, precision, links."""
+    out: list[Violation] = []
+
+    def bad(rule: str, message: str) -> None:
+        """Record a broken rule."""
+        out.append(Violation(rule=rule, message=message))
+
+    c = plan.config
     used: dict[str, int] = {}
     keys = {g.key for g in fleet.groups}
     for i, st in enumerate(plan.stages):
@@ -112,6 +126,14 @@ def check_plan(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettin
         if a in keys and b in keys and fleet.path(fleet.group(a), fleet.group(b)) is None:
             bad("adjacent", f"interleaving sends from the last stage ({a}) back to the first ({b}), which have no link")
     return out
+
+
+def check_plan(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> list[Violation]:
+    """Every rule a plan must satisfy to run on stock Megatron-LM. Memory is checked separately (check_memory)."""
+    out = _degree_rules(plan, model, train)
+    if any(v.rule == "positive" for v in out):
+        return out
+    return out + _placement_rules(plan, fleet, train)
 
 
 def check_memory(pred) -> list[Violation]:

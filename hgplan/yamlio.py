@@ -52,4 +52,5 @@ def line_for(lines: dict[Path_, int], path: Path_) -> int | None:
 
 
 def dotted(path: Path_) -> str:
+    """A key path as 'a.0.b'."""
     return ".".join(str(p) for p in path)

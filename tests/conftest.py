@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,11 @@ from typer.testing import CliRunner
 from hgplan.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
+# Test-only helpers live outside the package: tests/ (exhaustive.py) and benchmarks/ (fidelity_cases.py, shared with
+# benchmarks/fidelity.py).
+for folder in (ROOT / "tests", ROOT / "benchmarks"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 
 class Run:

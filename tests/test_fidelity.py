@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from hgplan import fidelity
+import fidelity_cases as fidelity
 from hgplan.io import catalog
 
 DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "calibration.yaml"

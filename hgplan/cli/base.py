@@ -43,6 +43,7 @@ def handles_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        """The command, with library errors turned into messages and exit codes."""
         try:
             return fn(*args, **kwargs)
         except InputError as exc:

@@ -59,6 +59,7 @@ def training_options(*, runtime: bool) -> Callable[[Callable], Callable]:
     names = [n for n in _TRAINING_OPTIONS if runtime or n != "runtime"]
 
     def decorate(fn: Callable) -> Callable:
+        """The command with the flags added to its signature."""
         sig = inspect.signature(fn, eval_str=True)
         kept = [p for p in sig.parameters.values() if p.name != "flags"]
         added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=_TRAINING_OPTIONS[n])
@@ -66,6 +67,7 @@ def training_options(*, runtime: bool) -> Callable[[Callable], Callable]:
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            """Pack the added flags into TrainingFlags and call the command."""
             flags = TrainingFlags(**{n: kwargs.pop(n) for n in names})
             return fn(*args, flags=flags, **kwargs)
 

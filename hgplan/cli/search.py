@@ -37,9 +37,24 @@ def _run_with_progress(fn: Callable, solver_log: bool):
         task = bar.add_task("search", total=None)
 
         def cb(done: int, total: int) -> None:
+            """Move the progress bar to `done` of `total` candidates."""
             bar.update(task, completed=done, total=total)
 
         return fn(cb)
+
+
+def _write_outputs(report, result, *, output: str | None, export_model: str | None, cluster, model) -> None:
+    """The plan file (-o) and the last CP-SAT model (--export-model), each written atomically."""
+    from hgplan.io import write_file_atomic
+    from hgplan.planfile import make_plan_file
+
+    if output:
+        pf = make_plan_file(report, cluster_text=cluster.text, model_text=model.text, model_sha256=model.sha256)
+        write_file_atomic(output, json.dumps(pf.to_json_dict(), indent=2) + "\n")
+        warn(f"wrote {output}", "")
+    if export_model and result.last_model_text:
+        write_file_atomic(export_model, result.last_model_text)
+        warn(f"wrote the last CP-SAT model to {export_model}", "")
 
 
 @app.command()
@@ -71,8 +86,8 @@ def search(
     """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with a proven optimality gap."""
     from hgplan import render
     from hgplan.documents import ClusterInput
-    from hgplan.io import catalog, check_writable_file, read_json, resolve_cluster, resolve_model, write_file_atomic
-    from hgplan.planfile import make_plan_file, regression_check
+    from hgplan.io import catalog, check_writable_file, read_json, resolve_cluster, resolve_model
+    from hgplan.planfile import regression_check
     from hgplan.planner.api import plan_training
     from hgplan.planner.options import SearchOptions
 
@@ -99,13 +114,7 @@ def search(
     report.warnings[:0] = warnings
     for w in report.warnings:
         warn(w)
-    if output:
-        pf = make_plan_file(report, cluster_text=csrc.text, model_text=msrc.text, model_sha256=msrc.sha256)
-        write_file_atomic(output, json.dumps(pf.to_json_dict(), indent=2) + "\n")
-        warn(f"wrote {output}", "")
-    if export_model and result.last_model_text:
-        write_file_atomic(export_model, result.last_model_text)
-        warn(f"wrote the last CP-SAT model to {export_model}", "")
+    _write_outputs(report, result, output=output, export_model=export_model, cluster=csrc, model=msrc)
     if base_file is not None:
         report.regression = regression_check(base_file, report, bound)
     if as_json:

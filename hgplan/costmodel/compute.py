@@ -25,9 +25,21 @@ MosaicML llm-foundry family of the calibration set (124 rows); see docs/cost-mod
 BYTES = 2  # bf16 / fp16 activations and weights
 TILE_MN = 256.0  # GEMM output tile edge (cuBLAS uses 256-wide tiles for large bf16 GEMMs): partial tiles waste work
 TILE_K = 128.0  # main-loop prologue/epilogue, in k elements
+FLASH_BWD_RATIO = 2.5
+"""FlashAttention's backward over its forward: 5 matmuls (it recomputes QK^T) against 2 (Dao, FlashAttention-2,
+section 3.1)."""
+DROPOUT_BYTES = 2.5
+"""Attention-dropout traffic per score element, in activation-element units: read and write the scores (2) and
+write a 1-byte mask (0.5)."""
+KERNELS_PER_LAYER_FWD = 14
+"""Kernel launches charged to one transformer layer's forward (0.1.0's count for Megatron's fused path: two norms,
+four GEMMs, rotary, attention, activation, two bias-dropout-adds and the TP collectives), one launch overhead each."""
+KERNELS_PER_LAYER_BWD = 2 * KERNELS_PER_LAYER_FWD
+"""The backward launches about two kernels per forward one (dgrad and wgrad)."""
 
 
 def sustained_peak_flops(gpu: GpuType, precision: Precision) -> float:
+    """Tensor-core FLOP/s the GPU sustains in training: datasheet peak x sustained clock share."""
     return gpu.peak_tflops(precision) * 1e12 * gpu.eff.sustained_clock_fraction
 
 
@@ -41,6 +53,7 @@ def gemm_s(gpu: GpuType, precision: Precision, m: float, n: float, k: float) -> 
 
 
 def hbm_s(gpu: GpuType, nbytes: float) -> float:
+    """Seconds to move `nbytes` through HBM at the architecture's achievable bandwidth."""
     return nbytes / (gpu.hbm_gbytes_per_s * 1e9 * gpu.eff.hbm_efficiency)
 
 
@@ -59,6 +72,8 @@ class LayerTime:
 
 def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: TrainingSettings,
                *, tp_busbw_gbytes_per_s: float, tp_latency_s: float) -> LayerTime:
+    """Forward and backward seconds of one transformer layer for one micro-batch on one GPU: GEMMs, attention, element-
+    wise traffic, TP collectives and recomputation."""
     t, c, b, s = cfg.tp, cfg.cp, cfg.micro_batch_size, train.seq_length
     prec = train.precision
     h, q, kv, F, d = model.hidden_size, model.query_dim, model.kv_dim, model.ffn_hidden_size, model.kv_channels
@@ -75,7 +90,7 @@ def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Train
         flops = 4.0 * b * heads * q_len * k_len * d * 0.5  # causal blocks skipped
         rate = sustained_peak_flops(gpu, prec) * gpu.eff.attention_efficiency
         attn_fwd = flops / rate
-        attn_bwd = 2.5 * flops / rate  # backward recomputes QK^T: 5 matmuls against 2
+        attn_bwd = FLASH_BWD_RATIO * flops / rate
         score_bytes = 0.0
     else:
         per_head = b * heads
@@ -83,7 +98,7 @@ def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Train
         av = gemm_s(gpu, prec, q_len, d, k_len)
         scores = per_head * q_len * k_len
         # scale+mask+softmax (fused: read, write) and dropout (read, write, 1-byte mask)
-        softmax_bytes = scores * BYTES * (2 + (2.5 if model.attention_dropout > 0 else 0))
+        softmax_bytes = scores * BYTES * (2 + (DROPOUT_BYTES if model.attention_dropout > 0 else 0))
         attn_fwd = per_head * (qk + av) + hbm_s(gpu, softmax_bytes)
         attn_bwd = per_head * 2 * (qk + av) + hbm_s(gpu, 2 * softmax_bytes)
         score_bytes = softmax_bytes
@@ -100,8 +115,8 @@ def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Train
     tp_bwd = tp_fwd
     launch = gpu.eff.kernel_overhead_us * 1e-6
     runtime = RUNTIME_EFFICIENCY[train.runtime]
-    fwd = (lin_fwd + attn_fwd + elt_fwd + 14 * launch) / runtime + tp_fwd
-    bwd_plain = (lin_bwd + attn_bwd + elt_bwd + 28 * launch) / runtime + tp_bwd
+    fwd = (lin_fwd + attn_fwd + elt_fwd + KERNELS_PER_LAYER_FWD * launch) / runtime + tp_fwd
+    bwd_plain = (lin_bwd + attn_bwd + elt_bwd + KERNELS_PER_LAYER_BWD * launch) / runtime + tp_bwd
     if cfg.recompute is Recompute.FULL:
         recompute = fwd
     elif cfg.recompute is Recompute.SELECTIVE:

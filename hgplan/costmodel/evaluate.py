@@ -6,13 +6,18 @@ from dataclasses import dataclass, field
 
 from hgplan.costmodel.comm import (allreduce_s, group_busbw_gbytes_per_s, half_collective_s,
                                    intra_node_busbw_gbytes_per_s, nic_gbytes_per_s, overlapped_s, ring_latency_s)
-from hgplan.costmodel.compute import BYTES, LayerTime, embedding_time, hbm_s, head_time, layer_time
+from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, embedding_time, hbm_s, head_time, layer_time
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
-from hgplan.costmodel.pipeline import Op, closed_form, simulate
+from hgplan.costmodel.pipeline import Op, chunk_sends, closed_form, simulate
 from hgplan.domain import Attention, Fleet, ModelArch, NetPath, NodeGroup, PathKind, Precision, Runtime, TrainingSettings
 from hgplan.plan import ParallelConfig, Plan, Recompute
 
+NVLINK_COLLECTIVE_LATENCY_S = 15e-6
+"""Latency of one small tensor-parallel all-reduce inside an NVLink/xGMI node (NCCL's ring/tree start-up, as
+nccl-tests shows for small messages on 8-GPU nodes)."""
+INTRA_NODE_P2P_LATENCY_S = 5e-6
+"""Latency of one point-to-point send between two GPUs of a node (a single NVLink/PCIe hop)."""
 OPTIMIZER_BYTES_PER_PARAM = 4 + 12 + 12 + 2
 """Adam step: read fp32 grad and master/m/v, write master/m/v and the 16-bit weight."""
 DEEPSPEED_ZERO3_GBYTES_PER_S = 24.3
@@ -24,6 +29,8 @@ its output (DeepSpeed PR #1188), so the bound is the runtime's, not the wire's."
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StagePrediction:
+    """Predicted time and memory of one pipeline stage."""
+
     index: int
     node_group: str
     site: str
@@ -45,19 +52,24 @@ class StagePrediction:
 
     @property
     def memory_gib(self) -> float:
+        """Per-GPU memory of the stage (GiB)."""
         return self.memory.total_gib
 
     @property
     def fits(self) -> bool:
+        """Whether the stage (or every stage) fits its GPUs' memory."""
         return self.memory.total_gib <= self.memory_capacity_gib
 
     @property
     def headroom_gib(self) -> float:
+        """Memory left on each GPU of the stage (GiB, negative when over)."""
         return self.memory_capacity_gib - self.memory.total_gib
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prediction:
+    """The cost model's prediction for a whole plan."""
+
     iteration_time_s: float
     pipeline_s: float
     tokens_per_s: float
@@ -77,12 +89,13 @@ class Prediction:
 
     @property
     def fits(self) -> bool:
+        """Whether the stage (or every stage) fits its GPUs' memory."""
         return all(s.fits for s in self.stages)
 
 
 def _tp_bandwidth(group: NodeGroup, cfg: ParallelConfig, fleet: Fleet) -> tuple[float, float]:
     if cfg.tp <= group.gpus_per_node:
-        return intra_node_busbw_gbytes_per_s(group.gpu, group.intra_node_gbytes_per_s), 15e-6
+        return intra_node_busbw_gbytes_per_s(group.gpu, group.intra_node_gbytes_per_s), NVLINK_COLLECTIVE_LATENCY_S
     transport = fleet.transports[group.nic_transport]
     return nic_gbytes_per_s(group, transport), transport.latency_us * 1e-6
 
@@ -104,7 +117,7 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
         return float("inf"), float("inf"), None
     if path.kind is PathKind.SAME_GROUP and cfg.gpus_per_stage < a.gpus_per_node:
         bw = intra_node_busbw_gbytes_per_s(a.gpu, a.intra_node_gbytes_per_s)
-        return msg_bytes / (bw * 1e9), 5e-6, path
+        return msg_bytes / (bw * 1e9), INTRA_NODE_P2P_LATENCY_S, path
     per_gpu = path.per_gpu_gbps / 8.0 * path.efficiency * 1e9
     t = msg_bytes / per_gpu
     if path.shared:
@@ -139,7 +152,8 @@ def layer_cost(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig
         cp_f = (c - 1) * (kv_step / (cp_bw * 1e9) + cp_lat)
         share = g.gpu.eff.comm_sm_share
         f_l += overlapped_s(lt.attention_fwd_s, cp_f, sm_share=share) - lt.attention_fwd_s
-        b_l += overlapped_s(2.5 * lt.attention_fwd_s, 2 * cp_f, sm_share=share) - 2.5 * lt.attention_fwd_s
+        attn_bwd = FLASH_BWD_RATIO * lt.attention_fwd_s
+        b_l += overlapped_s(attn_bwd, 2 * cp_f, sm_share=share) - attn_bwd
     return lt, f_l, b_l
 
 
@@ -191,19 +205,51 @@ def tied_embedding_sync_s(fleet: Fleet, first: NodeGroup, last: NodeGroup, model
     return 2 * busy + 2 * latency
 
 
-def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
-             use_simulator: bool = False, keep_ops: bool = False) -> Prediction:
-    """Predict iteration time, throughput and per-stage memory. The plan must have passed validate_plan."""
-    cfg = plan.config
-    p, v, t, c, d = cfg.pp, cfg.vpp, cfg.tp, cfg.cp, cfg.dp
-    m = cfg.num_microbatches(train.global_batch_size)
-    groups = [fleet.group(st.node_group) for st in plan.stages]
-    flash = train.attention is Attention.FLASH
+def _zero3_overlap(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings, *,
+                   layers: int, params: float, fwd_s: float, bwd_s: float) -> tuple[float, float]:
+    """A stage's forward and backward with ZeRO-3/FSDP parameter gathers and gradient scatters overlapped.
+
+    Megatron-FSDP and PyTorch FSDP gather one flat buffer per layer; DeepSpeed ZeRO-3 one per module (each parameter
+    tensor), each paying the ring's n - 1 step latency, and at most DEEPSPEED_ZERO3_GBYTES_PER_S. Gathers are
+    prefetched one layer ahead on a side stream: only the first layer's waits."""
+    members = cfg.dp * cfg.cp
+    transport = fleet.transports[g.nic_transport]
+    bw, lat = group_busbw_gbytes_per_s(g, transport, members=members, stride=cfg.tp)
+    deepspeed = train.runtime is Runtime.DEEPSPEED
+    calls = max(1, layers) * (_tensors_per_layer(model) if deepspeed else 1)
+    latency = calls * ring_latency_s(members, lat)
+    bandwidth = (members - 1) / members / (bw * 1e9)
     gbytes = grad_bytes(train.precision)
-    # --- per-stage compute
-    fwd, bwd, layer_times, params = [], [], [], []
-    memories = []
+    gather = params * BYTES * bandwidth + latency
+    scatter = params * gbytes * bandwidth + latency
+    if deepspeed:
+        gather = max(gather, params * BYTES / (DEEPSPEED_ZERO3_GBYTES_PER_S * 1e9))
+        scatter = max(scatter, params * gbytes / (DEEPSPEED_ZERO3_GBYTES_PER_S * 1e9))
+    # DeepSpeed releases each module's parameters after its forward, so full recompute gathers them again.
+    recompute_gather = gather if cfg.recompute is Recompute.FULL and deepspeed else 0.0
+    first_layer = gather / max(1, layers)
+    share = g.gpu.eff.comm_sm_share
+    return (overlapped_s(fwd_s, gather, sm_share=share, exposed_s=first_layer),
+            overlapped_s(bwd_s, gather + scatter + recompute_gather, sm_share=share, exposed_s=first_layer))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StageWork:
+    """One stage's per-micro-batch forward and backward, its layer costs and its memory."""
+
+    fwd_s: float
+    bwd_s: float
+    layer: LayerTime
+    memory: StageMemory
+
+
+def _stage_work(plan: Plan, fleet: Fleet, groups: list[NodeGroup], model: ModelArch,
+                train: TrainingSettings) -> list[_StageWork]:
+    """Compute time (edges and ZeRO-3 traffic included) and memory of every stage."""
+    cfg, p = plan.config, plan.config.pp
+    m = cfg.num_microbatches(train.global_batch_size)
     cache: dict[str, tuple[LayerTime, float, float]] = {}
+    out = []
     for i, (st, g) in enumerate(zip(plan.stages, groups)):
         if g.key not in cache:
             cache[g.key] = layer_cost(fleet, g, model, cfg, train)
@@ -215,94 +261,90 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
         if i == p - 1:
             f_s, b_s = f_s + hf, b_s + hb
         mem = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length, num_microbatches=m,
-                           stage=i, layers=st.num_layers, flash=flash)
-        if cfg.zero_stage >= 3 and d * c > 1:
-            transport = fleet.transports[g.nic_transport]
-            bw, lat = group_busbw_gbytes_per_s(g, transport, members=d * c, stride=t)
-            # Megatron-FSDP and PyTorch FSDP gather one flat buffer per layer; DeepSpeed ZeRO-3 one per module
-            # (each parameter tensor), each paying the ring's n - 1 step latency.
-            deepspeed = train.runtime is Runtime.DEEPSPEED
-            calls = max(1, st.num_layers) * (_tensors_per_layer(model) if deepspeed else 1)
-            latency = calls * ring_latency_s(d * c, lat)
-            bandwidth = (d * c - 1) / (d * c) / (bw * 1e9)
-            gather = mem.params * BYTES * bandwidth + latency
-            scatter = mem.params * gbytes * bandwidth + latency
-            if deepspeed:
-                gather = max(gather, mem.params * BYTES / (DEEPSPEED_ZERO3_GBYTES_PER_S * 1e9))
-                scatter = max(scatter, mem.params * gbytes / (DEEPSPEED_ZERO3_GBYTES_PER_S * 1e9))
-            # DeepSpeed releases each module's parameters after its forward, so full recompute gathers them again.
-            recompute_gather = gather if cfg.recompute is Recompute.FULL and deepspeed else 0.0
-            # Gathers are prefetched one layer ahead on a side stream: only the first layer's waits.
-            first_layer = gather / max(1, st.num_layers)
-            share = g.gpu.eff.comm_sm_share
-            f_s = overlapped_s(f_s, gather, sm_share=share, exposed_s=first_layer)
-            b_s = overlapped_s(b_s, gather + scatter + recompute_gather, sm_share=share, exposed_s=first_layer)
-        fwd.append(f_s)
-        bwd.append(b_s)
-        layer_times.append(lt)
-        params.append(mem.params)
-        memories.append(mem)
-    # --- point-to-point between stages
+                           stage=i, layers=st.num_layers, flash=train.attention is Attention.FLASH)
+        if cfg.zero_stage >= 3 and cfg.dp * cfg.cp > 1:
+            f_s, b_s = _zero3_overlap(fleet, g, model, cfg, train, layers=st.num_layers, params=mem.params,
+                                      fwd_s=f_s, bwd_s=b_s)
+        out.append(_StageWork(fwd_s=f_s, bwd_s=b_s, layer=lt, memory=mem))
+    return out
+
+
+def _boundary_costs(fleet: Fleet, groups: list[NodeGroup], model: ModelArch, cfg: ParallelConfig,
+                    train: TrainingSettings) -> tuple[list[float], list[float], list[dict]]:
+    """Per boundary k (stage k -> k+1, and the wrap-around one when interleaved): sender-busy seconds, latency,
+    and its description. Boundaries that cross the same inter-island or inter-site link share it."""
+    p, v = cfg.pp, cfg.vpp
     msg = p2p_message_bytes(model, cfg, train)
-    n_bound = p if v > 1 else p - 1
-    pairs = [(k, (k + 1) % p) for k in range(n_bound)]
+    pairs = [(k, (k + 1) % p) for k in range(p if v > 1 else p - 1)]
     link_use: dict[int, int] = {}
     for a_i, b_i in pairs:
         path = fleet.path(groups[a_i], groups[b_i])
         if path is not None and path.link is not None:
             link_use[id(path.link)] = link_use.get(id(path.link), 0) + 1
-    xf = [0.0] * p
-    xb = [0.0] * p
-    lat = [0.0] * p
-    boundaries = []
+    send, lat = [0.0] * p, [0.0] * p
+    described = []
     for k, (a_i, b_i) in enumerate(pairs):
         path = fleet.path(groups[a_i], groups[b_i])
         crossings = link_use.get(id(path.link), 1) if path is not None and path.link is not None else 1
         busy, latency, path = p2p_seconds(fleet, groups[a_i], groups[b_i], cfg, msg_bytes=msg, crossings=crossings)
-        xf[k] = xb[k] = busy
-        lat[k] = latency
-        boundaries.append({"from_stage": a_i, "to_stage": b_i, "path": path.kind if path else "none",
-                           "transport": path.transport.value if path else None, "send_s": busy, "latency_s": latency,
-                           "message_mib": msg / 2 ** 20})
-    # --- pipeline
+        send[k], lat[k] = busy, latency
+        described.append({"from_stage": a_i, "to_stage": b_i, "path": path.kind if path else "none",
+                          "transport": path.transport.value if path else None, "send_s": busy, "latency_s": latency,
+                          "message_mib": msg / 2 ** 20})
+    return send, lat, described
+
+
+def _recomputed_flops(plan: Plan, work: list[_StageWork], m: int) -> float:
+    """Hardware FLOPs that recomputation adds over the iteration (for HFU)."""
+    extra = 0.0
+    for st, w in zip(plan.stages, work):
+        recomputed = {Recompute.FULL: w.layer.fwd_flops, Recompute.SELECTIVE: w.layer.attention_fwd_flops,
+                      Recompute.NONE: 0.0}[plan.config.recompute]
+        extra += recomputed * st.num_layers * m * plan.config.gpus_per_stage
+    return extra
+
+
+def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
+             use_simulator: bool = False, keep_ops: bool = False) -> Prediction:
+    """Predict iteration time, throughput and per-stage memory. The plan must have passed check_plan."""
+    cfg = plan.config
+    p, v = cfg.pp, cfg.vpp
+    m = cfg.num_microbatches(train.global_batch_size)
+    groups = [fleet.group(st.node_group) for st in plan.stages]
+    work = _stage_work(plan, fleet, groups, model, train)
+    fwd, bwd = [w.fwd_s for w in work], [w.bwd_s for w in work]
+    xf, lat, boundaries = _boundary_costs(fleet, groups, model, cfg, train)
+    xb = list(xf)
     ops: list[Op] = []
     if use_simulator:
         pipe, ops = simulate(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v, keep_ops=keep_ops)
-        method = "simulator"
     else:
         pipe = closed_form(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v)
-        method = "closed_form"
-    # --- data-parallel sync and optimizer, after each stage's last backward
-    stages = []
-    ends = []
+    # data-parallel sync and optimizer, after each stage's last backward
+    per_chunk = chunk_sends(p, v, xf, xb)
+    stages, ends = [], []
     tied_sync = tied_embedding_sync_s(fleet, groups[0], groups[-1], model, cfg, train)
-    for i, (st, g) in enumerate(zip(plan.stages, groups)):
-        exposed, opt = dp_tail(fleet, g, cfg, train, params=params[i], layers=st.num_layers, fwd_s=fwd[i], bwd_s=bwd[i])
+    for i, (st, g, w) in enumerate(zip(plan.stages, groups, work)):
+        exposed, opt = dp_tail(fleet, g, cfg, train, params=w.memory.params, layers=st.num_layers, fwd_s=fwd[i],
+                               bwd_s=bwd[i])
         if i in (0, p - 1):
             exposed += tied_sync
         ends.append(pipe.finish_s[i] + exposed + opt)
         stages.append(StagePrediction(
             index=i, node_group=g.key, site=g.site, gpu=g.gpu.id, gpus=cfg.gpus_per_stage, layers=st.num_layers,
-            fwd_s=fwd[i], bwd_s=bwd[i], compute_s=m * (fwd[i] + bwd[i]),
-            p2p_s=m * v * ((xf[i] if (i < p - 1 or v > 1) else 0.0) + (xb[i - 1] if i > 0 else (xb[p - 1] if v > 1 else 0.0))),
-            dp_sync_s=exposed, optimizer_s=opt, memory=memories[i], memory_capacity_gib=g.gpu.hbm_gib))
+            fwd_s=fwd[i], bwd_s=bwd[i], compute_s=m * (fwd[i] + bwd[i]), p2p_s=m * v * per_chunk[i],
+            dp_sync_s=exposed, optimizer_s=opt, memory=w.memory, memory_capacity_gib=g.gpu.hbm_gib))
     iteration = max(max(ends), pipe.iteration_s)
-    # --- metrics
     model_flops = megatron_model_flops(model, global_batch_size=train.global_batch_size, seq_length=train.seq_length)
-    extra = 0.0
-    for st, lt in zip(plan.stages, layer_times):
-        recomputed = {Recompute.FULL: lt.fwd_flops, Recompute.SELECTIVE: lt.attention_fwd_flops,
-                      Recompute.NONE: 0.0}[cfg.recompute]
-        extra += recomputed * st.num_layers * m * cfg.gpus_per_stage
+    extra = _recomputed_flops(plan, work, m)
     world = cfg.world_size
     peak_sum = sum(g.gpu.peak_tflops(train.precision) for g in groups) * cfg.gpus_per_stage * 1e12
-    tokens = train.global_batch_size * train.seq_length
     return Prediction(
-        iteration_time_s=iteration, pipeline_s=pipe.iteration_s, tokens_per_s=tokens / iteration,
+        iteration_time_s=iteration, pipeline_s=pipe.iteration_s,
+        tokens_per_s=train.global_batch_size * train.seq_length / iteration,
         model_tflops_per_gpu=model_flops / (iteration * world * 1e12),
         hardware_tflops_per_gpu=(model_flops + extra) / (iteration * world * 1e12),
         mfu=model_flops / (iteration * peak_sum), hfu=(model_flops + extra) / (iteration * peak_sum),
         bubble_fraction=pipe.bubble_fraction, num_microbatches=m, bottleneck_stage=pipe.bottleneck_stage,
-        method=method, stages=tuple(stages), boundaries=tuple(boundaries), ops=tuple(ops))
-
-
+        method="simulator" if use_simulator else "closed_form", stages=tuple(stages), boundaries=tuple(boundaries),
+        ops=tuple(ops))

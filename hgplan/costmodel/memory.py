@@ -74,6 +74,8 @@ def state_bytes_per_param(precision: Precision, zero_stage: int, dp: int) -> tup
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageMemory:
+    """Per-GPU memory of one stage by kind (GiB) and the activations' in-flight micro-batches."""
+
     weights_gib: float
     gradients_gib: float
     optimizer_gib: float
@@ -85,6 +87,7 @@ class StageMemory:
 
     @property
     def total_gib(self) -> float:
+        """Everything together (GiB)."""
         return self.weights_gib + self.gradients_gib + self.optimizer_gib + self.activations_gib + self.overhead_gib
 
 
@@ -103,6 +106,8 @@ def inflight_layers(stage: int, num_stages: int, layers: int, vpp: int, num_micr
 
 def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision, seq_length: int, num_microbatches: int,
                  stage: int, layers: int, flash: bool) -> StageMemory:
+    """Per-GPU memory of a stage holding `layers` layers: weights, gradients, optimizer state (sharded as the ZeRO
+    stage says), in-flight activations and the framework's overhead."""
     p, t = cfg.pp, cfg.tp
     first, last = stage == 0, stage == p - 1
     vocab = model.padded_vocab(t)
@@ -170,5 +175,5 @@ def megatron_theoretical_gib(model: ModelArch, cfg: ParallelConfig, *, seq_lengt
         act *= (1 + (p - 1) / (p * v)) if v > 1 else (min(1.0, num_microbatches / p) if p > 1 else 1.0)
         if p == 1:
             act += 2 * (s * b * V / t + s * b * h)
-        act *= 1.05
+        act *= FRAGMENTATION
     return (weights + act) / GIB

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineResult:
+    """Iteration time of the pipeline part, each stage's finish, the cycle, the bottleneck and the bubble."""
+
     iteration_s: float
     """From the first forward to the last backward."""
     finish_s: tuple[float, ...]
@@ -24,13 +26,20 @@ class PipelineResult:
     """Share of the bottleneck stage's time that is idle."""
 
 
-def _sends(p: int, v: int, xf: list[float], xb: list[float]) -> list[float]:
+def chunk_sends(p: int, v: int, xf: list[float], xb: list[float]) -> list[float]:
+    """Per stage, what one virtual chunk sends per micro-batch: its activations forward and its gradients back
+    (the wrap-around boundary counts when interleaved)."""
     out = []
     for s in range(p):
         f = xf[s] if (s < p - 1 or v > 1) else 0.0
         b = xb[s - 1] if s > 0 else (xb[p - 1] if v > 1 else 0.0)
-        out.append(v * (f + b) if v > 1 else f + b)
+        out.append(f + b)
     return out
+
+
+def _sends(p: int, v: int, xf: list[float], xb: list[float]) -> list[float]:
+    """Per stage, what it sends per micro-batch over all its chunks (its part of the cycle)."""
+    return [v * x if v > 1 else x for x in chunk_sends(p, v, xf, xb)]
 
 
 def closed_form(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],
@@ -65,6 +74,8 @@ def closed_form(fwd: list[float], bwd: list[float], xf: list[float], xb: list[fl
 
 @dataclass(frozen=True, slots=True)
 class Op:
+    """One forward or backward of one micro-batch chunk on one stage, as the simulator ran it."""
+
     stage: int
     kind: str  # "F" or "B"
     microbatch: int
@@ -86,10 +97,12 @@ def schedule_order(stage: int, p: int, m: int, v: int) -> list[tuple[str, int, i
     total = m * v
 
     def fwd_id(k: int) -> tuple[int, int]:
+        """(micro-batch, chunk) of the k-th forward in interleaved order."""
         chunk = (k // p) % v
         return (k // (p * v)) * p + k % p, chunk
 
     def bwd_id(k: int) -> tuple[int, int]:
+        """(micro-batch, chunk) of the k-th backward (chunks in reverse)."""
         mb, chunk = fwd_id(k)
         return mb, v - 1 - chunk
 
@@ -102,23 +115,23 @@ def schedule_order(stage: int, p: int, m: int, v: int) -> list[tuple[str, int, i
     return seq
 
 
-def simulate(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],
-             *, microbatches: int, vpp: int = 1, keep_ops: bool = False) -> tuple[PipelineResult, list[Op]]:
-    """Discrete-event simulation of every forward, backward and transfer of one iteration.
+class _Simulation:
+    """State of one discrete-event run: each stage's position in its schedule, when it is free, what has arrived."""
 
-    A stage runs its ops in schedule order; an op starts when the stage is free and its input has arrived.
-    After each op the stage pushes the result to its neighbour and is busy for the send (synchronous p2p,
-    as Megatron's non-overlapped schedule); the data lands one link latency later.
-    """
-    p, m, v = len(fwd), microbatches, vpp
-    orders = [schedule_order(s, p, m, v) for s in range(p)]
-    pos = [0] * p
-    free = [0.0] * p
-    done: dict[tuple[str, int, int, int], float] = {}  # (kind, stage, mb, chunk) -> arrival time at the consumer
-    ops: list[Op] = []
-    finish = [0.0] * p
+    def __init__(self, fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],
+                 *, microbatches: int, vpp: int, keep_ops: bool):
+        self.fwd, self.bwd, self.xf, self.xb, self.lat = fwd, bwd, xf, xb, lat
+        self.p, self.v, self.keep_ops = len(fwd), vpp, keep_ops
+        self.orders = [schedule_order(s, self.p, microbatches, vpp) for s in range(self.p)]
+        self.pos = [0] * self.p
+        self.free = [0.0] * self.p
+        self.finish = [0.0] * self.p
+        self.done: dict[tuple[str, int, int, int], float] = {}  # (kind, stage, mb, chunk) -> arrival at the consumer
+        self.ops: list[Op] = []
 
-    def dependency(stage: int, kind: str, mb: int, chunk: int) -> tuple[str, int, int, int] | None:
+    def dependency(self, stage: int, kind: str, mb: int, chunk: int) -> tuple[str, int, int, int] | None:
+        """The arrival an op waits for (None: the very first forward of a micro-batch)."""
+        p, v = self.p, self.v
         if kind == "F":
             if stage > 0:
                 return ("F", stage - 1, mb, chunk)
@@ -129,71 +142,84 @@ def simulate(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float
             return ("B", stage + 1, mb, chunk)
         return ("B", 0, mb, chunk + 1)
 
-    heap: list[tuple[float, int]] = []
-
-    def ready_time(s: int) -> float | None:
-        kind, mb, chunk = orders[s][pos[s]]
-        dep = dependency(s, kind, mb, chunk)
+    def ready_time(self, s: int) -> float | None:
+        """When stage s's next op can start (None while its input has not been sent)."""
+        kind, mb, chunk = self.orders[s][self.pos[s]]
+        dep = self.dependency(s, kind, mb, chunk)
         if dep is None:
-            return free[s]
-        if dep not in done:
+            return self.free[s]
+        if dep not in self.done:
             return None
-        return max(free[s], done[dep])
+        return max(self.free[s], self.done[dep])
 
-    def push(s: int) -> None:
-        if pos[s] < len(orders[s]):
-            t = ready_time(s)
-            if t is not None:
-                heapq.heappush(heap, (t, s))
-
-    for s in range(p):
-        push(s)
-    remaining = sum(len(o) for o in orders)
-    queued = set(s for _, s in heap)
-    while remaining:
-        if not heap:
-            raise AssertionError("pipeline simulation deadlocked: schedule order is inconsistent")
-        _, s = heapq.heappop(heap)
-        queued.discard(s)
-        start = ready_time(s)
-        if start is None:
-            continue
-        kind, mb, chunk = orders[s][pos[s]]
-        dur = (fwd[s] if kind == "F" else bwd[s]) / v
-        end = start + dur
-        if kind == "F":
-            last_fwd = s == p - 1 and chunk == v - 1
-            if last_fwd:
-                done[("Fself", s, mb, chunk)] = end
-                busy_until = end
-            else:
-                k = s  # boundary s -> s+1 (or wrap p-1 -> 0)
-                busy_until = end + xf[k]
-                done[("F", s, mb, chunk)] = busy_until + lat[k]
+    def run_op(self, s: int, start: float) -> None:
+        """Run stage s's next op from `start`: compute, then send the result on (the stage is busy sending)."""
+        p, v = self.p, self.v
+        kind, mb, chunk = self.orders[s][self.pos[s]]
+        end = start + (self.fwd[s] if kind == "F" else self.bwd[s]) / v
+        if kind == "F" and s == p - 1 and chunk == v - 1:  # the last forward feeds this stage's own backward
+            self.done[("Fself", s, mb, chunk)] = end
+            busy_until = end
+        elif kind == "F":
+            busy_until = end + self.xf[s]  # boundary s -> s+1 (or the wrap-around p-1 -> 0)
+            self.done[("F", s, mb, chunk)] = busy_until + self.lat[s]
+        elif s == 0 and chunk == 0:  # the first stage's last backward sends nothing
+            busy_until = end
         else:
-            first_bwd = s == 0 and chunk == 0
-            if first_bwd:
-                busy_until = end
-            else:
-                k = s - 1 if s > 0 else p - 1
-                busy_until = end + xb[k]
-                done[("B", s, mb, chunk)] = busy_until + lat[k]
-        if keep_ops:
-            ops.append(Op(s, kind, mb, chunk, start, end))
-        free[s] = busy_until
-        finish[s] = max(finish[s], end)
-        pos[s] += 1
-        remaining -= 1
-        for t in range(p):
-            if t not in queued and pos[t] < len(orders[t]):
-                rt = ready_time(t)
-                if rt is not None:
-                    heapq.heappush(heap, (rt, t))
-                    queued.add(t)
-    total = max(finish)
+            k = s - 1 if s > 0 else p - 1
+            busy_until = end + self.xb[k]
+            self.done[("B", s, mb, chunk)] = busy_until + self.lat[k]
+        if self.keep_ops:
+            self.ops.append(Op(s, kind, mb, chunk, start, end))
+        self.free[s] = busy_until
+        self.finish[s] = max(self.finish[s], end)
+        self.pos[s] += 1
+
+    def run(self) -> None:
+        """Pop the stage that can start earliest until every op has run."""
+        heap: list[tuple[float, int]] = []
+        queued: set[int] = set()
+
+        def push_ready() -> None:
+            """Queue every stage whose next op has its input."""
+            for t in range(self.p):
+                if t not in queued and self.pos[t] < len(self.orders[t]):
+                    rt = self.ready_time(t)
+                    if rt is not None:
+                        heapq.heappush(heap, (rt, t))
+                        queued.add(t)
+
+        push_ready()
+        remaining = sum(len(o) for o in self.orders)
+        while remaining:
+            if not heap:
+                raise AssertionError("pipeline simulation deadlocked: schedule order is inconsistent")
+            _, s = heapq.heappop(heap)
+            queued.discard(s)
+            start = self.ready_time(s)
+            if start is None:
+                continue
+            self.run_op(s, start)
+            remaining -= 1
+            push_ready()
+
+
+def simulate(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],
+             *, microbatches: int, vpp: int = 1, keep_ops: bool = False) -> tuple[PipelineResult, list[Op]]:
+    """Discrete-event simulation of every forward, backward and transfer of one iteration.
+
+    A stage runs its ops in schedule order; an op starts when the stage is free and its input has arrived.
+    After each op the stage pushes the result to its neighbour and is busy for the send (synchronous p2p,
+    as Megatron's non-overlapped schedule); the data lands one link latency later.
+    """
+    p, m, v = len(fwd), microbatches, vpp
+    sim = _Simulation(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v, keep_ops=keep_ops)
+    sim.run()
+    total = max(sim.finish)
     sends = _sends(p, v, xf, xb)
     cycles = [fwd[s] + bwd[s] + sends[s] for s in range(p)]
     bottleneck = cycles.index(max(cycles))
     busy = m * (fwd[bottleneck] + bwd[bottleneck])
-    return (PipelineResult(iteration_s=total, finish_s=tuple(finish), cycle_s=max(cycles), bottleneck_stage=bottleneck,
-                           bubble_fraction=max(0.0, 1.0 - busy / total) if total > 0 else 0.0), ops)
+    return (PipelineResult(iteration_s=total, finish_s=tuple(sim.finish), cycle_s=max(cycles),
+                           bottleneck_stage=bottleneck,
+                           bubble_fraction=max(0.0, 1.0 - busy / total) if total > 0 else 0.0), sim.ops)

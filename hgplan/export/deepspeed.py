@@ -19,6 +19,7 @@ from hgplan.plan import Plan
 
 
 def ds_config(plan: Plan, train: TrainingSettings) -> dict:
+    """DeepSpeed's ds_config.json for the plan (batch identity micro x GAS x DP = global batch)."""
     c = plan.config
     gas = train.global_batch_size // (c.micro_batch_size * c.dp)
     zero = min(c.zero_stage, 1) if c.pp > 1 else c.zero_stage
@@ -44,6 +45,8 @@ def partition_bounds(plan: Plan) -> list[int]:
 
 def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
                      script: str = "pretrain_gpt.py") -> Export:
+    """Megatron-DeepSpeed: ds_config.json, a rank-ordered hostfile, the launcher, NCCL settings per node group and, for
+    uneven stages, partition.json with the patch it needs."""
     c = plan.config
     bad = unsupported_features(model)
     if bad:

@@ -17,6 +17,8 @@ from hgplan.plan import Plan
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSlot:
+    """One node of the launch: its host, node rank, GPUs used and first global rank."""
+
     node_rank: int
     host: str
     group: str
@@ -27,6 +29,8 @@ class NodeSlot:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankInfo:
+    """One global rank: where it runs and its stage and TP/CP/DP coordinates."""
+
     rank: int
     host: str
     node_rank: int
@@ -39,15 +43,19 @@ class RankInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Layout:
+    """Nodes in node-rank order and every rank, as Megatron orders them (tp-cp-dp-pp)."""
+
     nodes: tuple[NodeSlot, ...]
     ranks: tuple[RankInfo, ...]
 
     @property
     def world_size(self) -> int:
+        """Number of ranks."""
         return len(self.ranks)
 
 
 def build_layout(plan: Plan, fleet: Fleet) -> Layout:
+    """Nodes and ranks of the plan: stage p owns ranks [p G, (p+1) G), G = tp cp dp, on its node group's hosts."""
     cfg = plan.config
     size = cfg.gpus_per_stage
     cursor: dict[str, int] = {}  # next free GPU (flat index) per group

@@ -35,6 +35,7 @@ def layout_string(plan: Plan) -> str:
 
 
 def unsupported_features(model: ModelArch) -> list[str]:
+    """Model features Megatron-LM cannot express (each refuses the export)."""
     out = []
     if model.position_embedding_type == "alibi":
         out.append("ALiBi position embeddings (Megatron-LM's GPT model has none)")
@@ -46,6 +47,7 @@ def unsupported_features(model: ModelArch) -> list[str]:
 
 
 def model_args(model: ModelArch, train: TrainingSettings, *, deepspeed: bool = False) -> list[str]:
+    """The model's architecture flags in Megatron-LM's spelling (Megatron-DeepSpeed's where it differs)."""
     a = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
          "--ffn-hidden-size", str(model.ffn_hidden_size), "--num-attention-heads", str(model.num_attention_heads)]
     if model.num_query_groups != model.num_attention_heads:
@@ -73,6 +75,7 @@ def model_args(model: ModelArch, train: TrainingSettings, *, deepspeed: bool = F
 
 
 def recompute_args(plan: Plan) -> list[str]:
+    """Activation recomputation flags for the plan's choice."""
     rc = plan.config.recompute
     if rc is Recompute.SELECTIVE:
         return ["--recompute-granularity", "selective"]
@@ -86,6 +89,7 @@ def crosses_transports(plan: Plan, fleet: Fleet) -> tuple[bool, bool]:
     groups = [fleet.group(s.node_group) for s in plan.stages]
 
     def non_rdma(a: NodeGroup, b: NodeGroup) -> bool:
+        """Whether the path between a and b has no RDMA or joins two transports."""
         path = fleet.path(a, b)
         return path is not None and (not fleet.transports[path.transport].rdma or a.nic_transport != b.nic_transport)
 

@@ -23,6 +23,8 @@ from hgplan.validate import check_plan
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Baseline:
+    """A baseline plan and its prediction (None when it cannot be formed, with a note)."""
+
     name: str
     description: str
     plan: Plan | None
@@ -31,6 +33,7 @@ class Baseline:
 
 
 def single_group(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
+    """The best plan on any one node group (searched with a share of the time limit)."""
     found = []
     for g in fleet.groups:
         sub = replace(opts, groups=(g.key,), top_k=1, budget_s=max(1.0, opts.budget_s / (2 * len(fleet.groups))))
@@ -96,6 +99,7 @@ def _file_order_baseline(name: str, description: str, unavailable: str, fleet: F
 
 
 def megatron_default(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
+    """Megatron-LM's default on the whole fleet: stages in file order, layers split evenly."""
     return _file_order_baseline(
         "megatron_default", "Megatron-LM's default on the whole fleet: every GPU, stages in file order, layers split evenly",
         "no even split over the whole fleet fits in memory or divides the layers", fleet, model, train, opts,
@@ -103,6 +107,7 @@ def megatron_default(fleet: Fleet, model: ModelArch, train: TrainingSettings, op
 
 
 def proportional(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
+    """Holmes/Zorse's rule: stages in file order, layers in proportion to each stage's speed."""
     return _file_order_baseline(
         "proportional", "Holmes/Zorse rule: every GPU, stages in file order, layers in proportion to stage speed",
         "no proportional split over the whole fleet fits in memory", fleet, model, train, opts, proportional=True)

@@ -148,6 +148,7 @@ class _BlockBound:
         c = cs[:, None]
 
         def held_at(extra: np.ndarray) -> np.ndarray:
+            """Layers a stage holds at each cycle when `extra` seconds of it are taken."""
             return v * np.maximum(0, np.floor((c - extra) / vt + FLOOR_EPS))
 
         held_a, held_b, one, interior = held_at(end_a), held_at(end_b), held_at(lone), held_at(inner_extra)

@@ -174,6 +174,7 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) 
         return None
 
     def fill_cost(e: tuple[str, str]) -> float:  # the fill pays 2 sends and 2 latencies per crossing
+        """What a crossing adds to the fill: two sends and two latencies."""
         return 2 * ctx.pair_send[e] + 2 * ctx.pair_lat[e]
 
     must = sorted(inter, key=fill_cost)[:len(sites) - 1]

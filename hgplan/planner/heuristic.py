@@ -45,6 +45,7 @@ def best_layers(t: CostTables, assign: list[int]) -> tuple[int, list[int]] | Non
     order = sorted(range(p), key=lambda s: (tau[s], s))
 
     def caps(c: int) -> list[int] | None:
+        """Each stage's layer cap at cycle c (None when the stages cannot hold L)."""
         out = [min(mem_units[s], max(0, (c - extra[s]) // (v * tau[s]))) for s in range(p)]
         return out if min(out) >= 1 and sum(out) >= units else None
 
@@ -59,6 +60,7 @@ def best_layers(t: CostTables, assign: list[int]) -> tuple[int, list[int]] | Non
             hi = mid
 
     def split(c: int) -> list[int]:
+        """Layers at cycle c: one chunk each, then the cheapest stages filled first."""
         cap = caps(c)
         assert cap is not None
         got = [1] * p
@@ -131,6 +133,7 @@ def improve(t: CostTables, start: tuple[list[int], list[int]]) -> tuple[list[int
     best_obj = t.objective(best_assign, best_layers_)
 
     def consider(assign: list[int]) -> bool:
+        """Keep this placement if its best split beats the best so far."""
         nonlocal best_assign, best_layers_, best_obj
         found = best_layers(t, assign)
         if found is not None and (best_obj is None or found[0] < best_obj):

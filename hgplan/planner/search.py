@@ -128,6 +128,7 @@ class _State:
     log: Callable[[str], None] | None = None
 
     def best_us(self) -> float:
+        """The best plan's time so far (inf before any)."""
         return min((f.time_us for f in self.found.values()), default=math.inf)
 
 

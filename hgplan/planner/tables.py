@@ -17,6 +17,8 @@ from hgplan.planner.costs import MIB, TAIL_CLASSES, CostSource, tail_class
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostTables:
+    """Integer tables of one candidate over its node groups; `objective` is the closed form the CP-SAT model mirrors."""
+
     cfg: ParallelConfig
     num_layers: int
     microbatches: int
@@ -46,13 +48,16 @@ class CostTables:
 
     @property
     def pp(self) -> int:
+        """Pipeline stages."""
         return self.cfg.pp
 
     @property
     def vpp(self) -> int:
+        """Virtual stages per rank."""
         return self.cfg.vpp
 
     def boundaries(self) -> list[tuple[int, int]]:
+        """(sender, receiver) of every boundary, the interleaved wrap-around included."""
         p = self.pp
         out = [(s, s + 1) for s in range(p - 1)]
         if self.vpp > 1 and p > 1:
@@ -115,6 +120,7 @@ class CostTables:
 
 
 def eligible(group: NodeGroup, cfg: ParallelConfig, train: TrainingSettings) -> bool:
+    """Whether a group can host a stage of cfg: precision, TP inside a node, stages tiling nodes, enough GPUs."""
     g = cfg.gpus_per_stage
     if not group.gpu.supports(train.precision):
         return False

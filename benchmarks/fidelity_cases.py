@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from hgplan.costmodel.compute import layer_time
 from hgplan.costmodel.comm import intra_node_busbw_gbytes_per_s
-from hgplan.costmodel.evaluate import evaluate
+from hgplan.costmodel.evaluate import NVLINK_COLLECTIVE_LATENCY_S, evaluate
 from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, Precision, Runtime, TrainingSettings, Transport
 from hgplan.inputs import Catalog
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
@@ -173,7 +173,7 @@ def predict(case: Case) -> Result:
         g = case.fleet.groups[0]
         lt = layer_time(case.model, g.gpu, plan.config, case.train,
                         tp_busbw_gbytes_per_s=intra_node_busbw_gbytes_per_s(g.gpu, g.intra_node_gbytes_per_s),
-                        tp_latency_s=15e-6)
+                        tp_latency_s=NVLINK_COLLECTIVE_LATENCY_S)
         return Result(id=case.id, family=case.family, published_s=case.published_s, predicted_s=lt.fwd_s + lt.bwd_s, plan=plan)
     best = None
     for plan in case.plans:
