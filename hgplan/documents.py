@@ -271,17 +271,6 @@ class PlanInputs(Doc):
     target: str = "megatron"
 
 
-class PlanBaseline(Doc):
-    """A baseline as kept in a plan file."""
-
-    description: str
-    available: bool
-    note: str | None = None
-    plan: PlanRecord | None = None
-    prediction: PredictionRecord | None = None
-    speedup: float | None = None
-
-
 class PlanFile(Doc):
     """A plan file (`hgplan search -o plan.json`): the best plan, self-contained."""
 
@@ -294,7 +283,7 @@ class PlanFile(Doc):
     stages: list[StageResult] = []
     search: SearchStats | None = None
     solver: SolverRecord | None = None
-    baselines: dict[str, PlanBaseline] = {}
+    baselines: dict[str, BaselineRecord] = {}
 
 
 class BoundaryRecord(Doc):

@@ -7,12 +7,26 @@ from dataclasses import dataclass, replace
 from hgplan import __version__
 from hgplan.costmodel.evaluate import Prediction, evaluate
 from hgplan.costmodel.pipeline import Op
-from hgplan.documents import (SCHEMA_VERSION, BoundaryRecord, ExplainBaseline, ExplainInputs, ExplainReport,
-                              PlanBaseline, UpperBound, WhatIf)
+from hgplan.documents import (
+    SCHEMA_VERSION,
+    BaselineRecord,
+    BoundaryRecord,
+    ExplainBaseline,
+    ExplainInputs,
+    ExplainReport,
+    UpperBound,
+    WhatIf,
+)
 from hgplan.domain import Fleet, Link, ModelArch, TrainingSettings
 from hgplan.errors import InputError, InputIssue
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
-from hgplan.report import plan_record, prediction_record, rounded, stage_results, training_record
+from hgplan.report import (
+    plan_record,
+    prediction_record,
+    rounded,
+    stage_results,
+    training_record,
+)
 from hgplan.validate import check_memory, check_plan
 
 SIGNIFICANT_SHARE = 0.005
@@ -185,7 +199,7 @@ def _boundaries(pred: Prediction) -> list[BoundaryRecord]:
 
 def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *, cluster_ref: str,
             model_ref: str, simulate: bool = True, timeline: bool = False,
-            baselines: dict[str, PlanBaseline] | None = None, warnings: list[str] | None = None) -> Explanation:
+            baselines: dict[str, BaselineRecord] | None = None, warnings: list[str] | None = None) -> Explanation:
     """Predict a valid plan and say why: findings, what-ifs, the fleet's upper bound and the baselines' speedups."""
     require_valid(plan, fleet, model, train)
     pred = evaluate(plan, fleet, model, train)

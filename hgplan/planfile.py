@@ -12,14 +12,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from hgplan import __version__
-from hgplan.documents import (PLAN_KIND, SCHEMA_VERSION, SEARCH_KIND, ModelSourceText, PlanBaseline, PlanFile,
-                              PlanInputs, RegressionRecord, SearchReport, SourceText)
+from hgplan.documents import (
+    PLAN_KIND,
+    SCHEMA_VERSION,
+    SEARCH_KIND,
+    ModelSourceText,
+    PlanFile,
+    PlanInputs,
+    RegressionRecord,
+    SearchReport,
+    SourceText,
+)
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.errors import InputError, InputIssue
 from hgplan.plan import Plan
-
-PLAN_BASELINE_KEYS = ("description", "available", "note", "plan", "prediction", "speedup")
-"""What a plan file keeps of each baseline."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,8 +45,6 @@ def make_plan_file(report: SearchReport, *, cluster_text: str, model_text: str, 
     inputs = report.inputs
     stats = report.search.model_copy()
     stats.__pydantic_fields_set__.discard("wall_time_s")  # a plan file is the same whatever the clock said
-    baselines = {name: PlanBaseline(**b.model_dump(include=set(PLAN_BASELINE_KEYS), exclude_unset=True))
-                 for name, b in (report.baselines or {}).items()}
     return PlanFile(
         schema_version=SCHEMA_VERSION, kind=PLAN_KIND, hgplan_version=__version__,
         inputs=PlanInputs(cluster=SourceText(ref=inputs.cluster.ref, sha256=inputs.cluster.sha256, yaml=cluster_text),
@@ -48,7 +52,7 @@ def make_plan_file(report: SearchReport, *, cluster_text: str, model_text: str, 
                                                 sha256=model_sha256),
                           training=inputs.training, target=inputs.target),
         plan=best.plan, prediction=best.prediction, stages=best.stages, search=stats, solver=report.solver,
-        baselines=baselines)
+        baselines=dict(report.baselines or {}))
 
 
 def _fail(source: str, msg: str, path: str = "") -> InputError:

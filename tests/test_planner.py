@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
+from exhaustive import exhaustive_best
 
 from hgplan.costmodel.evaluate import evaluate
 from hgplan.domain import Fleet, Link, NodeGroup, TrainingSettings, Transport
 from hgplan.inputs import load_model
 from hgplan.io import catalog
 from hgplan.plan import ParallelConfig, Recompute
-from exhaustive import exhaustive_best
-from hgplan.planner.model import SolverParams, solve
 from hgplan.planner.costs import CostSource
+from hgplan.planner.model import SolverParams, solve
 from hgplan.planner.options import SearchOptions
 from hgplan.planner.search import run_search
 from hgplan.planner.tables import build_tables
@@ -52,12 +53,10 @@ def random_fleet(rng: random.Random) -> Fleet:
     return Fleet(name="random", groups=tuple(groups), links=tuple(links), transports=cat.transports)
 
 
-MULTI_GROUP_OPTIMA: list[int] = []
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_planner_matches_exhaustive_optimum(seed):
-    """On 20 random fleets (2-4 groups, <= 64 GPUs, <= 24 layers) CP-SAT finds the exhaustive optimum."""
+@functools.cache
+def exhaustive_case(seed: int):
+    """A random fleet (2-4 groups, <= 64 GPUs, <= 24 layers), its search options and the exhaustive optimum, computed
+    once per seed for every test that needs it (whatever order the tests run in)."""
     rng = random.Random(seed)
     fleet = random_fleet(rng)
     model = small_model(rng.choice([8, 12, 16, 24]), hidden=rng.choice([4096, 5120]), heads=32)
@@ -65,26 +64,33 @@ def test_planner_matches_exhaustive_optimum(seed):
     opts = SearchOptions(top_k=1, budget_s=120, per_solve_s=30, max_gap=0.0, solve_gap=0.0, max_pp=4,
                          mbs_options=(1, 2), recompute_options=(Recompute.NONE, Recompute.FULL))
     best_us, best = exhaustive_best(fleet, model, train, opts)
+    return fleet, model, train, opts, best_us, best
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_planner_matches_exhaustive_optimum(seed):
+    """On 20 random fleets CP-SAT finds the exhaustive optimum of the same integer tables."""
+    fleet, model, train, opts, best_us, best = exhaustive_case(seed)
     assert fleet.num_gpus <= 64
     res = run_search(fleet, model, train, opts)
     if best is None:
         assert not res.found
         return
     assert res.found, "the planner found nothing where the exhaustive search found a plan"
-    # same integer tables: equal up to the integer scaling (v-scaled microseconds)
+    # Same integer tables, so the objectives are equal; 1 us of slack because the search reports time_us as the
+    # v-scaled integer objective divided by v.
     assert res.found[0].time_us == pytest.approx(best_us, abs=1.0)
-    assert res.gap == pytest.approx(0.0, abs=1e-9)
+    assert res.gap == pytest.approx(0.0, abs=1e-9)  # solved to optimality with max_gap = solve_gap = 0
     plan = res.found[0].plan()
     assert check_plan(plan, fleet, model, train) == []
     assert evaluate(plan, fleet, model, train).fits
-    if len(set(best[1])) > 1:
-        MULTI_GROUP_OPTIMA.append(seed)
 
 
 def test_cross_check_covers_multi_group_optima():
     """The exhaustive cross-check must exercise placements over several groups, not only single-group plans
-    (10 of the 20 fleets when last measured; runs after the parametrised test above)."""
-    assert len(MULTI_GROUP_OPTIMA) >= 5, MULTI_GROUP_OPTIMA
+    (10 of the 20 fleets when last measured; at least 5 are required)."""
+    multi = [seed for seed in range(20) if (case := exhaustive_case(seed))[5] is not None and len(set(case[5][1])) > 1]
+    assert len(multi) >= 5, multi
 
 
 def _two_group_tables(**kw):
@@ -160,6 +166,7 @@ def test_lower_bounds_never_exceed_the_exhaustive_optimum(seed):
     from dataclasses import replace
 
     from exhaustive import best_for_tables
+
     from hgplan.planner.block_bound import block_bound_us
     from hgplan.planner.bounds import subset_bounds_us
     from hgplan.planner.candidates import enumerate_candidates
@@ -191,7 +198,9 @@ def test_lower_bounds_never_exceed_the_exhaustive_optimum(seed):
             checked += 1
             tight += block >= 0.97 * optimum
     assert checked >= 50
-    assert tight >= checked // 4, (tight, checked)  # the block bound is also close, not merely valid
+    # the block bound is also close, not merely valid: within 3% of the optimum on at least a quarter of the items
+    # (about half when last measured)
+    assert tight >= checked // 4, (tight, checked)
 
 
 def test_integer_cycle_bound_matches_its_definition():
@@ -219,9 +228,9 @@ def test_layer_split_heuristic_against_every_split():
     """For fixed placements on random fleets, best_layers finds a valid split whenever any split fits, and the
     best one on most placements (it balances the cycle and the work; the DP tail it only checks)."""
     from exhaustive import block_placements, compositions
-    from hgplan.planner.heuristic import best_layers, improve
+
     from hgplan.planner.candidates import enumerate_candidates
-    from hgplan.planner.heuristic import greedy_hint
+    from hgplan.planner.heuristic import best_layers, greedy_hint, improve
 
     exact = total = 0
     for seed in range(6):
@@ -249,4 +258,6 @@ def test_layer_split_heuristic_against_every_split():
             if tables.objective(*start) is not None:
                 assert tables.objective(*better) <= tables.objective(*start)
     assert total >= 200
+    # the heuristic balances cycle and work but only checks the DP tail, so it may miss the optimum on some placements;
+    # it found it on about 90% when last measured
     assert exact >= 0.85 * total, (exact, total)

@@ -12,7 +12,14 @@ from hgplan.cli.options import TrainingFlags, parse_percent, training_options
 from hgplan.domain import Target
 from hgplan.errors import InputError
 
-def _check_search_flags(top: int, time_limit: float, max_pp: int | None, solver_params: str | None) -> None:
+def _check_search_flags(top: int, time_limit: float, max_pp: int | None, solver_params: str | None, *,
+                        writes: tuple[str | None, ...]) -> None:
+    """Bad flags and unwritable output paths are exit 2 before any work."""
+    from hgplan.io import check_writable_file
+
+    for path in writes:
+        if path is not None:
+            check_writable_file(path)
     if top < 1:
         raise InputError(f"--top must be >= 1 (got {top})")
     if time_limit <= 0:
@@ -41,6 +48,16 @@ def _run_with_progress(fn: Callable, solver_log: bool):
             bar.update(task, completed=done, total=total)
 
         return fn(cb)
+
+
+def _baseline_file(path: str | None):
+    """The committed plan file to gate against, read and checked before the search (None without --baseline)."""
+    if path is None:
+        return None
+    from hgplan.io import catalog, read_json
+    from hgplan.planfile import load_plan
+
+    return load_plan(read_json(path, "baseline plan"), path, catalog()).file
 
 
 def _write_outputs(report, result, *, output: str | None, export_model: str | None, cluster, model) -> None:
@@ -86,21 +103,14 @@ def search(
     """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with a proven optimality gap."""
     from hgplan import render
     from hgplan.documents import ClusterInput
-    from hgplan.io import catalog, check_writable_file, read_json, resolve_cluster, resolve_model
+    from hgplan.io import resolve_cluster, resolve_model
     from hgplan.planfile import regression_check
     from hgplan.planner.api import plan_training
     from hgplan.planner.options import SearchOptions
 
-    _check_search_flags(top, time_limit, max_pp, solver_params)
+    _check_search_flags(top, time_limit, max_pp, solver_params, writes=(output, export_model))
     gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression, "--max-regression")
-    for path in (output, export_model):
-        if path is not None:
-            check_writable_file(path)
-    base_file = None
-    if baseline is not None:
-        from hgplan.planfile import load_plan
-
-        base_file = load_plan(read_json(baseline, "baseline plan"), baseline, catalog()).file
+    base_file = _baseline_file(baseline)
     fleet, warnings, csrc = resolve_cluster(cluster)
     arch, msrc = resolve_model(model)
     # Megatron-DeepSpeed runs Megatron's model code: both targets are costed with the Megatron runtime; the target

@@ -1,7 +1,10 @@
 """Integer cost tables for one outer candidate: everything the CP-SAT model and the exhaustive search need.
 
 Times are integer microseconds, memory integer MiB: demand rounded up, capacity rounded down, so a plan
-the tables accept also fits the cost model's memory check.
+the tables accept also fits the cost model's memory check. Every value comes from planner/costs.py.
+
+Legend: p pipeline stages (s indexes them), v virtual stages per rank, m micro-batches, L layers, K node groups
+of the table (k indexes them); "assign" is the group of each stage, "layers" its layer count.
 """
 
 from __future__ import annotations

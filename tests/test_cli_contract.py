@@ -1,0 +1,114 @@
+"""The CLI's contract: every documented exit code, reproducible output across processes, the JSON documents'
+published schemas, and the solver record, --solver-params and --export-model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+
+SEARCH = ["search", "-c", "mixed-nic", "-m", "gpt-7.5b", "--seq-len", "2048", "--global-batch", "256"]
+
+
+def test_exit_3_when_the_time_limit_ends_before_any_plan(cli):
+    r = cli(*SEARCH, "--time-limit", "0.0001")
+    assert r.code == 3
+    assert "time limit ended before any plan was found" in r.stderr and "raise --time-limit" in r.stderr
+
+
+def test_exit_101_on_an_internal_error(monkeypatch, capsys):
+    """An exception the library does not expect is a bug: exit 101, a traceback and a request to report it."""
+    import hgplan.io
+    from hgplan.cli import main
+
+    def broken():
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(hgplan.io, "catalog", broken)
+    monkeypatch.setattr(sys, "argv", ["hgplan", "validate", "two-site"])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 101
+    err = capsys.readouterr().err
+    assert "internal error in hgplan" in err and "simulated bug" in err
+
+
+def _run(args: list[str], seed: str, cwd) -> str:
+    env = dict(os.environ, PYTHONHASHSEED=seed, COLUMNS="200")
+    r = subprocess.run([sys.executable, "-m", "hgplan.cli", *args], capture_output=True, text=True, env=env,
+                       cwd=cwd, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_outputs_do_not_depend_on_the_hash_seed(plan_file, tmp_path):
+    """Two processes with different PYTHONHASHSEED write the same export and the same search JSON (set and dict
+    order would show here, not in two calls of one process)."""
+    for fmt in ("megatron", "deepspeed", "torchrun"):
+        a = _run(["export", str(plan_file), "--format", fmt, "--json"], "1", tmp_path)
+        b = _run(["export", str(plan_file), "--format", fmt, "--json"], "2", tmp_path)
+        assert a == b, fmt
+    docs = [json.loads(_run([*SEARCH, "--json", "--no-baselines"], seed, tmp_path)) for seed in ("3", "4")]
+    for d in docs:
+        d["search"].pop("wall_time_s")
+    assert docs[0] == docs[1]
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from hgplan.cli import app
+    path = tmp_path_factory.mktemp("contract") / "plan.json"
+    r = CliRunner().invoke(app, [*SEARCH, "-o", str(path), "--json"])
+    assert r.exit_code == 0, r.stderr
+    (path.parent / "search.json").write_text(r.stdout)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["search", "explain", "export", "plan"])
+def test_documents_match_their_published_schemas(cli, plan_file, kind):
+    schema = cli("schema", kind).json()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    if kind == "search":
+        doc = json.loads((plan_file.parent / "search.json").read_text())
+    elif kind == "explain":
+        doc = cli("explain", plan_file, "--json").json()
+    elif kind == "export":
+        doc = cli("export", plan_file, "--format", "megatron", "--json").json()
+    else:
+        doc = json.loads(plan_file.read_text())
+    jsonschema.validate(doc, schema)
+    broken = dict(doc, unexpected_key=1)  # documents are closed: a typo in a hand-edited file is caught
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+def test_solver_record_lists_the_limits_the_solves_used(plan_file):
+    """The record shows the largest limits any solve ran under, not a default no solve used."""
+    from hgplan.planner.options import SearchOptions
+    from hgplan.planner.search import SAFETY_WALL_FACTOR, SAFETY_WALL_MIN_S
+
+    doc = json.loads((plan_file.parent / "search.json").read_text())
+    solver, opts = doc["solver"], SearchOptions()
+    assert doc["search"]["candidates"]["solved"] >= 1
+    assert solver["max_deterministic_time"] >= opts.per_solve_s * 0.999  # at least one full first attempt
+    first_attempt_wall = max(SAFETY_WALL_MIN_S, SAFETY_WALL_FACTOR * opts.per_solve_s)
+    assert solver["max_time_in_seconds"] >= first_attempt_wall and solver["max_time_in_seconds"] != 30.0
+    assert solver["num_workers"] == 1 and solver["solver_params"] == ""
+
+
+def test_solver_params_and_export_model(cli, tmp_path):
+    model_file = tmp_path / "last_model.pbtxt"
+    r = cli(*SEARCH, "--json", "--no-baselines", "--solver-params", "linearization_level: 2",
+            "--export-model", model_file)
+    assert r.code == 0, r.stderr
+    assert r.json()["solver"]["solver_params"] == "linearization_level: 2"
+    text = model_file.read_text()
+    assert "variables {" in text and "objective {" in text  # a text CpModelProto
+    bad = cli(*SEARCH, "--solver-params", "no_such_field: 3")
+    assert bad.code == 2 and "not valid text-format SatParameters" in bad.stderr
