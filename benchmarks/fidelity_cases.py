@@ -117,7 +117,7 @@ def case_from_row(row: dict, catalog: Catalog) -> Case | str:
                        Transport.INFINIBAND if rid.startswith("mosaic_h100") else Transport.ROCE,
                        400 if rid.startswith("mosaic_h100") else 200, 8)
         train = TrainingSettings(seq_length=model.max_position_embeddings, global_batch_size=gbs,
-                                 precision=Precision.BF16, attention=Attention.FLASH, runtime=Runtime.FSDP)
+                                 precision=Precision.BF16, attention=Attention.FLASH2, runtime=Runtime.FSDP)
         rc = Recompute.NONE if recompute_text == "none" else Recompute.FULL
         plans = _plans(layers=model.num_layers, tp=1, pp=1, dp=n, gbs=gbs, mbs_options=[mbs], vpp_options=[1],
                        recompute=rc, sp=False, zero=3, overlap=True)

@@ -41,6 +41,7 @@ class TrainingRecord(Doc):
     optimizer: str
     attention: str
     runtime: str
+    transformer_impl: str = "transformer_engine"
 
 
 class StageRecord(Doc):

@@ -24,12 +24,30 @@ class Transport(StrEnum):
 
 
 class Attention(StrEnum):
-    """The attention kernel the cost model follows."""
+    """The attention kernel family the cost model prices (docs/cost-model.md, attention)."""
 
-    FLASH = "flash"
-    """Fused attention that never stores the s x s scores (FlashAttention, cuDNN)."""
+    AUTO = "auto"
+    """What the runtime and the GPU choose: see costmodel.compute.attention_kernel."""
+    FUSED = "fused"
+    """cuDNN / Transformer Engine fused attention (FlashAttention-3 class on Hopper); never stores the scores."""
+    FLASH2 = "flash2"
+    """FlashAttention-2 (flash-attn, PyTorch SDPA's flash backend); never stores the scores."""
     UNFUSED = "unfused"
     """Megatron's unfused softmax path: the scores are materialised."""
+
+
+ATTENTION_ALIASES = {"flash": "flash2"}
+"""0.1.0's `attention: flash` was priced as FlashAttention-2; it still means that."""
+
+
+class TransformerImpl(StrEnum):
+    """How Megatron builds its layers (`--transformer-impl`)."""
+
+    TRANSFORMER_ENGINE = "transformer_engine"
+    """Transformer Engine: fused norm+GEMM, fused attention, gradient-accumulation fusion (Megatron's default)."""
+    LOCAL = "local"
+    """Megatron-core's local spec: PyTorch fallbacks (unfused norms, RoPE, SwiGLU, residual adds, an fp32 main-grad
+    add per parameter, an fp32 cross-entropy in several passes)."""
 
 
 class Runtime(StrEnum):
@@ -80,7 +98,15 @@ class ArchEfficiency:
     bf16: bool
     fp8: bool
     sustained_clock_fraction: float = 1.0
-    """Tensor throughput sustained over a long multi-GPU run relative to short matmul benchmarks (power cap)."""
+    """Clock of a training step's matmul phases relative to the clock the datasheet peak assumes (power cap)."""
+    fused_attention_efficiency: float | None = None
+    """cuDNN / Transformer Engine fused attention, fwd+bwd, of the sustained peak (None: as attention_efficiency)."""
+    flash_attention: bool = True
+    """Whether FlashAttention-class kernels exist for the architecture (not on Volta or Turing)."""
+    gemm_waves: bool = False
+    """True where gemm_efficiency is a measured per-clock figure and GEMMs are priced in whole tiles and waves over
+    the SMs (Hopper); False where it is a best-shape MAMF figure paired with 0.1.0's smooth small-shape penalty (not
+    yet measured per clock on these architectures)."""
     comm_sm_share: float = 0.0
     """Share of the compute units a collective's kernels hold while it overlaps compute (NCCL/RCCL channels / SMs)."""
 
@@ -113,6 +139,8 @@ class GpuType:
     tdp_w: float | None
     source: str
     eff: ArchEfficiency
+    sm_count: int | None = None
+    """Streaming multiprocessors (NVIDIA) or compute units (AMD) a GEMM's tiles are spread over in waves."""
 
     def peak_tflops(self, precision: Precision) -> float | None:
         """Dense tensor TFLOP/s at this precision (None when the datasheet gives none)."""
@@ -360,6 +388,7 @@ class TrainingSettings:
     global_batch_size: int
     precision: Precision = Precision.BF16
     optimizer: str = "adam"
-    attention: Attention = Attention.FLASH
+    attention: Attention = Attention.AUTO
     runtime: Runtime = Runtime.MEGATRON
     """Training framework whose behaviour is modelled (docs/cost-model.md)."""
+    transformer_impl: TransformerImpl = TransformerImpl.TRANSFORMER_ENGINE

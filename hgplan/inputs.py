@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from hgplan.domain import (ArchEfficiency, Attention, Fleet, GpuType, Link, ModelArch, NodeGroup, Precision, Runtime,
-                           TrainingSettings, Transport, TransportProfile)
+from hgplan.domain import (ATTENTION_ALIASES, ArchEfficiency, Attention, Fleet, GpuType, Link, ModelArch, NodeGroup, Precision, Runtime,
+                           TrainingSettings, TransformerImpl, Transport, TransportProfile)
 from hgplan.cluster_checks import cluster_semantics
 from hgplan.errors import InputError, InputIssue
 from hgplan.schema import MOE_KEYS, ClusterSpec, GpuSpec, ModelSpec, TrainingSpec
@@ -43,7 +43,7 @@ class Catalog:
                        bf16_tflops=spec.bf16_tflops, fp16_tflops=spec.fp16_tflops, fp8_tflops=spec.fp8_tflops,
                        hbm_gib=spec.hbm_gib, hbm_gbytes_per_s=spec.hbm_gbytes_per_s,
                        intra_node_kind=spec.intra_node.kind, intra_node_gbytes_per_s=spec.intra_node.gbytes_per_s,
-                       tdp_w=spec.tdp_w, source=spec.source, eff=eff)
+                       tdp_w=spec.tdp_w, source=spec.source, eff=eff, sm_count=spec.sm_count)
 
 
 def build_catalog(*, gpus_text: str, archs_text: str, nics_text: str,
@@ -322,4 +322,5 @@ def make_training(values: dict[str, Any], model: ModelArch, source: str = "<cli>
                                              "max_position_embeddings: shorten the sequence or raise the limit")])
     return TrainingSettings(seq_length=spec.seq_length, global_batch_size=spec.global_batch_size,
                             precision=Precision(spec.precision), optimizer=spec.optimizer,
-                            attention=Attention(spec.attention), runtime=Runtime(spec.runtime))
+                            attention=Attention(ATTENTION_ALIASES.get(spec.attention, spec.attention)),
+                            runtime=Runtime(spec.runtime), transformer_impl=TransformerImpl(spec.transformer_impl))

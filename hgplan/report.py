@@ -20,7 +20,8 @@ def training_record(train: TrainingSettings) -> TrainingRecord:
     """The training settings as recorded in every document."""
     return TrainingRecord(seq_length=train.seq_length, global_batch_size=train.global_batch_size,
                           precision=train.precision.value, optimizer=train.optimizer,
-                          attention=train.attention.value, runtime=train.runtime.value)
+                          attention=train.attention.value, runtime=train.runtime.value,
+                          transformer_impl=train.transformer_impl.value)
 
 
 def plan_record(plan: Plan) -> PlanRecord:

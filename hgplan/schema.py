@@ -48,6 +48,8 @@ class GpuSpec(_Strict):
     intra_node: IntraNodeSpec
     tdp_w: PosFloat | None = None
     gemm_efficiency: Fraction | None = Field(None, description="Override of the architecture's achievable-matmul fraction.")
+    sm_count: PosInt | None = Field(None, description="Streaming multiprocessors (NVIDIA) or compute units (AMD): "
+                                    "GEMM tiles run in waves over them. None: no wave quantisation.")
     source: str = Field("", description="Where the figures come from.")
 
 
@@ -135,13 +137,18 @@ class TrainingSpec(_Strict):
     global_batch_size: PosInt = Field(description="Sequences per iteration.")
     precision: Literal["bf16", "fp16"] = "bf16"
     optimizer: Literal["adam"] = Field("adam", description="Adam with fp32 master weights.")
-    attention: Literal["flash", "unfused"] = Field(
-        "flash", description="flash: fused attention that never stores the s x s scores; unfused: Megatron's "
-        "pre-2022 path that materialises them.")
+    attention: Literal["auto", "fused", "flash2", "flash", "unfused"] = Field(
+        "auto", description="auto: what the runtime and the GPU use (fused with Transformer Engine where the GPU has "
+        "FlashAttention-class kernels, unfused on Volta/Turing or the local spec, flash2 for FSDP); fused: cuDNN / "
+        "Transformer Engine fused attention; flash2 (or flash): FlashAttention-2; unfused: Megatron's path that "
+        "materialises the scores.")
     runtime: Literal["megatron", "deepspeed", "fsdp"] = Field(
         "megatron", description="Framework whose behaviour the cost model follows (ZeRO-3 gathers one buffer per layer "
         "in Megatron and FSDP; deepspeed is DeepSpeed's ZeRO-3 of 2021, one gather per module at its measured "
         "24.3 GB/s per GPU).")
+    transformer_impl: Literal["transformer_engine", "local"] = Field(
+        "transformer_engine", description="How Megatron builds its layers: transformer_engine (fused kernels, "
+        "gradient-accumulation fusion) or local (megatron-core's PyTorch fallbacks).")
 
 
 MOE_KEYS = frozenset({"num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",

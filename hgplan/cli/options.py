@@ -21,6 +21,7 @@ class TrainingFlags:
     training: str | None = None
     attention: str | None = None
     runtime: str | None = None
+    transformer_impl: str | None = None
 
     def given(self) -> list[str]:
         """The flags the user gave, as spelled on the command line."""
@@ -36,7 +37,8 @@ class TrainingFlags:
         if self.training:
             values.update(load_training(read_text(self.training, "training"), self.training))
         for key, val in (("seq_length", self.seq_len), ("global_batch_size", self.global_batch),
-                         ("precision", self.precision), ("attention", self.attention), ("runtime", self.runtime)):
+                         ("precision", self.precision), ("attention", self.attention), ("runtime", self.runtime),
+                         ("transformer_impl", self.transformer_impl)):
             if val is not None:
                 values[key] = val
         return make_training(values, model)
@@ -48,7 +50,10 @@ _TRAINING_OPTIONS: dict[str, Any] = {
                                                        help="Global batch size (sequences per iteration).")],
     "precision": Annotated[str | None, typer.Option("--precision", help="bf16 (default) or fp16.")],
     "training": Annotated[str | None, typer.Option("--training", help="Training settings YAML (flags override it).")],
-    "attention": Annotated[str | None, typer.Option("--attention", help="flash (default) or unfused.")],
+    "attention": Annotated[str | None, typer.Option("--attention", help="auto (default: what the runtime and GPU "
+                                                    "use), fused, flash2 (alias flash) or unfused.")],
+    "transformer_impl": Annotated[str | None, typer.Option("--transformer-impl", help="transformer_engine (default) "
+                                                           "or local (megatron-core's PyTorch fallbacks).")],
     "runtime": Annotated[str | None, typer.Option("--runtime", help="megatron (default), deepspeed or fsdp.")],
 }
 

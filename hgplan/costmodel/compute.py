@@ -8,10 +8,12 @@ operations move bytes through HBM. Tensor-parallel collectives run on the intra-
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hgplan.costmodel.comm import allreduce_s
-from hgplan.domain import ACTIVATION_FFN_MATRICES, Attention, GpuType, ModelArch, Precision, Runtime, TrainingSettings
+from hgplan.domain import (ACTIVATION_FFN_MATRICES, Attention, GpuType, ModelArch, Precision, Runtime, TrainingSettings,
+                           TransformerImpl)
 from hgplan.plan import ParallelConfig, Recompute
 
 RUNTIME_EFFICIENCY = {Runtime.MEGATRON: 1.0, Runtime.DEEPSPEED: 0.80, Runtime.FSDP: 0.85}
@@ -23,8 +25,31 @@ MosaicML llm-foundry family of the calibration set (124 rows); see docs/cost-mod
 
 
 BYTES = 2  # bf16 / fp16 activations and weights
-TILE_MN = 256.0  # GEMM output tile edge (cuBLAS uses 256-wide tiles for large bf16 GEMMs): partial tiles waste work
-TILE_K = 128.0  # main-loop prologue/epilogue, in k elements
+TILE_M, TILE_N = 128, 256
+"""Output tile of cuBLAS's large bf16/fp16 GEMM kernels on Ampere and Hopper (128 x 256 CTA tiles). A GEMM runs
+ceil(M / 128) x ceil(N / 256) tiles in waves of one tile per SM: partial tiles and a partial last wave are wasted
+work, a multiple of the tile wastes none (h100-measured: 4096-wide GEMMs ran as fast as 16k-wide ones)."""
+SMOOTH_TILE_MN, SMOOTH_TILE_K = 256.0, 128.0
+"""0.1.0's small-shape penalty M/(M+256) x N/(N+256) x K/(K+128), kept for architectures whose gemm_efficiency is a
+best-shape MAMF figure (it was validated with them on the calibration set); h100-measured shows the form is wrong on
+Hopper, where whole tiles and waves replace it."""
+MAIN_GRAD_BYTES_PER_PARAM = 2 + 4 + 4
+"""Without gradient-accumulation fusion (the local spec, or Megatron without TE/Apex) every backward adds each
+parameter's bf16 gradient into its fp32 main gradient: read 2 B, read 4 B, write 4 B. h100-measured: 4.2-4.4 ms per
+1 B parameters per micro-batch, 10 B/param at about 2.4 TB/s. Transformer Engine fuses it into the wgrad GEMM."""
+LOCAL_ELEMENTWISE_PASSES = {"norm": 7, "rope": 10, "residual": 5, "swiglu": 5, "attention_layout": 2}
+"""Element-wise traffic of the local spec's PyTorch fallbacks, forward, in passes over each tensor (reads + writes,
+2-byte elements), counted from megatron-core 0.16.1's local layer: an unfused RMSNorm (pow, mean, mul by the inverse
+root, mul by the weight: 7 passes over h); unfused RoPE on q and k (neg and cat of rotate_half, two muls, an add: 10
+passes over q + kv); each residual add with its p = 0 dropout (5 passes over h); SwiGLU as silu then mul (5 passes
+over F); SDPA's layout copies of q, k, v in and of the output out (2 passes). The backward moves about twice the
+forward's bytes. h100-measured per layer (8B, s4096): 2.9 ms of element-wise and copy kernels, of which 0.77 ms is
+the main-grad add; these passes give 2.1 ms."""
+LOCAL_CROSS_ENTROPY_BYTES = (2 + 4 + 4 + 8 + 8 + 4, 8 + 4 + 2)
+"""(forward, backward) bytes per logit of the local spec's unfused fp32 cross-entropy: cast to fp32 (read 2, write
+4), max (read 4), subtract (read/write 8), exp (read/write 8), sum (read 4); backward: softmax minus one-hot
+(read/write 8), scale (4), cast back (2). Megatron's fused cross-entropy reads the logits once and writes fp32
+softmax once (BYTES + 4 + 4)."""
 FLASH_BWD_RATIO = 2.5
 """FlashAttention's backward over its forward: 5 matmuls (it recomputes QK^T) against 2 (Dao, FlashAttention-2,
 section 3.1)."""
@@ -39,17 +64,50 @@ KERNELS_PER_LAYER_BWD = 2 * KERNELS_PER_LAYER_FWD
 
 
 def sustained_peak_flops(gpu: GpuType, precision: Precision) -> float:
-    """Tensor-core FLOP/s the GPU sustains in training: datasheet peak x sustained clock share."""
+    """Tensor-core FLOP/s the GPU sustains in training: datasheet peak x the training-step clock's share."""
     return gpu.peak_tflops(precision) * 1e12 * gpu.eff.sustained_clock_fraction
 
 
+def tile_efficiency(gpu: GpuType, m: float, n: float, k: float) -> float:
+    """Share of the tiles' work that is useful: whole 128 x 256 tiles in whole waves over the SMs where the
+    architecture is priced that way (gemm_waves), else 0.1.0's smooth penalty for dimensions near a tile."""
+    if not gpu.eff.gemm_waves:
+        return (m / (m + SMOOTH_TILE_MN)) * (n / (n + SMOOTH_TILE_MN)) * (k / (k + SMOOTH_TILE_K))
+    if not gpu.sm_count:
+        return 1.0
+    tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N)
+    waves = math.ceil(tiles / gpu.sm_count)
+    return (m * n) / (waves * gpu.sm_count * TILE_M * TILE_N)
+
+
 def gemm_s(gpu: GpuType, precision: Precision, m: float, n: float, k: float) -> float:
-    """Roofline time of an (m x k) @ (k x n) matmul."""
+    """Roofline time of an (m x k) @ (k x n) matmul: tensor cores at the per-clock efficiency and training clock,
+    in whole tiles and waves, never faster than HBM."""
     peak = sustained_peak_flops(gpu, precision)
-    shape = (m / (m + TILE_MN)) * (n / (n + TILE_MN)) * (k / (k + TILE_K))
-    compute = 2.0 * m * n * k / (peak * gpu.eff.gemm_efficiency * shape)
+    compute = 2.0 * m * n * k / (peak * gpu.eff.gemm_efficiency * tile_efficiency(gpu, m, n, k))
     memory = BYTES * (m * k + k * n + m * n) / (gpu.hbm_gbytes_per_s * 1e9 * gpu.eff.hbm_efficiency)
     return max(compute, memory)
+
+
+def attention_kernel(train: TrainingSettings, gpu: GpuType) -> Attention:
+    """The attention family that runs on this GPU: the one asked for if the GPU has it, else what the runtime uses
+    (fused with Transformer Engine, FlashAttention-2 with FSDP, unfused with DeepSpeed of 2021 or the local spec);
+    GPUs without FlashAttention-class kernels (Volta, Turing) run the unfused path."""
+    if not gpu.eff.flash_attention:
+        return Attention.UNFUSED
+    if train.attention is not Attention.AUTO:
+        return train.attention
+    if train.transformer_impl is TransformerImpl.LOCAL or train.runtime is Runtime.DEEPSPEED:
+        return Attention.UNFUSED
+    return Attention.FLASH2 if train.runtime is Runtime.FSDP else Attention.FUSED
+
+
+def attention_rate(gpu: GpuType, precision: Precision, kernel: Attention) -> float:
+    """FLOP/s (causal FLOPs counted) of a FlashAttention-class kernel, forward and backward alike."""
+    eff = gpu.eff.attention_efficiency
+    if kernel is Attention.FUSED and gpu.eff.fused_attention_efficiency is not None:
+        eff = gpu.eff.fused_attention_efficiency
+    return sustained_peak_flops(gpu, precision) * eff
 
 
 def hbm_s(gpu: GpuType, nbytes: float) -> float:
@@ -70,45 +128,72 @@ class LayerTime:
     attention_fwd_flops: float
 
 
+def _attention_s(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: TrainingSettings,
+                 kernel: Attention) -> tuple[float, float, float, float]:
+    """(forward s, backward s, score bytes written by the unfused path, forward FLOPs) of the attention core on one
+    GPU: heads / tp heads, s / cp queries against s keys."""
+    t, c, b, s = cfg.tp, cfg.cp, cfg.micro_batch_size, train.seq_length
+    heads, d, prec = model.num_attention_heads / t, model.kv_channels, train.precision
+    q_len, k_len = s / c, s
+    if kernel is not Attention.UNFUSED:
+        flops = 4.0 * b * heads * q_len * k_len * d * 0.5  # causal blocks skipped
+        rate = attention_rate(gpu, prec, kernel)
+        return flops / rate, FLASH_BWD_RATIO * flops / rate, 0.0, flops
+    per_head = b * heads
+    qk = gemm_s(gpu, prec, q_len, k_len, d)
+    av = gemm_s(gpu, prec, q_len, d, k_len)
+    scores = per_head * q_len * k_len
+    # scale+mask+softmax (fused: read, write) and dropout (read, write, 1-byte mask)
+    softmax_bytes = scores * BYTES * (2 + (DROPOUT_BYTES if model.attention_dropout > 0 else 0))
+    return (per_head * (qk + av) + hbm_s(gpu, softmax_bytes), per_head * 2 * (qk + av) + hbm_s(gpu, 2 * softmax_bytes),
+            softmax_bytes, 4.0 * b * heads * q_len * k_len * d)
+
+
+def _elementwise_fwd_bytes(model: ModelArch, cfg: ParallelConfig, train: TrainingSettings) -> float:
+    """Element-wise bytes per token of one layer's forward (the backward moves twice as many).
+
+    Transformer Engine (Megatron's fused path): norms, bias+dropout+residual, activation and rotary each read and
+    write once. The local spec: its PyTorch fallbacks, pass by pass (LOCAL_ELEMENTWISE_PASSES)."""
+    t = cfg.tp
+    h, q, kv, F = model.hidden_size, model.query_dim, model.kv_dim, model.ffn_hidden_size
+    n_mat = ACTIVATION_FFN_MATRICES[model.activation]
+    h_sp = h / t if cfg.sequence_parallel else h
+    rope = model.position_embedding_type == "rope"
+    if train.transformer_impl is TransformerImpl.LOCAL:
+        n = LOCAL_ELEMENTWISE_PASSES
+        act_passes = n["swiglu"] if model.gated else 2  # silu + mul, or one activation pass
+        elems = (2 * n["norm"] * h_sp + 2 * n["residual"] * h_sp + act_passes * F / t
+                 + (n["rope"] * (q + kv) / t if rope else 0.0) + n["attention_layout"] * (2 * q + 2 * kv) / t)
+        return elems * BYTES
+    dropout_mask = 0.5 if model.hidden_dropout > 0 else 0.0
+    elems = (2 * 2 * h_sp + 2 * (3 + dropout_mask) * h_sp + n_mat * F / t + (2 * (q + kv) / t if rope else 0.0))
+    return elems * BYTES
+
+
+def main_grad_s(gpu: GpuType, train: TrainingSettings, params: float) -> float:
+    """The fp32 main-gradient add of one backward over `params` parameters (zero with gradient-accumulation
+    fusion, i.e. Transformer Engine)."""
+    if train.transformer_impl is not TransformerImpl.LOCAL:
+        return 0.0
+    return hbm_s(gpu, params * MAIN_GRAD_BYTES_PER_PARAM)
+
+
 def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: TrainingSettings,
                *, tp_busbw_gbytes_per_s: float, tp_latency_s: float) -> LayerTime:
     """Forward and backward seconds of one transformer layer for one micro-batch on one GPU: GEMMs, attention, element-
-    wise traffic, TP collectives and recomputation."""
+    wise traffic, the main-gradient add, TP collectives and recomputation."""
     t, c, b, s = cfg.tp, cfg.cp, cfg.micro_batch_size, train.seq_length
     prec = train.precision
-    h, q, kv, F, d = model.hidden_size, model.query_dim, model.kv_dim, model.ffn_hidden_size, model.kv_channels
-    heads = model.num_attention_heads / t
+    h, q, kv, F = model.hidden_size, model.query_dim, model.kv_dim, model.ffn_hidden_size
     n_mat = ACTIVATION_FFN_MATRICES[model.activation]
     tok = b * s / c  # tokens on this GPU
     # Linear layers (forward); backward does dgrad and wgrad of the same shapes.
     gemms = [(tok, (q + 2 * kv) / t, h), (tok, h, q / t), (tok, (n_mat - 1) * F / t, h), (tok, h, F / t)]
     lin_fwd = sum(gemm_s(gpu, prec, *g) for g in gemms)
     lin_bwd = sum(gemm_s(gpu, prec, m, k, n) + gemm_s(gpu, prec, k, n, m) for m, n, k in gemms)
-    # Attention core: per GPU, heads/t heads, s/c queries against s keys.
-    q_len, k_len = s / c, s
-    if train.attention is Attention.FLASH:
-        flops = 4.0 * b * heads * q_len * k_len * d * 0.5  # causal blocks skipped
-        rate = sustained_peak_flops(gpu, prec) * gpu.eff.attention_efficiency
-        attn_fwd = flops / rate
-        attn_bwd = FLASH_BWD_RATIO * flops / rate
-        score_bytes = 0.0
-    else:
-        per_head = b * heads
-        qk = gemm_s(gpu, prec, q_len, k_len, d)
-        av = gemm_s(gpu, prec, q_len, d, k_len)
-        scores = per_head * q_len * k_len
-        # scale+mask+softmax (fused: read, write) and dropout (read, write, 1-byte mask)
-        softmax_bytes = scores * BYTES * (2 + (DROPOUT_BYTES if model.attention_dropout > 0 else 0))
-        attn_fwd = per_head * (qk + av) + hbm_s(gpu, softmax_bytes)
-        attn_bwd = per_head * 2 * (qk + av) + hbm_s(gpu, 2 * softmax_bytes)
-        score_bytes = softmax_bytes
-    # Elementwise traffic per token (elements): norms, bias+dropout+residual, activation, rotary.
-    h_sp = h / t if cfg.sequence_parallel else h
-    dropout_mask = 0.5 if model.hidden_dropout > 0 else 0.0
-    elems = (2 * 2 * h_sp + 2 * (3 + dropout_mask) * h_sp + (n_mat) * F / t
-             + (2 * (q + kv) / t if model.position_embedding_type == "rope" else 0.0))
-    elt_fwd = hbm_s(gpu, tok * elems * BYTES)
-    elt_bwd = 2.0 * elt_fwd
+    attn_fwd, attn_bwd, score_bytes, attn_flops = _attention_s(model, gpu, cfg, train, attention_kernel(train, gpu))
+    elt_fwd = hbm_s(gpu, tok * _elementwise_fwd_bytes(model, cfg, train))
+    elt_bwd = 2.0 * elt_fwd + main_grad_s(gpu, train, model.layer_params() / t)
     # Tensor-parallel collectives: 2 all-reduces (or reduce-scatter + all-gather) per direction.
     msg = tok * h * BYTES
     tp_fwd = 2 * allreduce_s(msg, t, tp_busbw_gbytes_per_s, latency_s=tp_latency_s) if t > 1 else 0.0
@@ -123,10 +208,9 @@ def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Train
         recompute = (attn_fwd + (hbm_s(gpu, score_bytes) if score_bytes else 0.0)) / runtime
     else:
         recompute = 0.0
-    # Hardware FLOPs of the forward on this GPU.
-    attn_flops = 4.0 * b * heads * q_len * k_len * d * (0.5 if train.attention is Attention.FLASH else 1.0)
-    fwd_flops = sum(2.0 * m * n * k for m, n, k in gemms) + attn_flops
-    return LayerTime(fwd_s=fwd, bwd_s=bwd_plain + recompute, attention_fwd_s=attn_fwd, fwd_flops=fwd_flops, attention_fwd_flops=attn_flops)
+    fwd_flops = sum(2.0 * m * n * k for m, n, k in gemms) + attn_flops  # hardware FLOPs on this GPU
+    return LayerTime(fwd_s=fwd, bwd_s=bwd_plain + recompute, attention_fwd_s=attn_fwd, fwd_flops=fwd_flops,
+                     attention_fwd_flops=attn_flops)
 
 
 def head_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: TrainingSettings) -> tuple[float, float]:
@@ -136,12 +220,15 @@ def head_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Traini
     vocab = model.padded_vocab(t) / t
     fwd = gemm_s(gpu, train.precision, tok, vocab, model.hidden_size)
     bwd = gemm_s(gpu, train.precision, tok, model.hidden_size, vocab) + gemm_s(gpu, train.precision, model.hidden_size, vocab, tok)
-    ce = hbm_s(gpu, tok * vocab * (BYTES + 4 + 4))  # logits read, fp32 softmax write/read
-    return fwd + ce, bwd + ce
+    if train.transformer_impl is TransformerImpl.LOCAL:
+        ce_fwd, ce_bwd = (hbm_s(gpu, tok * vocab * n) for n in LOCAL_CROSS_ENTROPY_BYTES)
+    else:
+        ce_fwd = ce_bwd = hbm_s(gpu, tok * vocab * (BYTES + 4 + 4))  # logits read, fp32 softmax write/read
+    return fwd + ce_fwd, bwd + ce_bwd + main_grad_s(gpu, train, vocab * model.hidden_size)
 
 
 def embedding_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: TrainingSettings) -> tuple[float, float]:
     """Forward and backward seconds of the embedding lookup (first stage): memory-bound gathers/scatters."""
     tok = cfg.micro_batch_size * train.seq_length / cfg.cp
     fwd = hbm_s(gpu, tok * model.hidden_size * BYTES * 3)
-    return fwd, 2 * fwd
+    return fwd, 2 * fwd + main_grad_s(gpu, train, model.padded_vocab(cfg.tp) / cfg.tp * model.hidden_size)

@@ -15,13 +15,18 @@ from hgplan.plan import ParallelConfig, Recompute
 GIB = 1024 ** 3
 FRAMEWORK_OVERHEAD_GIB = 2.0
 """CUDA context, NCCL buffers and allocator reserve (measured CUDA contexts are 0.5-1 GiB; NCCL adds ~0.5 GiB)."""
+BYTES_BF16 = 2
 FRAGMENTATION = 1.05
 """Allocator fragmentation on activations, as Megatron's theoretical_memory_usage applies (x1.05)."""
 
 
 def activation_bytes_per_layer(model: ModelArch, *, micro_batch: int, seq_length: int, tp: int, cp: int,
-                               sequence_parallel: bool, recompute: Recompute, flash: bool) -> float:
-    """Bytes one layer keeps for backward for one micro-batch on one GPU."""
+                               sequence_parallel: bool, recompute: Recompute, flash: bool, local: bool = False) -> float:
+    """Bytes one layer keeps for backward for one micro-batch on one GPU.
+
+    Transformer Engine's fused layers keep what Korthikanti et al. count (generalised to GQA and gated MLPs); the
+    local spec's PyTorch fallbacks keep more (LOCAL_EXTRA_*): h100-measured, per Llama layer, 0.79-0.82 GiB at 8B
+    s4096 against 0.56 counted without them."""
     s = seq_length / cp
     b, h, a = micro_batch, model.hidden_size, model.num_attention_heads
     q, kv, F = model.query_dim, model.kv_dim, model.ffn_hidden_size
@@ -36,6 +41,10 @@ def activation_bytes_per_layer(model: ModelArch, *, micro_batch: int, seq_length
     # Inside the TP region: Q, K, V, attention output (out-proj input), MLP up-projection output(s), activation output.
     sharded = 2 * q + 2 * kv + 2 * kv + 2 * q + 2 * (n_mat - 1) * F + 2 * F
     out = sb * (replicated / (tp if sequence_parallel else 1) + sharded / tp)
+    if local:
+        # the unfused SwiGLU keeps silu(gate) besides gate and up; the unfused RMSNorms keep their normalised output
+        # besides their input; SDPA's output is copied (transposed) before the output projection
+        out += sb * (2 * F * model.gated / tp + 2 * 2 * h / (tp if sequence_parallel else 1) + (2 * q / tp if flash else 0))
     if flash:
         out += 4.0 * b * (a / tp) * s  # fp32 log-sum-exp per query
     elif recompute is Recompute.NONE:
@@ -46,10 +55,11 @@ def activation_bytes_per_layer(model: ModelArch, *, micro_batch: int, seq_length
 
 
 def transient_layer_bytes(model: ModelArch, *, micro_batch: int, seq_length: int, tp: int, cp: int,
-                          sequence_parallel: bool, flash: bool) -> float:
+                          sequence_parallel: bool, flash: bool, local: bool = False) -> float:
     """Extra peak while one layer is recomputed under full recompute: its full activations."""
     return activation_bytes_per_layer(model, micro_batch=micro_batch, seq_length=seq_length, tp=tp, cp=cp,
-                                      sequence_parallel=sequence_parallel, recompute=Recompute.NONE, flash=flash)
+                                      sequence_parallel=sequence_parallel, recompute=Recompute.NONE, flash=flash,
+                                      local=local)
 
 
 def state_bytes_per_param(precision: Precision, zero_stage: int, dp: int) -> tuple[float, float, float]:
@@ -105,7 +115,7 @@ def inflight_layers(stage: int, num_stages: int, layers: int, vpp: int, num_micr
 
 
 def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision, seq_length: int, num_microbatches: int,
-                 stage: int, layers: int, flash: bool) -> StageMemory:
+                 stage: int, layers: int, flash: bool, local: bool = False) -> StageMemory:
     """Per-GPU memory of a stage holding `layers` layers: weights, gradients, optimizer state (sharded as the ZeRO
     stage says), in-flight activations and the framework's overhead."""
     p, t = cfg.pp, cfg.tp
@@ -124,7 +134,7 @@ def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision,
     zero3_buffer = 2 * 2 * model.layer_params() / t if cfg.zero_stage >= 3 else 0.0  # two gathered layers in flight
     act_layer = activation_bytes_per_layer(model, micro_batch=cfg.micro_batch_size, seq_length=seq_length, tp=t,
                                            cp=cfg.cp, sequence_parallel=cfg.sequence_parallel,
-                                           recompute=cfg.recompute, flash=flash)
+                                           recompute=cfg.recompute, flash=flash, local=local)
     n_layer_mb = inflight_layers(stage, p, layers, cfg.vpp, num_microbatches)
     inflight_mb = n_layer_mb / layers if layers else 0.0
     acts = act_layer * n_layer_mb
@@ -132,11 +142,22 @@ def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision,
     sp_div = t if cfg.sequence_parallel else 1
     if first:
         acts += inflight_mb * sb * model.hidden_size * 3 / sp_div  # embedding output + dropout mask
-    if cfg.recompute is Recompute.FULL and layers:
-        acts += transient_layer_bytes(model, micro_batch=cfg.micro_batch_size, seq_length=seq_length, tp=t, cp=cfg.cp,
-                                      sequence_parallel=cfg.sequence_parallel, flash=flash)
+    # Full recompute re-runs one layer at a time in the backward: its activations are a transient. The last stage's
+    # logits live from the end of its forward until the output layer's backward, before any layer is recomputed, so
+    # the stage's peak holds the larger of the two, not both.
+    transient = transient_layer_bytes(model, micro_batch=cfg.micro_batch_size, seq_length=seq_length, tp=t,
+                                      cp=cfg.cp, sequence_parallel=cfg.sequence_parallel, flash=flash,
+                                      local=local) if cfg.recompute is Recompute.FULL and layers else 0.0
+    logits = 0.0
     if last:
-        acts += 4 * sb * model.hidden_size / sp_div + 4 * sb * vocab / t  # output layer input + fp32 logits (one micro-batch)
+        # output layer input + fp32 logits of one micro-batch; the local spec's unfused cross-entropy also keeps the
+        # bf16 logits it casts from
+        logit_bytes = 4 + (BYTES_BF16 if local else 0)
+        logits = 4 * sb * model.hidden_size / sp_div + logit_bytes * sb * vocab / t
+    acts += max(transient, logits)
+    if local and not flash and layers:
+        # the unfused path's persistent buffer for one layer's attention scores (megatron's global memory buffer)
+        acts += 2 * cfg.micro_batch_size * model.num_attention_heads / t * (seq_length / cfg.cp) * seq_length
     return StageMemory(weights_gib=(params * w + zero3_buffer) / GIB, gradients_gib=params * g / GIB,
                        optimizer_gib=params * o / GIB, activations_gib=acts * FRAGMENTATION / GIB,
                        overhead_gib=FRAMEWORK_OVERHEAD_GIB, params=params, inflight_microbatches=inflight_mb)

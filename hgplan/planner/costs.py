@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from hgplan.costmodel.evaluate import (dp_tail, edge_costs, layer_cost, p2p_message_bytes, p2p_seconds,
                                        tied_embedding_sync_s)
 from hgplan.costmodel.memory import GIB, stage_memory
-from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, TrainingSettings
+from hgplan.costmodel.compute import attention_kernel
+from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, TrainingSettings, TransformerImpl
 from hgplan.plan import ParallelConfig
 
 US = 1_000_000
@@ -103,7 +104,7 @@ def edge_tail_inputs(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train:
             out.append({})
             continue
         mem = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length,
-                           num_microbatches=num_microbatches, stage=stage, layers=1, flash=train.attention is Attention.FLASH)
+                           num_microbatches=num_microbatches, stage=stage, layers=1, flash=True)  # params only
         out.append({"edge_params": mem.params - per, "edge_fwd_s": fwd, "edge_bwd_s": bwd})
     return out
 
@@ -121,7 +122,7 @@ class CostSource:
         self._group: dict[tuple, GroupCosts] = {}
         self._link: dict[tuple, LinkCosts | None] = {}
         self._tail: dict[tuple, TailCosts] = {}
-        self._memory: dict[ParallelConfig, tuple[tuple[int, int], ...]] = {}
+        self._memory: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
     def group(self, g: NodeGroup, cfg: ParallelConfig) -> GroupCosts:
         """Layer and edge work of one micro-batch on g."""
@@ -158,17 +159,22 @@ class CostSource:
             self._tail[key] = TailCosts(by_class=tuple(pairs))
         return self._tail[key]
 
-    def memory(self, cfg: ParallelConfig) -> tuple[tuple[int, int], ...]:
-        """Per stage s: (a, b) with stage memory <= a + b x layers MiB (rounded up, plus 1 MiB of slack)."""
-        if cfg not in self._memory:
+    def memory(self, cfg: ParallelConfig, g: NodeGroup) -> tuple[tuple[int, int], ...]:
+        """Per stage s: (a, b) with stage memory on g <= a + b x layers MiB (rounded up, plus 1 MiB of slack).
+        Demand depends on the group only through its attention kernel, so one row serves every group that runs
+        the same kernel."""
+        flash = attention_kernel(self.train, g.gpu) is not Attention.UNFUSED
+        key = (cfg, flash)
+        if key not in self._memory:
             train, m = self.train, cfg.num_microbatches(self.train.global_batch_size)
             rows = []
             for s in range(cfg.pp):
                 one, two = (stage_memory(self.model, cfg, precision=train.precision, seq_length=train.seq_length,
-                                         num_microbatches=m, stage=s, layers=n * cfg.vpp,
-                                         flash=train.attention is Attention.FLASH).total_gib * GIB / MIB for n in (1, 2))
+                                         num_microbatches=m, stage=s, layers=n * cfg.vpp, flash=flash,
+                                         local=train.transformer_impl is TransformerImpl.LOCAL).total_gib * GIB / MIB
+                            for n in (1, 2))
                 slope = (two - one) / cfg.vpp
                 rows.append((math.ceil(one - slope * cfg.vpp) + 1, math.ceil(slope)))
-            self._memory[cfg] = tuple(rows)
-        return self._memory[cfg]
+            self._memory[key] = tuple(rows)
+        return self._memory[key]
 

@@ -142,7 +142,7 @@ def build_tables(costs: CostSource, cfg: ParallelConfig, groups: list[NodeGroup]
     per_group = [costs.group(g, cfg) for g in groups]
     tails = [costs.tail(g, cfg).by_class for g in groups]
     links = [[costs.link(a, b, cfg) for b in groups] for a in groups]
-    memory = costs.memory(cfg)
+    memory = [costs.memory(cfg, g) for g in groups]
     return CostTables(
         cfg=cfg, num_layers=costs.model.num_layers, microbatches=cfg.num_microbatches(costs.train.global_batch_size),
         groups=tuple(g.key for g in groups), slots=tuple(g.num_gpus // cfg.gpus_per_stage for g in groups),
@@ -150,8 +150,8 @@ def build_tables(costs: CostSource, cfg: ParallelConfig, groups: list[NodeGroup]
         last_us=tuple(c.last_us for c in per_group),
         send_us=tuple(tuple(None if lk is None else lk.send_us for lk in row) for row in links),
         lat_us=tuple(tuple(0 if lk is None else lk.lat_us for lk in row) for row in links),
-        mem_a_mib=tuple(tuple(a for _ in groups) for a, _ in memory),
-        mem_b_mib=tuple(tuple(b for _ in groups) for _, b in memory),
+        mem_a_mib=tuple(tuple(memory[k][s][0] for k in range(len(groups))) for s in range(cfg.pp)),
+        mem_b_mib=tuple(tuple(memory[k][s][1] for k in range(len(groups))) for s in range(cfg.pp)),
         cap_mib=tuple(math.floor(g.gpu.hbm_gib * GIB / MIB) for g in groups),
         tail_a_us=tuple(tuple(t[c][0] for t in tails) for c in range(len(TAIL_CLASSES))),
         tail_b_us=tuple(tuple(t[c][1] for t in tails) for c in range(len(TAIL_CLASSES))),

@@ -1,0 +1,136 @@
+"""hgplan's predictions beside the real H100 measurements of megatron-core steps (shared/reference/h100-measured.json).
+
+Usage: python benchmarks/h100_measured.py [--json FILE] [--data PATH]
+
+Each measured configuration (one H100 80GB HBM3 SXM, megatron-core 0.16.1 local spec, bf16, TP = PP = DP = 1)
+becomes a one-GPU fleet, a Llama model of the measured depth and a plan, predicted with `transformer_impl: local`
+(the spec measured) and the attention kernel the run used. Printed per configuration: forward+backward time,
+forward time, activation memory (peak allocated minus weights and the fp32 gradient buffer) and peak memory of a
+forward+backward; then the per-layer activation memory from differencing two depths and the optimizer step.
+Targets (issue 10): fwd+bwd within +-7%, per-layer activations +-8%, peak +-8%, optimizer step +-15%.
+Errors are (hgplan - measured) / measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from hgplan.costmodel.evaluate import evaluate
+from hgplan.costmodel.memory import GIB
+from hgplan.domain import Attention, Fleet, NodeGroup, TrainingSettings, TransformerImpl, Transport
+from hgplan.inputs import load_model
+from hgplan.io import catalog
+from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "h100-measured.json"
+ATTENTION = {"flash": Attention.FLASH2, "cudnn": Attention.FUSED, "unfused": Attention.UNFUSED}
+"""The measured attention implementations: PyTorch SDPA's flash backend is FlashAttention-2, its cuDNN backend is
+the fused attention Transformer Engine uses on Hopper, and the local spec's own DotProductAttention is unfused."""
+
+
+def one_gpu_fleet() -> Fleet:
+    """One H100 SXM in one node: the measured machine."""
+    cat = catalog()
+    gpu = cat.gpu_type(cat.gpus["H100-SXM5-80GB"])
+    group = NodeGroup(site="lab", name="h100", num_nodes=1, gpu=gpu, gpus_per_node=1, intra_node_kind="nvlink",
+                      intra_node_gbytes_per_s=gpu.intra_node_gbytes_per_s, nic_transport=Transport.INFINIBAND,
+                      nic_gbps=400, nic_count=1, gpu_hour_usd=None, order=0)
+    return Fleet(name="h100-measured", groups=(group,), links=(), transports=cat.transports)
+
+
+def model_of(name: str, layers: int):
+    """The catalog preset with the measured number of layers (untied embeddings, as Llama 3.1)."""
+    text = catalog().model_texts[name]
+    lines = [ln for ln in text.splitlines() if not ln.startswith("num_layers:")]
+    return load_model("\n".join(lines + [f"num_layers: {layers}"]) + "\n", f"{name}-L{layers}")
+
+
+def predict(cfg: dict) -> dict:
+    """hgplan's prediction of one measured configuration."""
+    fleet = one_gpu_fleet()
+    model = model_of(cfg["model"], cfg["layers"])
+    train = TrainingSettings(seq_length=cfg["seq"], global_batch_size=cfg["mbs"], attention=ATTENTION[cfg["attn"]],
+                             transformer_impl=TransformerImpl.LOCAL)
+    rc = Recompute.FULL if cfg["recompute"] == "full" else Recompute.NONE
+    plan = Plan(config=ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=cfg["mbs"], recompute=rc),
+                stages=(StageAssignment(node_group="lab/h100", num_layers=cfg["layers"]),))
+    st = evaluate(plan, fleet, model, train).stages[0]
+    mem = st.memory
+    return {"fwd_bwd_ms": (st.fwd_s + st.bwd_s) * 1e3, "fwd_ms": st.fwd_s * 1e3, "act_gib": mem.activations_gib,
+            "peak_gib": mem.weights_gib + mem.gradients_gib + mem.activations_gib, "optimizer_ms": st.optimizer_s * 1e3,
+            "params": mem.params}
+
+
+def _err(pred: float, meas: float) -> float:
+    return (pred - meas) / meas
+
+
+def compare(data: dict) -> dict:
+    """Per-configuration and per-layer errors, and the optimizer step."""
+    configs = [c for c in data["megatron_configs"] if c["model"].startswith("llama") and "meas_fwd_bwd_ms" in c
+               and not c.get("softmax_fp32")]
+    rows = []
+    for c in configs:
+        p = predict(c)
+        rows.append({"name": c["name"], "fwd_bwd": _err(p["fwd_bwd_ms"], c["meas_fwd_bwd_ms"]),
+                     "fwd": _err(p["fwd_ms"], c["meas_fwd_ms"]), "act": _err(p["act_gib"], c["meas_act_peak_gib"]),
+                     "peak": _err(p["peak_gib"], c["meas_peak_gib"]), "pred": p, "meas": c})
+    layers = []
+    for pl in data["per_layer"]:
+        name = pl["name"].replace(" (per layer)", "")
+        model, rest = name.split("-", 1)
+        deep = [r for r in rows if r["name"].startswith(model + "-L") and r["name"].split("-", 2)[2] == rest]
+        if len(deep) < 2:
+            continue
+        a, b = sorted(deep, key=lambda r: r["meas"]["layers"])[-1], sorted(deep, key=lambda r: r["meas"]["layers"])[0]
+        dl = a["meas"]["layers"] - b["meas"]["layers"]
+        pred_act = (a["pred"]["act_gib"] - b["pred"]["act_gib"]) / dl
+        layers.append({"name": pl["name"], "act": _err(pred_act, pl["meas_act_gib"]),
+                       "ms": _err((a["pred"]["fwd_bwd_ms"] - b["pred"]["fwd_bwd_ms"]) / dl, pl["meas_ms"])})
+    opt = []
+    for r in rows:
+        for key in ("optimizer_result_fused", "optimizer_result"):
+            res = r["meas"].get(key)
+            if isinstance(res, dict) and "optimizer_step_ms" in res:
+                opt.append({"name": f"{r['name']} ({key.replace('optimizer_result', 'torch AdamW') or 'foreach'})",
+                            "error": _err(r["pred"]["optimizer_ms"], res["optimizer_step_ms"]),
+                            "fused": key.endswith("fused")})
+    return {"configs": rows, "per_layer": layers, "optimizer": opt}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--json", help="also write the comparison to this file")
+    args = ap.parse_args()
+    data = json.loads(Path(args.data).read_text())
+    out = compare(data)
+    print(f"{'configuration':34} {'fwd+bwd':>8} {'fwd':>8} {'act':>8} {'peak':>8}")
+    for r in out["configs"]:
+        print(f"{r['name']:34} {r['fwd_bwd']:+8.1%} {r['fwd']:+8.1%} {r['act']:+8.1%} {r['peak']:+8.1%}")
+    for r in out["per_layer"]:
+        print(f"{r['name']:34} per-layer time {r['ms']:+.1%}, activations {r['act']:+.1%}")
+    for r in out["optimizer"]:
+        print(f"optimizer step {r['name']}: {r['error']:+.1%}")
+
+    def med(key: str, rows: list) -> str:
+        vals = [abs(r[key]) for r in rows]
+        return f"median |error| {statistics.median(vals):.1%}, worst {max(vals):.1%}"
+
+    fused = [r for r in out["configs"] if r["meas"]["attn"] != "unfused"]
+    print(f"fwd+bwd, fused or flash attention ({len(fused)}): {med('fwd_bwd', fused)}")
+    print(f"fwd+bwd, all ({len(out['configs'])}): {med('fwd_bwd', out['configs'])}")
+    print(f"peak memory, all: {med('peak', out['configs'])}")
+    print(f"per-layer activations ({len(out['per_layer'])}): {med('act', out['per_layer'])}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({k: [{kk: vv for kk, vv in r.items() if kk != "meas"} for r in v]
+                                               for k, v in out.items()}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
