@@ -73,6 +73,19 @@ def require_valid(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSet
         raise InputError([InputIssue(source=source, line=None, path=v.rule, message=v.message) for v in violations])
 
 
+def attention_findings(plan: Plan, fleet: Fleet, train: TrainingSettings) -> list[str]:
+    """Which attention kernel each GPU type runs, when GPUs of the plan cannot run the one asked for."""
+    from hgplan.costmodel.compute import attention_kernel
+
+    gpus = sorted({fleet.group(s.node_group).gpu.id: fleet.group(s.node_group).gpu for s in plan.stages}.items())
+    fallback = [gid for gid, g in gpus if not g.eff.flash_attention]
+    if not fallback:
+        return []
+    kernels = ", ".join(f"{gid} {attention_kernel(train, g).value}" for gid, g in gpus)
+    return [f"attention: {', '.join(fallback)} {'has' if len(fallback) == 1 else 'have'} no FlashAttention-class kernel "
+            f"and {'runs' if len(fallback) == 1 else 'run'} Megatron's unfused attention (kernels: {kernels})"]
+
+
 def findings(pred: Prediction, fleet: Fleet) -> list[str]:
     """Plain-language reasons: bottleneck stage, bubble, exposed communication, memory."""
     out = []
@@ -205,7 +218,7 @@ def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
     pred = evaluate(plan, fleet, model, train)
     sim = evaluate(plan, fleet, model, train, use_simulator=True, keep_ops=timeline) if (simulate or timeline) else None
     ifs = what_ifs(plan, fleet, model, train, pred)
-    notes = findings(pred, fleet) + [w.text for w in ifs]
+    notes = findings(pred, fleet) + attention_findings(plan, fleet, train) + [w.text for w in ifs]
     upper = fleet_upper_bound(fleet, model, train)
     notes.append(f"{pred.tokens_per_s / upper:.0%} of the fleet's upper bound "
                  f"({upper:,.0f} tokens/s with every GPU at its achievable matmul rate)")

@@ -133,3 +133,25 @@ def test_h100_measured_configurations():
     assert max(abs(r["act"]) for r in out["per_layer"]) <= 0.08
     fused_opt = [r for r in out["optimizer"] if r["fused"]]
     assert fused_opt and all(abs(r["error"]) <= 0.15 for r in fused_opt)
+
+
+def test_v100_and_t4_fleet_trains_in_fp16_with_unfused_attention(cli, tmp_path):
+    """Without a precision, a fleet with GPUs that lack bf16 trains in fp16 (announced) and uses every GPU; explain
+    says which attention path the older GPUs run."""
+    cluster = tmp_path / "v100-t4.yaml"
+    cluster.write_text(
+        "name: v100-t4\nsites:\n  - name: lab\n    node_groups:\n"
+        "      - {name: v100, count: 2, gpu: V100-SXM2-32GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 100}}\n"
+        "      - {name: t4, count: 4, gpu: T4, gpus_per_node: 4, nics: {transport: ethernet, gbps: 25}}\n"
+        "    links:\n      - {between: [v100, t4], gbps: 25, latency_ms: 0.05, transport: ethernet}\n")
+    plan = tmp_path / "plan.json"
+    r = cli("search", "-c", cluster, "-m", "llama2-7b", "--seq-len", "2048", "--global-batch", "256", "--json",
+            "-o", plan)
+    assert r.code == 0, r.stderr
+    assert "training in fp16" in r.stderr
+    doc = r.json()
+    assert doc["inputs"]["training"]["precision"] == "fp16"
+    used = {s["node_group"] for s in doc["plans"][0]["plan"]["stages"]}
+    assert used == {"lab/v100", "lab/t4"} and doc["idle_gpus"] == []
+    r = cli("explain", plan, "--json")
+    assert any("run Megatron's unfused attention" in f for f in r.json()["findings"])

@@ -96,7 +96,7 @@ def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, fl
     zs = cfg.zero_stage if cfg.zero_stage is not None else (1 if cfg.distributed_optimizer else 0)
     fleet, warnings, csrc = resolve_cluster(cluster)
     arch, msrc = resolve_model(model)
-    train = flags.settings(arch)
+    train = flags.settings(arch, fleet)
     plan = explainer.build_plan(
         fleet=fleet, model=arch, tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, cp=cfg.cp, mbs=cfg.mbs, vpp=cfg.vpp,
         recompute=cfg.recompute.value, sequence_parallel=cfg.sequence_parallel, zero_stage=zs,

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Callable
 
 import typer
 
+from hgplan.cli.base import warn
 from hgplan.errors import InputError
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,8 +29,11 @@ class TrainingFlags:
         names = {"seq_len": "--seq-len", "global_batch": "--global-batch", "training": "--training"}
         return [flag for name, flag in names.items() if getattr(self, name) is not None]
 
-    def settings(self, model):
-        """TrainingSettings from the training file (if any) overridden by the flags; InputError when invalid."""
+    def settings(self, model, fleet=None):
+        """TrainingSettings from the training file (if any) overridden by the flags; InputError when invalid.
+
+        When no precision is given and some GPU of the fleet has no bf16 (Volta, Turing), fp16 is chosen so those
+        GPUs can train, and the choice is announced on stderr."""
         from hgplan.inputs import load_training, make_training
         from hgplan.io import read_text
 
@@ -41,6 +45,14 @@ class TrainingFlags:
                          ("transformer_impl", self.transformer_impl)):
             if val is not None:
                 values[key] = val
+        if "precision" not in values and fleet is not None:
+            from hgplan.domain import Precision
+
+            no_bf16 = sorted({g.gpu.id for g in fleet.groups if not g.gpu.supports(Precision.BF16)})
+            if no_bf16:
+                values["precision"] = "fp16"
+                warn(f"{', '.join(no_bf16)} {'has' if len(no_bf16) == 1 else 'have'} no bf16: training in fp16 so "
+                     "every GPU can take part (give --precision bf16 to leave them out instead)")
         return make_training(values, model)
 
 

@@ -115,7 +115,7 @@ def search(
     arch, msrc = resolve_model(model)
     # Megatron-DeepSpeed runs Megatron's model code: both targets are costed with the Megatron runtime; the target
     # only narrows the plan family (no interleaving, ZeRO <= 1 with pipeline parallelism).
-    train = flags.settings(arch)
+    train = flags.settings(arch, fleet)
     opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
                          solver_log=solver_log, solver_params=solver_params or "", keep_model=export_model is not None)
     report, result = _run_with_progress(lambda cb: plan_training(
