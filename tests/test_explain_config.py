@@ -78,9 +78,12 @@ def test_missing_training_settings(cli):
 def test_v100_needs_fp16(cli):
     args = ["explain", "-c", "three-generations", "-m", "llama2-7b", "--seq-len", "2048", "--global-batch", "64",
             "--tp", "8", "--pp", "1", "--dp", "4", "--stage-groups", "campus/v100"]
-    r = cli(*args)
+    r = cli(*args, "--precision", "bf16")
     assert r.code == 2 and "does not support bf16" in r.stderr
     assert cli(*args, "--precision", "fp16").code == 0
+    r = cli(*args, "--json")  # no precision given: the fleet has V100s, so fp16 is chosen and said
+    assert r.code == 0 and "training in fp16" in r.stderr
+    assert r.json()["inputs"]["training"]["precision"] == "fp16"
 
 
 def test_training_file(cli, write):
