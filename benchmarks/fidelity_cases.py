@@ -105,9 +105,10 @@ def case_from_row(row: dict, catalog: Catalog) -> Case | str:
     rid = row["id"]
     hw, par, batch = row["hardware"], row.get("parallelism") or {}, row["batch"]
     precision_text = str(row.get("precision", ""))
-    if "fp8" in precision_text:
-        return "fp8 training is not modelled (hgplan plans bf16/fp16)"
     mosaic = rid.startswith("mosaic")
+    missing = [k for k in ("layers", "hidden", "heads", "ffn") if row["model"].get(k) is None]
+    if missing:
+        return f"the row does not give the model's {', '.join(missing)}"
     model = _model(row, mosaic)
     n = hw["num_gpus"]
     gbs, mbs = batch["global_batch_size"], batch.get("micro_batch_size")
@@ -117,7 +118,8 @@ def case_from_row(row: dict, catalog: Catalog) -> Case | str:
                        Transport.INFINIBAND if rid.startswith("mosaic_h100") else Transport.ROCE,
                        400 if rid.startswith("mosaic_h100") else 200, 8)
         train = TrainingSettings(seq_length=model.max_position_embeddings, global_batch_size=gbs,
-                                 precision=Precision.BF16, attention=Attention.FLASH2, runtime=Runtime.FSDP)
+                                 precision=Precision.FP8 if "fp8" in precision_text else Precision.BF16,
+                                 attention=Attention.FLASH2, runtime=Runtime.FSDP)
         rc = Recompute.NONE if recompute_text == "none" else Recompute.FULL
         plans = _plans(layers=model.num_layers, tp=1, pp=1, dp=n, gbs=gbs, mbs_options=[mbs], vpp_options=[1],
                        recompute=rc, sp=False, zero=3, overlap=True)

@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 from hgplan.costmodel.evaluate import evaluate
-from hgplan.costmodel.memory import GIB
 from hgplan.domain import Attention, Fleet, NodeGroup, TrainingSettings, TransformerImpl, Transport
 from hgplan.inputs import load_model
 from hgplan.io import catalog

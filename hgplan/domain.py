@@ -13,6 +13,9 @@ class Precision(StrEnum):
     """bfloat16 compute, fp32 main gradients and master weights (Megatron default)."""
     FP16 = "fp16"
     """float16 compute with loss scaling, fp32 master weights."""
+    FP8 = "fp8"
+    """Transformer Engine fp8 (E4M3 forward, E5M2 gradients, per-tensor scaling) for the transformer layers'
+    linear layers; attention, embedding, output layer and master weights as with bf16."""
 
 
 class Transport(StrEnum):
@@ -146,6 +149,8 @@ class GpuType:
         """Dense tensor TFLOP/s at this precision (None when the datasheet gives none)."""
         if precision is Precision.BF16:
             return self.bf16_tflops if self.eff.bf16 else None
+        if precision is Precision.FP8:
+            return self.fp8_tflops if self.eff.fp8 and self.eff.bf16 else None
         return self.fp16_tflops
 
     def supports(self, precision: Precision) -> bool:

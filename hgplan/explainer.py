@@ -193,9 +193,10 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
 
 def fleet_upper_bound(fleet: Fleet, model: ModelArch, train: TrainingSettings) -> float:
     """HETHUB's yardstick: every GPU of the fleet busy at its achievable matmul rate, no communication or bubble."""
+    from hgplan.costmodel.compute import compute_precision
     from hgplan.costmodel.flops import megatron_model_flops
 
-    rate = sum(g.num_gpus * g.gpu.peak_tflops(train.precision) * 1e12 * g.gpu.eff.gemm_efficiency
+    rate = sum(g.num_gpus * g.gpu.peak_tflops(compute_precision(train)) * 1e12 * g.gpu.eff.gemm_efficiency
                * g.gpu.eff.sustained_clock_fraction for g in fleet.groups if g.gpu.supports(train.precision))
     per_token = megatron_model_flops(model, global_batch_size=1, seq_length=train.seq_length) / train.seq_length
     return rate / per_token

@@ -135,7 +135,8 @@ class TrainingSpec(_Strict):
 
     seq_length: PosInt = Field(description="Tokens per sequence.")
     global_batch_size: PosInt = Field(description="Sequences per iteration.")
-    precision: Literal["bf16", "fp16"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp8"] = Field("bf16", description="bf16; fp16 (Volta, Turing); fp8: "
+                                                      "Transformer Engine fp8 linear layers, bf16 elsewhere.")
     optimizer: Literal["adam"] = Field("adam", description="Adam with fp32 master weights.")
     attention: Literal["auto", "fused", "flash2", "flash", "unfused"] = Field(
         "auto", description="auto: what the runtime and the GPU use (fused with Transformer Engine where the GPU has "

@@ -15,7 +15,9 @@ DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "calibra
 def test_fidelity_targets():
     rows = yaml.safe_load(DATA.read_text())["rows"]
     results, skipped = fidelity.run(rows, catalog())
-    assert len(results) >= 150 and all("fp8" in why for _, why in skipped)
+    # every row is predicted (fp8 included) but the three whose model shape the source does not give
+    assert len(results) >= 167 and all("does not give the model" in why for _, why in skipped), skipped
+    assert sum("fp8" in r.id for r in results) >= 7
     summ = fidelity.summary(results)
     # Issue 3 target: median |error| <= 10%.
     assert summ["median_abs_error"] <= 0.10, summ

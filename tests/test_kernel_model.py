@@ -155,3 +155,32 @@ def test_v100_and_t4_fleet_trains_in_fp16_with_unfused_attention(cli, tmp_path):
     assert used == {"lab/v100", "lab/t4"} and doc["idle_gpus"] == []
     r = cli("explain", plan, "--json")
     assert any("run Megatron's unfused attention" in f for f in r.json()["findings"])
+
+
+def test_fp8_linear_layers_on_hopper(cli):
+    """fp8 runs the transformer layers' linear layers at the fp8 rate (faster than bf16), keeps fp8 weight copies
+    (more weight memory), is refused on Ampere, and exports Transformer Engine's fp8 flags to Megatron-LM."""
+    args = ["explain", "-c", "two-site", "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "64", "--tp", "1",
+            "--pp", "1", "--dp", "8", "--json"]
+    bf16 = cli(*args, "--stage-groups", "beijing/h100", "--precision", "bf16").json()
+    fp8 = cli(*args, "--stage-groups", "beijing/h100", "--precision", "fp8").json()
+    assert fp8["stages"][0]["fwd_s"] < 0.8 * bf16["stages"][0]["fwd_s"]
+    assert fp8["stages"][0]["memory"]["weights_gib"] > bf16["stages"][0]["memory"]["weights_gib"]
+    assert fp8["stages"][0]["memory"]["activations_gib"] < bf16["stages"][0]["memory"]["activations_gib"]
+    r = cli(*args, "--stage-groups", "shanghai/a100", "--precision", "fp8")
+    assert r.code == 2 and "does not support fp8" in r.stderr
+
+
+def test_fp8_export_flags(plan_from_search):
+    from hgplan.export.common import parallel_args
+    from hgplan.domain import Precision
+    plan, train = plan_from_search
+    argv = parallel_args(plan, replace(train, precision=Precision.FP8))
+    assert argv[-3:] == ["--bf16", "--fp8-format", "hybrid"]
+
+
+@pytest.fixture
+def plan_from_search():
+    from hgplan.plan import Plan, StageAssignment
+    plan = Plan(config=ParallelConfig(tp=1, pp=1, dp=8), stages=(StageAssignment(node_group="a/b", num_layers=32),))
+    return plan, TrainingSettings(seq_length=4096, global_batch_size=64)

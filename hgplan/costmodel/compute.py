@@ -56,6 +56,11 @@ section 3.1)."""
 DROPOUT_BYTES = 2.5
 """Attention-dropout traffic per score element, in activation-element units: read and write the scores (2) and
 write a 1-byte mask (0.5)."""
+FP8_CAST_BYTES_FWD, FP8_CAST_BYTES_BWD = 3, 4
+"""Transformer Engine's fp8 casts, per element: forward, the projection's input is cast on its own (read 2 bytes,
+write 1; the QKV and MLP inputs and the activation output are cast inside the fused norm and activation kernels);
+backward, each linear layer's output gradient is cast to E5M2 and transposed for the wgrad GEMM (read 2, write
+1 + 1)."""
 KERNELS_PER_LAYER_FWD = 14
 """Kernel launches charged to one transformer layer's forward (0.1.0's count for Megatron's fused path: two norms,
 four GEMMs, rotary, attention, activation, two bias-dropout-adds and the TP collectives), one launch overhead each."""
@@ -133,7 +138,7 @@ def _attention_s(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Tra
     """(forward s, backward s, score bytes written by the unfused path, forward FLOPs) of the attention core on one
     GPU: heads / tp heads, s / cp queries against s keys."""
     t, c, b, s = cfg.tp, cfg.cp, cfg.micro_batch_size, train.seq_length
-    heads, d, prec = model.num_attention_heads / t, model.kv_channels, train.precision
+    heads, d, prec = model.num_attention_heads / t, model.kv_channels, compute_precision(train)
     q_len, k_len = s / c, s
     if kernel is not Attention.UNFUSED:
         flops = 4.0 * b * heads * q_len * k_len * d * 0.5  # causal blocks skipped
@@ -178,12 +183,27 @@ def main_grad_s(gpu: GpuType, train: TrainingSettings, params: float) -> float:
     return hbm_s(gpu, params * MAIN_GRAD_BYTES_PER_PARAM)
 
 
+def compute_precision(train: TrainingSettings) -> Precision:
+    """The precision of everything but fp8's linear layers: bf16 under fp8, else the training precision."""
+    return Precision.BF16 if train.precision is Precision.FP8 else train.precision
+
+
+def _fp8_cast_bytes(model: ModelArch, cfg: ParallelConfig) -> tuple[float, float]:
+    """(forward, backward) bytes per token of fp8 casts in one layer (FP8_CAST_BYTES_*)."""
+    t = cfg.tp
+    h, q, kv, F = model.hidden_size, model.query_dim, model.kv_dim, model.ffn_hidden_size
+    n_mat = ACTIVATION_FFN_MATRICES[model.activation]
+    grad_outputs = (q + 2 * kv) / t + h + (n_mat - 1) * F / t + h  # QKV, proj, fc1, fc2 outputs
+    return FP8_CAST_BYTES_FWD * q / t, FP8_CAST_BYTES_BWD * grad_outputs
+
+
 def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: TrainingSettings,
                *, tp_busbw_gbytes_per_s: float, tp_latency_s: float) -> LayerTime:
     """Forward and backward seconds of one transformer layer for one micro-batch on one GPU: GEMMs, attention, element-
-    wise traffic, the main-gradient add, TP collectives and recomputation."""
+    wise traffic, the main-gradient add, TP collectives and recomputation. Under fp8 the four linear layers run at the
+    fp8 rate and pay their casts; attention and element-wise work stay bf16."""
     t, c, b, s = cfg.tp, cfg.cp, cfg.micro_batch_size, train.seq_length
-    prec = train.precision
+    prec = train.precision  # the linear layers' precision
     h, q, kv, F = model.hidden_size, model.query_dim, model.kv_dim, model.ffn_hidden_size
     n_mat = ACTIVATION_FFN_MATRICES[model.activation]
     tok = b * s / c  # tokens on this GPU
@@ -194,6 +214,10 @@ def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Train
     attn_fwd, attn_bwd, score_bytes, attn_flops = _attention_s(model, gpu, cfg, train, attention_kernel(train, gpu))
     elt_fwd = hbm_s(gpu, tok * _elementwise_fwd_bytes(model, cfg, train))
     elt_bwd = 2.0 * elt_fwd + main_grad_s(gpu, train, model.layer_params() / t)
+    if prec is Precision.FP8:
+        cast_fwd, cast_bwd = _fp8_cast_bytes(model, cfg)
+        elt_fwd += hbm_s(gpu, tok * cast_fwd)
+        elt_bwd += hbm_s(gpu, tok * cast_bwd)
     # Tensor-parallel collectives: 2 all-reduces (or reduce-scatter + all-gather) per direction.
     msg = tok * h * BYTES
     tp_fwd = 2 * allreduce_s(msg, t, tp_busbw_gbytes_per_s, latency_s=tp_latency_s) if t > 1 else 0.0
@@ -218,8 +242,9 @@ def head_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Traini
     t, b, s = cfg.tp, cfg.micro_batch_size, train.seq_length
     tok = b * s / cfg.cp
     vocab = model.padded_vocab(t) / t
-    fwd = gemm_s(gpu, train.precision, tok, vocab, model.hidden_size)
-    bwd = gemm_s(gpu, train.precision, tok, model.hidden_size, vocab) + gemm_s(gpu, train.precision, model.hidden_size, vocab, tok)
+    prec = compute_precision(train)  # the output layer stays bf16 under fp8 (Transformer Engine's recipes)
+    fwd = gemm_s(gpu, prec, tok, vocab, model.hidden_size)
+    bwd = gemm_s(gpu, prec, tok, model.hidden_size, vocab) + gemm_s(gpu, prec, model.hidden_size, vocab, tok)
     if train.transformer_impl is TransformerImpl.LOCAL:
         ce_fwd, ce_bwd = (hbm_s(gpu, tok * vocab * n) for n in LOCAL_CROSS_ENTROPY_BYTES)
     else:

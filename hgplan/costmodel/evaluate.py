@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from hgplan.costmodel.comm import (allreduce_s, group_busbw_gbytes_per_s, half_collective_s,
                                    intra_node_busbw_gbytes_per_s, nic_gbytes_per_s, overlapped_s, ring_latency_s)
-from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, attention_kernel, embedding_time, hbm_s, head_time, layer_time
+from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, attention_kernel, compute_precision, embedding_time, hbm_s, head_time, layer_time
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
 from hgplan.costmodel.pipeline import Op, chunk_sends, closed_form, simulate
@@ -141,8 +141,9 @@ def _tensors_per_layer(model: ModelArch) -> int:
 
 
 def grad_bytes(precision: Precision) -> float:
-    """Bytes per gradient element in the data-parallel reduction: fp32 main grads with bf16, fp16 with fp16."""
-    return 4.0 if precision is Precision.BF16 else 2.0
+    """Bytes per gradient element in the data-parallel reduction: fp32 main grads with bf16 and fp8, fp16 with
+    fp16."""
+    return 2.0 if precision is Precision.FP16 else 4.0
 
 
 def layer_cost(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig,
@@ -344,7 +345,8 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     model_flops = megatron_model_flops(model, global_batch_size=train.global_batch_size, seq_length=train.seq_length)
     extra = _recomputed_flops(plan, work, m)
     world = cfg.world_size
-    peak_sum = sum(g.gpu.peak_tflops(train.precision) for g in groups) * cfg.gpus_per_stage * 1e12
+    # MFU against the bf16 peak under fp8 too, so plans of either precision compare on one scale
+    peak_sum = sum(g.gpu.peak_tflops(compute_precision(train)) for g in groups) * cfg.gpus_per_stage * 1e12
     return Prediction(
         iteration_time_s=iteration, pipeline_s=pipe.iteration_s,
         tokens_per_s=train.global_batch_size * train.seq_length / iteration,

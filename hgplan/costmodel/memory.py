@@ -16,12 +16,16 @@ GIB = 1024 ** 3
 FRAMEWORK_OVERHEAD_GIB = 2.0
 """CUDA context, NCCL buffers and allocator reserve (measured CUDA contexts are 0.5-1 GiB; NCCL adds ~0.5 GiB)."""
 BYTES_BF16 = 2
+FP8_WEIGHT_COPY_BYTES = 2
+"""Transformer Engine keeps each fp8 layer's weight cast to E4M3 and its transpose (Hopper's fp8 GEMMs need both
+layouts) across the micro-batches of an iteration: 1 + 1 bytes per parameter (TE docs, fp8 primer)."""
 FRAGMENTATION = 1.05
 """Allocator fragmentation on activations, as Megatron's theoretical_memory_usage applies (x1.05)."""
 
 
 def activation_bytes_per_layer(model: ModelArch, *, micro_batch: int, seq_length: int, tp: int, cp: int,
-                               sequence_parallel: bool, recompute: Recompute, flash: bool, local: bool = False) -> float:
+                               sequence_parallel: bool, recompute: Recompute, flash: bool, local: bool = False,
+                               fp8: bool = False) -> float:
     """Bytes one layer keeps for backward for one micro-batch on one GPU.
 
     Transformer Engine's fused layers keep what Korthikanti et al. count (generalised to GQA and gated MLPs); the
@@ -40,6 +44,11 @@ def activation_bytes_per_layer(model: ModelArch, *, micro_batch: int, seq_length
     replicated = 4 * h + 2 * h + 2 * h + 2 * hid_mask * h
     # Inside the TP region: Q, K, V, attention output (out-proj input), MLP up-projection output(s), activation output.
     sharded = 2 * q + 2 * kv + 2 * kv + 2 * q + 2 * (n_mat - 1) * F + 2 * F
+    if fp8:
+        # fp8 layers save their GEMM inputs as E4M3: the QKV and MLP inputs (2h -> h each) and the fc2 input
+        # (2F -> F); the projection saves an fp8 copy of the attention output, which the attention kernel keeps too
+        replicated -= 2 * h
+        sharded += q - F
     out = sb * (replicated / (tp if sequence_parallel else 1) + sharded / tp)
     if local:
         # the unfused SwiGLU keeps silu(gate) besides gate and up; the unfused RMSNorms keep their normalised output
@@ -55,11 +64,11 @@ def activation_bytes_per_layer(model: ModelArch, *, micro_batch: int, seq_length
 
 
 def transient_layer_bytes(model: ModelArch, *, micro_batch: int, seq_length: int, tp: int, cp: int,
-                          sequence_parallel: bool, flash: bool, local: bool = False) -> float:
+                          sequence_parallel: bool, flash: bool, local: bool = False, fp8: bool = False) -> float:
     """Extra peak while one layer is recomputed under full recompute: its full activations."""
     return activation_bytes_per_layer(model, micro_batch=micro_batch, seq_length=seq_length, tp=tp, cp=cp,
                                       sequence_parallel=sequence_parallel, recompute=Recompute.NONE, flash=flash,
-                                      local=local)
+                                      local=local, fp8=fp8)
 
 
 def state_bytes_per_param(precision: Precision, zero_stage: int, dp: int) -> tuple[float, float, float]:
@@ -69,7 +78,7 @@ def state_bytes_per_param(precision: Precision, zero_stage: int, dp: int) -> tup
     6 + 12/d with the distributed optimizer; fp16: 2 + 2 + 16 = 20, or 4 + 16/d (docs/user-guide/features/
     dist_optimizer.md). ZeRO-2 also shards gradients, ZeRO-3 also the weights.
     """
-    if precision is Precision.BF16:
+    if precision in (Precision.BF16, Precision.FP8):
         w, g, o = 2.0, 4.0, 12.0
     else:
         w, g, o = 2.0, 2.0, 16.0
@@ -134,7 +143,8 @@ def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision,
     zero3_buffer = 2 * 2 * model.layer_params() / t if cfg.zero_stage >= 3 else 0.0  # two gathered layers in flight
     act_layer = activation_bytes_per_layer(model, micro_batch=cfg.micro_batch_size, seq_length=seq_length, tp=t,
                                            cp=cfg.cp, sequence_parallel=cfg.sequence_parallel,
-                                           recompute=cfg.recompute, flash=flash, local=local)
+                                           recompute=cfg.recompute, flash=flash, local=local,
+                                           fp8=precision is Precision.FP8)
     n_layer_mb = inflight_layers(stage, p, layers, cfg.vpp, num_microbatches)
     inflight_mb = n_layer_mb / layers if layers else 0.0
     acts = act_layer * n_layer_mb
@@ -147,7 +157,8 @@ def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision,
     # the stage's peak holds the larger of the two, not both.
     transient = transient_layer_bytes(model, micro_batch=cfg.micro_batch_size, seq_length=seq_length, tp=t,
                                       cp=cfg.cp, sequence_parallel=cfg.sequence_parallel, flash=flash,
-                                      local=local) if cfg.recompute is Recompute.FULL and layers else 0.0
+                                      local=local, fp8=precision is Precision.FP8) \
+        if cfg.recompute is Recompute.FULL and layers else 0.0
     logits = 0.0
     if last:
         # output layer input + fp32 logits of one micro-batch; the local spec's unfused cross-entropy also keeps the
@@ -158,7 +169,9 @@ def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision,
     if local and not flash and layers:
         # the unfused path's persistent buffer for one layer's attention scores (megatron's global memory buffer)
         acts += 2 * cfg.micro_batch_size * model.num_attention_heads / t * (seq_length / cfg.cp) * seq_length
-    return StageMemory(weights_gib=(params * w + zero3_buffer) / GIB, gradients_gib=params * g / GIB,
+    fp8_copies = FP8_WEIGHT_COPY_BYTES * layers * model.layer_params() / t \
+        if precision is Precision.FP8 and cfg.zero_stage < 3 else 0.0
+    return StageMemory(weights_gib=(params * w + zero3_buffer + fp8_copies) / GIB, gradients_gib=params * g / GIB,
                        optimizer_gib=params * o / GIB, activations_gib=acts * FRAGMENTATION / GIB,
                        overhead_gib=FRAMEWORK_OVERHEAD_GIB, params=params, inflight_microbatches=inflight_mb)
 

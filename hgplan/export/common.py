@@ -73,7 +73,7 @@ def node_record(node: NodeSlot, env: dict[str, str] | None = None, argv: list[st
 
 def parallel_args(plan: Plan, train: TrainingSettings, *, deepspeed: bool = False) -> list[str]:
     """Degrees, batch sizes and precision, in Megatron-LM's spelling (Megatron-DeepSpeed adds
-    --no-pipeline-parallel for a single stage)."""
+    --no-pipeline-parallel for a single stage). fp8 is bf16 with Transformer Engine's fp8 linear layers."""
     c = plan.config
     a = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
     if deepspeed and c.pp == 1:
@@ -83,5 +83,7 @@ def parallel_args(plan: Plan, train: TrainingSettings, *, deepspeed: bool = Fals
     if c.sequence_parallel:
         a += ["--sequence-parallel"]
     a += ["--micro-batch-size", str(c.micro_batch_size), "--global-batch-size", str(train.global_batch_size)]
-    a += ["--bf16"] if train.precision is Precision.BF16 else ["--fp16"]
+    a += ["--fp16"] if train.precision is Precision.FP16 else ["--bf16"]
+    if train.precision is Precision.FP8:
+        a += ["--fp8-format", "hybrid"]  # Transformer Engine: E4M3 forward, E5M2 gradients (export-targets.md 1.4)
     return a

@@ -51,6 +51,9 @@ def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
     bad = unsupported_features(model)
     if bad:
         raise PlanningError(f"Megatron-DeepSpeed cannot express {'; '.join(bad)}; export refused")
+    if train.precision is Precision.FP8:
+        raise PlanningError("the plan trains in fp8 (Transformer Engine); Megatron-DeepSpeed has no fp8 path: export "
+                            "to Megatron-LM (--format megatron) or re-plan with --precision bf16")
     if c.vpp > 1:
         raise PlanningError(f"the plan interleaves {c.vpp} virtual stages per rank; DeepSpeed's pipeline engine has no "
                             "interleaved schedule: re-plan with --target deepspeed")
