@@ -179,6 +179,7 @@ class SearchInputs(Doc):
     model: ModelInput
     training: TrainingRecord
     target: str
+    profile: ClusterInput | None = Field(None, description="the calibration profile (--profile): path and sha256")
 
 
 class SolverRecord(Doc):
@@ -270,6 +271,8 @@ class PlanInputs(Doc):
     model: ModelSourceText
     training: TrainingRecord
     target: str = "megatron"
+    profile: SourceText | None = None
+    """The calibration profile the plan was made with, embedded so the plan file stays self-contained."""
 
 
 class PlanFile(Doc):
@@ -375,8 +378,54 @@ class ExportReport(Doc):
     file_contents: dict[str, str]
 
 
+class GpuConstants(Doc):
+    """Cost-model constants of one GPU type measured on the user's hardware (each overrides its architecture's)."""
+
+    gemm_efficiency: float | None = Field(None, gt=0, le=2)
+    attention_efficiency: float | None = Field(None, gt=0, le=2)
+    fused_attention_efficiency: float | None = Field(None, gt=0, le=2)
+    hbm_efficiency: float | None = Field(None, gt=0, le=2)
+    collective_efficiency: float | None = Field(None, gt=0, le=2)
+
+
+class TransportConstants(Doc):
+    """A transport's achievable share of line rate measured on the user's network."""
+
+    efficiency: float | None = Field(None, gt=0, le=1.5)
+
+
+class RunResidual(Doc):
+    """One calibration run: its measured and fitted iteration time."""
+
+    run: str
+    measured_s: float
+    predicted_s: float
+    error: float
+
+
+class ProfileFit(Doc):
+    """How well the profile explains the runs it was fitted on."""
+
+    runs: int
+    rms_error: float
+    residuals: list[RunResidual]
+    not_identifiable: list[str] = Field(default_factory=list, description="constants the runs do not constrain; "
+                                        "kept at the catalog's value")
+
+
+class CalibrationProfile(Doc):
+    """`hgplan calibrate`'s output, read by `--profile`: per-GPU and per-transport constants of the user's fleet."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    kind: Literal["hgplan.profile"] = "hgplan.profile"
+    hgplan_version: str
+    gpus: dict[str, GpuConstants] = Field(default_factory=dict)
+    transports: dict[str, TransportConstants] = Field(default_factory=dict)
+    fit: ProfileFit | None = None
+
+
 SCHEMAS: dict[str, type[Doc]] = {"search": SearchReport, "explain": ExplainReport, "export": ExportReport,
-                                 "plan": PlanFile}
+                                 "plan": PlanFile, "profile": CalibrationProfile}
 """The documents whose JSON Schema `hgplan schema` prints, by name."""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import typing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -34,11 +34,16 @@ class Catalog:
     """Preset name -> YAML text."""
     cluster_texts: dict[str, str]
     """Example fleet name -> YAML text."""
+    gpu_overrides: dict[str, dict[str, float]] = field(default_factory=dict)
+    """GPU id -> ArchEfficiency fields measured on the user's hardware (a calibration profile, `--profile`)."""
 
     def gpu_type(self, spec: GpuSpec) -> GpuType:
-        """The GpuType of a catalog or inline GPU spec with its architecture's constants."""
+        """The GpuType of a catalog or inline GPU spec with its architecture's constants (and any calibrated
+        overrides of that GPU)."""
         base = self.archs[spec.arch]
         eff = base if spec.gemm_efficiency is None else replace(base, gemm_efficiency=spec.gemm_efficiency)
+        if spec.id in self.gpu_overrides:
+            eff = replace(eff, **self.gpu_overrides[spec.id])
         return GpuType(id=spec.id, vendor=spec.vendor, arch=spec.arch, form_factor=spec.form_factor,
                        bf16_tflops=spec.bf16_tflops, fp16_tflops=spec.fp16_tflops, fp8_tflops=spec.fp8_tflops,
                        hbm_gib=spec.hbm_gib, hbm_gbytes_per_s=spec.hbm_gbytes_per_s,

@@ -100,9 +100,10 @@ def _resolve(ref: str, *, what: str, flag: str, shipped: dict[str, str], prefix:
     return ResolvedInput(ref=ref, source=ref, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
 
 
-def resolve_cluster(ref: str) -> tuple[Fleet, list[str], ResolvedInput]:
-    """A path to a cluster YAML, or the name of a shipped example fleet: (fleet, warnings, where it came from)."""
-    cat = catalog()
+def resolve_cluster(ref: str, cat: Catalog | None = None) -> tuple[Fleet, list[str], ResolvedInput]:
+    """A path to a cluster YAML, or the name of a shipped example fleet: (fleet, warnings, where it came from).
+    `cat` is the catalog to build it with (default: the shipped one; a calibrated one with --profile)."""
+    cat = cat or catalog()
     src = _resolve(ref, what="cluster", flag="--cluster", shipped=cat.cluster_texts, prefix="example")
     fleet, warnings = load_cluster(src.text, src.source, cat)
     return fleet, warnings, src
@@ -160,3 +161,16 @@ def write_dir_atomic(path_str: str, files: dict[str, str], *, executable_suffix:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def resolve_profile(path_str: str | None) -> tuple[Catalog, ResolvedInput | None]:
+    """The catalog with a calibration profile applied (`--profile FILE`), or the shipped one without."""
+    if path_str is None:
+        return catalog(), None
+    from hgplan.calibrate import apply_profile
+    from hgplan.planfile import parse_profile
+
+    text = read_text(path_str, "profile")
+    profile = parse_profile(text, path_str)
+    src = ResolvedInput(ref=path_str, source=path_str, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+    return apply_profile(catalog(), profile), src

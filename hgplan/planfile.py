@@ -16,6 +16,7 @@ from hgplan.documents import (
     PLAN_KIND,
     SCHEMA_VERSION,
     SEARCH_KIND,
+    CalibrationProfile,
     ModelSourceText,
     PlanFile,
     PlanInputs,
@@ -39,8 +40,9 @@ class LoadedPlan:
     file: PlanFile
 
 
-def make_plan_file(report: SearchReport, *, cluster_text: str, model_text: str, model_sha256: str) -> PlanFile:
-    """The plan file of a search's best plan, with the input texts embedded."""
+def make_plan_file(report: SearchReport, *, cluster_text: str, model_text: str, model_sha256: str,
+                   profile_text: str | None = None) -> PlanFile:
+    """The plan file of a search's best plan, with the input texts (and the calibration profile) embedded."""
     best = report.plans[0]
     inputs = report.inputs
     stats = report.search.model_copy()
@@ -50,21 +52,37 @@ def make_plan_file(report: SearchReport, *, cluster_text: str, model_text: str, 
         inputs=PlanInputs(cluster=SourceText(ref=inputs.cluster.ref, sha256=inputs.cluster.sha256, yaml=cluster_text),
                           model=ModelSourceText(ref=inputs.model.ref, name=inputs.model.name, yaml=model_text,
                                                 sha256=model_sha256),
-                          training=inputs.training, target=inputs.target),
+                          training=inputs.training, target=inputs.target,
+                          **({"profile": SourceText(ref=inputs.profile.ref, sha256=inputs.profile.sha256,
+                                                    yaml=profile_text)} if inputs.profile and profile_text else {})),
         plan=best.plan, prediction=best.prediction, stages=best.stages, search=stats, solver=report.solver,
         baselines=dict(report.baselines or {}))
+
+
+def parse_profile(text: str, source: str) -> CalibrationProfile:
+    """A calibration profile (YAML or JSON) checked against its schema; InputError naming what is wrong."""
+    from hgplan.yamlio import parse_yaml
+
+    data, _ = parse_yaml(text, source)
+    if not isinstance(data, dict) or data.get("kind") != "hgplan.profile":
+        raise _fail(source, "not a calibration profile (kind hgplan.profile); write one with `hgplan calibrate`",
+                    "kind")
+    try:
+        return CalibrationProfile.model_validate(data)
+    except ValidationError as exc:
+        raise _shape_errors(exc, source, "calibration profile") from None
 
 
 def _fail(source: str, msg: str, path: str = "") -> InputError:
     return InputError([InputIssue(source=source, line=None, path=path, message=msg)])
 
 
-def _shape_errors(exc: ValidationError, source: str) -> InputError:
+def _shape_errors(exc: ValidationError, source: str, what: str = "plan file") -> InputError:
     issues = []
     for e in exc.errors()[:10]:
         where = ".".join(str(p) for p in e["loc"])
         issues.append(InputIssue(source=source, line=None, path=where,
-                                 message=f"malformed plan file: {e['msg'].lower()} (got {e.get('input')!r:.60})"))
+                                 message=f"malformed {what}: {e['msg'].lower()} (got {e.get('input')!r:.60})"))
     return InputError(issues)
 
 
@@ -98,6 +116,10 @@ def load_plan(doc: Any, source: str, catalog) -> LoadedPlan:
     from hgplan.validate import check_plan
 
     pf = parse_plan_file(doc, source)
+    if pf.inputs.profile is not None:
+        from hgplan.calibrate import apply_profile
+
+        catalog = apply_profile(catalog, parse_profile(pf.inputs.profile.yaml, f"{source}#inputs.profile"))
     fleet, _ = load_cluster(pf.inputs.cluster.yaml, f"{source}#inputs.cluster", catalog)
     model = load_model(pf.inputs.model.yaml, f"{source}#inputs.model")
     train = make_training(pf.inputs.training.model_dump(), model, f"{source}#inputs.training")

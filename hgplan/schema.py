@@ -154,3 +154,22 @@ class TrainingSpec(_Strict):
 
 MOE_KEYS = frozenset({"num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
                       "expert_model_parallel_size", "moe_layer_freq", "moe_router_load_balancing_type"})
+
+
+class CalibrationRunSpec(_Strict):
+    """One run of `hgplan calibrate`: what ran and how long it took."""
+
+    name: Name
+    cluster: str = Field(description="Cluster YAML (relative to the runs file) or example fleet name.")
+    model: str = Field(description="Model preset or model YAML (relative to the runs file).")
+    training: dict = Field(description="Training settings, as in a training file.")
+    plan: dict = Field(description="The plan that ran: tp, pp, dp, micro_batch_size, stages [{node_group, layers}] "
+                                   "and optionally cp, vpp, recompute, sequence_parallel, zero_stage.")
+    log: str | None = Field(None, description="Megatron-LM training log (relative to the runs file).")
+    iteration_time_ms: PosFloat | None = Field(None, description="Measured time per iteration, instead of a log.")
+
+
+class CalibrationRunsSpec(_Strict):
+    """The runs file of `hgplan calibrate`."""
+
+    runs: list[CalibrationRunSpec] = Field(min_length=1)

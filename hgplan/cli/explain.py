@@ -63,6 +63,7 @@ class ConfigFlags:
     allow_cross_node_tp: bool
     layers: str | None
     stage_groups: str | None
+    profile: str | None = None
 
 
 def _explain_plan_file(plan_file: str, cfg: ConfigFlags, cluster: str | None, model: str | None,
@@ -72,7 +73,8 @@ def _explain_plan_file(plan_file: str, cfg: ConfigFlags, cluster: str | None, mo
     from hgplan.planfile import load_plan
 
     given = [f for f, v in (("--cluster", cluster), ("--model", model), ("--tp", cfg.tp), ("--pp", cfg.pp),
-                            ("--dp", cfg.dp), ("--layers", cfg.layers), ("--stage-groups", cfg.stage_groups))
+                            ("--dp", cfg.dp), ("--layers", cfg.layers), ("--stage-groups", cfg.stage_groups),
+                            ("--profile", cfg.profile))
              if v is not None] + flags.given()
     if given:
         raise InputError(f"a plan file carries its own configuration; drop {', '.join(given)} or the plan file")
@@ -85,7 +87,7 @@ def _explain_plan_file(plan_file: str, cfg: ConfigFlags, cluster: str | None, mo
 def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, flags: TrainingFlags, simulate: bool,
                     timeline: bool):
     from hgplan import explainer
-    from hgplan.io import resolve_cluster, resolve_model
+    from hgplan.io import resolve_cluster, resolve_model, resolve_profile
 
     missing = [f for f, v in (("--cluster", cluster), ("--model", model), ("--tp", cfg.tp), ("--pp", cfg.pp),
                               ("--dp", cfg.dp)) if v is None]
@@ -94,7 +96,7 @@ def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, fl
     if cfg.distributed_optimizer and cfg.zero_stage is not None and cfg.zero_stage != 1:
         raise InputError(f"--distributed-optimizer is ZeRO stage 1 but --zero-stage {cfg.zero_stage} was given; keep one")
     zs = cfg.zero_stage if cfg.zero_stage is not None else (1 if cfg.distributed_optimizer else 0)
-    fleet, warnings, csrc = resolve_cluster(cluster)
+    fleet, warnings, csrc = resolve_cluster(cluster, resolve_profile(cfg.profile)[0])
     arch, msrc = resolve_model(model)
     train = flags.settings(arch, fleet)
     plan = explainer.build_plan(
@@ -133,6 +135,8 @@ def explain(
     layers: Annotated[str | None, typer.Option("--layers", help="Layers per stage, e.g. 10,9,9,8.")] = None,
     stage_groups: Annotated[str | None, typer.Option("--stage-groups",
                                                      help="Node group of each stage, SITE/GROUP,...")] = None,
+    profile: Annotated[str | None, typer.Option("--profile", help="Calibration profile from `hgplan calibrate` "
+                                                                  "(a plan file carries its own).")] = None,
     simulate: Annotated[bool, typer.Option("--simulate/--no-simulate", help="Also run the pipeline simulator.")] = True,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw one iteration as a text Gantt chart.")] = False,
     as_json: JsonOpt = False,
@@ -144,7 +148,8 @@ def explain(
     cfg = ConfigFlags(tp=tp, pp=pp, dp=dp, cp=cp, mbs=mbs, vpp=vpp, recompute=recompute,
                       sequence_parallel=sequence_parallel, distributed_optimizer=distributed_optimizer,
                       zero_stage=zero_stage, no_overlap_grad_reduce=no_overlap_grad_reduce,
-                      allow_cross_node_tp=allow_cross_node_tp, layers=layers, stage_groups=stage_groups)
+                      allow_cross_node_tp=allow_cross_node_tp, layers=layers, stage_groups=stage_groups,
+                      profile=profile)
     if plan_file is not None:
         result = _explain_plan_file(plan_file, cfg, cluster, model, flags, simulate, timeline)
     else:

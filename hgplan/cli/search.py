@@ -60,13 +60,15 @@ def _baseline_file(path: str | None):
     return load_plan(read_json(path, "baseline plan"), path, catalog()).file
 
 
-def _write_outputs(report, result, *, output: str | None, export_model: str | None, cluster, model) -> None:
+def _write_outputs(report, result, *, output: str | None, export_model: str | None, cluster, model,
+                   profile=None) -> None:
     """The plan file (-o) and the last CP-SAT model (--export-model), each written atomically."""
     from hgplan.io import write_file_atomic
     from hgplan.planfile import make_plan_file
 
     if output:
-        pf = make_plan_file(report, cluster_text=cluster.text, model_text=model.text, model_sha256=model.sha256)
+        pf = make_plan_file(report, cluster_text=cluster.text, model_text=model.text, model_sha256=model.sha256,
+                            profile_text=profile.text if profile else None)
         write_file_atomic(output, json.dumps(pf.to_json_dict(), indent=2) + "\n")
         warn(f"wrote {output}", "")
     if export_model and result.last_model_text:
@@ -94,6 +96,8 @@ def search(
     export_model: Annotated[str | None, typer.Option("--export-model", help="Write the last CP-SAT model solved "
                                                                             "(text CpModelProto) to this file.")] = None,
     output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file.")] = None,
+    profile: Annotated[str | None, typer.Option("--profile", help="Calibration profile from `hgplan calibrate`: "
+                                                                  "constants measured on your fleet.")] = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="A committed plan file to gate against (CI).")] = None,
     max_regression: Annotated[str, typer.Option("--max-regression", help="With --baseline: exit 1 when the best plan "
                                                                         "is predicted slower by more than this.")] = "3%",
@@ -103,7 +107,7 @@ def search(
     """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with a proven optimality gap."""
     from hgplan import render
     from hgplan.documents import ClusterInput
-    from hgplan.io import resolve_cluster, resolve_model
+    from hgplan.io import resolve_cluster, resolve_model, resolve_profile
     from hgplan.planfile import regression_check
     from hgplan.planner.api import plan_training
     from hgplan.planner.options import SearchOptions
@@ -111,7 +115,8 @@ def search(
     _check_search_flags(top, time_limit, max_pp, solver_params, writes=(output, export_model))
     gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression, "--max-regression")
     base_file = _baseline_file(baseline)
-    fleet, warnings, csrc = resolve_cluster(cluster)
+    cat, psrc = resolve_profile(profile)
+    fleet, warnings, csrc = resolve_cluster(cluster, cat)
     arch, msrc = resolve_model(model)
     # Megatron-DeepSpeed runs Megatron's model code: both targets are costed with the Megatron runtime; the target
     # only narrows the plan family (no interleaving, ZeRO <= 1 with pipeline parallelism).
@@ -121,10 +126,12 @@ def search(
     report, result = _run_with_progress(lambda cb: plan_training(
         fleet, arch, train, opts, cluster=ClusterInput(ref=csrc.ref, sha256=csrc.sha256), model_ref=msrc.ref,
         progress=cb, log=lambda line: warn(line, ""), with_baselines=baselines), solver_log)
+    if psrc is not None:
+        report.inputs.profile = ClusterInput(ref=psrc.ref, sha256=psrc.sha256)
     report.warnings[:0] = warnings
     for w in report.warnings:
         warn(w)
-    _write_outputs(report, result, output=output, export_model=export_model, cluster=csrc, model=msrc)
+    _write_outputs(report, result, output=output, export_model=export_model, cluster=csrc, model=msrc, profile=psrc)
     if base_file is not None:
         report.regression = regression_check(base_file, report, bound)
     if as_json:

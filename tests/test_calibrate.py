@@ -1,0 +1,123 @@
+"""Issue 10: `hgplan calibrate` recovers constants from runs, reads Megatron-LM logs, and --profile applies them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from hgplan.calibrate import apply_profile, parse_megatron_log
+from hgplan.documents import CalibrationProfile, GpuConstants, TransportConstants
+from hgplan.io import catalog
+
+# A Megatron-LM training log as pretrain_gpt.py prints it (megatron/training/training.py, training_log and
+# report_memory): the first interval includes start-up and is dropped; memory is reported per rank.
+MEGATRON_LOG = """\
+using world size: 8, data-parallel size: 8, context-parallel size: 1, tensor-model-parallel size: 1
+[after dataloaders are built] datetime: 2025-05-02 10:00:00
+ [2025-05-02 10:00:41] iteration       10/    1000 | consumed samples:          640 | elapsed time per iteration (ms): 4102.7 | throughput per GPU (TFLOP/s/GPU): 312.4 | learning rate: 1.500000E-05 | global batch size:    64 | lm loss: 1.082137E+01 | loss scale: 1.0 | grad norm: 12.031 | number of skipped iterations:   0 | number of nan iterations:   0 |
+[Rank 0] (after 10 iterations) memory (MB) | allocated: 30211.43 | max allocated: 52133.87 | reserved: 56002.00 | max reserved: 56002.00
+[Rank 3] (after 10 iterations) memory (MB) | allocated: 30211.43 | max allocated: 52410.12 | reserved: 56002.00 | max reserved: 56002.00
+ [2025-05-02 10:01:17] iteration       20/    1000 | consumed samples:         1280 | elapsed time per iteration (ms): 3590.1 | throughput per GPU (TFLOP/s/GPU): 357.0 | learning rate: 3.000000E-05 | global batch size:    64 | lm loss: 9.133042E+00 | loss scale: 1.0 | grad norm: 4.512 | number of skipped iterations:   0 | number of nan iterations:   0 |
+ [2025-05-02 10:01:53] iteration       30/    1000 | consumed samples:         1920 | elapsed time per iteration (ms): 3601.9 | throughput per GPU (TFLOP/s/GPU): 355.8 | learning rate: 4.500000E-05 | global batch size:    64 | lm loss: 8.204311E+00 | loss scale: 1.0 | grad norm: 2.207 | number of skipped iterations:   0 | number of nan iterations:   0 |
+ [2025-05-02 10:02:29] iteration       40/    1000 | consumed samples:         2560 | elapsed time per iteration (ms): 3595.4 | throughput per GPU (TFLOP/s/GPU): 356.5 | learning rate: 6.000000E-05 | global batch size:    64 | lm loss: 7.711190E+00 | loss scale: 1.0 | grad norm: 1.633 | number of skipped iterations:   0 | number of nan iterations:   0 |
+"""
+
+
+def test_parse_megatron_log_excerpt():
+    s = parse_megatron_log(MEGATRON_LOG)
+    assert s.iterations == 3  # the first interval (start-up) is dropped
+    assert s.iteration_s == pytest.approx(3.5954)
+    assert s.max_allocated_gib == pytest.approx(52410.12 / 1024)
+
+
+def _plan(tp, dp, mbs, group, layers=32, overlap=True):
+    return {"tp": tp, "pp": 1, "dp": dp, "micro_batch_size": mbs, "sequence_parallel": tp > 1,
+            "zero_stage": 1, "overlap_grad_reduce": overlap, "stages": [{"node_group": group, "layers": layers}]}
+
+
+# Runs chosen so that each constant moves some of them: GEMM-heavy, attention-heavy (long sequences),
+# HBM-heavy (the optimizer step of few tokens), TP all-reduces, and exposed data-parallel traffic over the NICs.
+RUN_SHAPES = [("gemm", 1, 8, 4, 2048, 64, True), ("attention", 1, 8, 1, 16384, 8, True),
+              ("hbm", 1, 8, 1, 512, 8, True), ("tp", 8, 1, 1, 4096, 8, True), ("nic", 1, 16, 1, 2048, 16, False),
+              ("mixed", 2, 4, 2, 8192, 16, True)]
+GROUPS = {"h100": "beijing/h100", "a100": "shanghai/a100"}
+TRUTH = CalibrationProfile(
+    hgplan_version="test",
+    gpus={"H100-SXM5-80GB": GpuConstants(gemm_efficiency=0.803 * 0.8, fused_attention_efficiency=0.52 * 1.25,
+                                         hbm_efficiency=0.85 * 0.75, collective_efficiency=0.80 * 1.2),
+          "A100-SXM4-80GB": GpuConstants(gemm_efficiency=0.869 * 1.15, attention_efficiency=0.45 * 0.7,
+                                         hbm_efficiency=0.85 * 1.1, collective_efficiency=0.77 * 0.85)},
+    transports={"infiniband": TransportConstants(efficiency=0.90 * 0.8), "roce": TransportConstants(efficiency=0.85 * 0.75)})
+
+
+def _synthesise(tmp_path):
+    """A runs file whose logs were produced by the cost model with the TRUTH constants (up to 30% off the catalog)."""
+    from hgplan.costmodel.evaluate import evaluate
+    from hgplan.documents import PlanRecord
+    from hgplan.inputs import load_cluster, load_model, make_training
+    from hgplan.plan import Plan
+
+    cat = apply_profile(catalog(), TRUTH)
+    fleet, _ = load_cluster(cat.cluster_texts["two-site"], "two-site", cat)
+    model = load_model(cat.model_texts["llama3.1-8b"], "m")
+    runs = []
+    for gname, group in GROUPS.items():
+        for name, tp, dp, mbs, seq, gbs, overlap in RUN_SHAPES:
+            training = {"seq_length": seq, "global_batch_size": gbs}
+            plan = _plan(tp, dp, mbs, group, overlap=overlap)
+            pred = evaluate(Plan.from_record(PlanRecord.model_validate(plan)), fleet, model,
+                            make_training(training, model)).iteration_time_s
+            log = tmp_path / f"{gname}-{name}.log"
+            lines = [f" [t] iteration {10 * (i + 1):8d}/ 1000 | consumed samples: 1 | elapsed time per iteration (ms): "
+                     f"{pred * 1e3 * (3.0 if i == 0 else 1.0):.6f} | throughput per GPU (TFLOP/s/GPU): 1.0 |"
+                     for i in range(4)]
+            log.write_text("\n".join(lines) + "\n")
+            runs.append({"name": f"{gname}-{name}", "cluster": "two-site", "model": "llama3.1-8b",
+                         "training": training, "plan": plan, "log": log.name})
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": runs}, sort_keys=False))
+    return path
+
+
+def test_calibrate_recovers_perturbed_constants(cli, tmp_path):
+    """Logs synthesised with constants 15-30% off the catalog's: calibrate recovers every one within 2%, leaves
+    the unused Ethernet transport alone, and the profile reproduces the runs."""
+    runs = _synthesise(tmp_path)
+    profile_path = tmp_path / "profile.yaml"
+    r = cli("calibrate", runs, "-o", profile_path, "--json")
+    assert r.code == 0, r.stderr
+    got = CalibrationProfile.model_validate(r.json())
+    for gid, truth in TRUTH.gpus.items():
+        for name, value in truth.model_dump(exclude_none=True).items():
+            assert getattr(got.gpus[gid], name) == pytest.approx(value, rel=0.02), (gid, name)
+    for name, t in TRUTH.transports.items():
+        assert got.transports[name].efficiency == pytest.approx(t.efficiency, rel=0.02), name
+    assert "transport ethernet" in got.fit.not_identifiable and "ethernet" not in got.transports
+    assert got.fit.rms_error < 0.005
+    assert yaml.safe_load(profile_path.read_text())["kind"] == "hgplan.profile"
+
+
+def test_profile_changes_predictions_and_travels_in_plan_files(cli, tmp_path):
+    """--profile on search and explain uses the profile's constants; a plan file embeds the profile, so
+    explain of the plan file reproduces the prediction without the flag."""
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(TRUTH.to_json_dict()))
+    args = ["explain", "-c", "two-site", "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "64", "--tp", "1",
+            "--pp", "1", "--dp", "8", "--stage-groups", "beijing/h100", "--json"]
+    plain, calibrated = cli(*args).json(), cli(*args, "--profile", profile).json()
+    assert calibrated["prediction"]["iteration_time_s"] > plain["prediction"]["iteration_time_s"] * 1.05
+    plan = tmp_path / "plan.json"
+    r = cli("search", "-c", "two-site", "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "256",
+            "--profile", profile, "--no-baselines", "-o", plan, "--json")
+    assert r.code == 0, r.stderr
+    doc = json.loads(plan.read_text())
+    assert doc["inputs"]["profile"]["ref"] == str(profile) and "hgplan.profile" in doc["inputs"]["profile"]["yaml"]
+    assert r.json()["inputs"]["profile"]["sha256"] == doc["inputs"]["profile"]["sha256"]
+    again = cli("explain", plan, "--json").json()
+    assert again["prediction"]["iteration_time_s"] == doc["prediction"]["iteration_time_s"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: hgplan.profile\nschema_version: '1'\nhgplan_version: x\ngpus: {H100-SXM5-80GB: {gemm_efficiency: -1}}\n")
+    r = cli(*args, "--profile", bad)
+    assert r.code == 2 and "malformed calibration profile" in r.stderr
