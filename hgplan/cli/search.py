@@ -50,6 +50,18 @@ def _run_with_progress(fn: Callable, solver_log: bool):
         return fn(cb)
 
 
+def _inputs(cluster: str, model: str, profile: str | None, flags: TrainingFlags):
+    """Fleet (with the calibration profile applied), model and training settings, each resolved once."""
+    from hgplan.io import resolve_cluster, resolve_model, resolve_profile
+
+    cat, psrc = resolve_profile(profile)
+    fleet, warnings, csrc = resolve_cluster(cluster, cat)
+    arch, msrc = resolve_model(model)
+    # Megatron-DeepSpeed runs Megatron's model code: both targets are costed with the Megatron runtime; the target
+    # only narrows the plan family (no interleaving, ZeRO <= 1 with pipeline parallelism).
+    return fleet, warnings, csrc, arch, msrc, flags.settings(arch, fleet), psrc
+
+
 def _baseline_file(path: str | None):
     """The committed plan file to gate against, read and checked before the search (None without --baseline)."""
     if path is None:
@@ -107,7 +119,6 @@ def search(
     """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with a proven optimality gap."""
     from hgplan import render
     from hgplan.documents import ClusterInput
-    from hgplan.io import resolve_cluster, resolve_model, resolve_profile
     from hgplan.planfile import regression_check
     from hgplan.planner.api import plan_training
     from hgplan.planner.options import SearchOptions
@@ -115,12 +126,7 @@ def search(
     _check_search_flags(top, time_limit, max_pp, solver_params, writes=(output, export_model))
     gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression, "--max-regression")
     base_file = _baseline_file(baseline)
-    cat, psrc = resolve_profile(profile)
-    fleet, warnings, csrc = resolve_cluster(cluster, cat)
-    arch, msrc = resolve_model(model)
-    # Megatron-DeepSpeed runs Megatron's model code: both targets are costed with the Megatron runtime; the target
-    # only narrows the plan family (no interleaving, ZeRO <= 1 with pipeline parallelism).
-    train = flags.settings(arch, fleet)
+    fleet, warnings, csrc, arch, msrc, train, psrc = _inputs(cluster, model, profile, flags)
     opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
                          solver_log=solver_log, solver_params=solver_params or "", keep_model=export_model is not None)
     report, result = _run_with_progress(lambda cb: plan_training(
