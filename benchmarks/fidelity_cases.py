@@ -41,6 +41,8 @@ class Result:
     published_s: float
     predicted_s: float
     plan: Plan | None
+    gpu: str = ""
+    """The GPU type of the row's fleet."""
 
     @property
     def error(self) -> float:
@@ -176,7 +178,8 @@ def predict(case: Case) -> Result:
         lt = layer_time(case.model, g.gpu, plan.config, case.train,
                         tp_busbw_gbytes_per_s=intra_node_busbw_gbytes_per_s(g.gpu, g.intra_node_gbytes_per_s),
                         tp_latency_s=NVLINK_COLLECTIVE_LATENCY_S)
-        return Result(id=case.id, family=case.family, published_s=case.published_s, predicted_s=lt.fwd_s + lt.bwd_s, plan=plan)
+        return Result(id=case.id, family=case.family, published_s=case.published_s, predicted_s=lt.fwd_s + lt.bwd_s, plan=plan,
+                      gpu=case.fleet.groups[0].gpu.id)
     best = None
     for plan in case.plans:
         pred = evaluate(plan, case.fleet, case.model, case.train)
@@ -185,6 +188,7 @@ def predict(case: Case) -> Result:
             best = (key, pred, plan)
     assert best is not None, case.id
     return Result(id=case.id, family=case.family, published_s=case.published_s, predicted_s=best[1].iteration_time_s,
+                  gpu=case.fleet.groups[0].gpu.id,
                   plan=best[2])
 
 
@@ -197,6 +201,15 @@ def run(rows: list[dict], catalog: Catalog) -> tuple[list[Result], list[tuple[st
             continue
         results.append(predict(case))
     return results, skipped
+
+
+def by_gpu(results: list[Result]) -> dict[str, dict]:
+    """Rows, median and worst |error| per GPU type: the validation record `explain` cites for compute on it."""
+    out: dict[str, list[float]] = {}
+    for r in results:
+        out.setdefault(r.gpu, []).append(abs(r.error))
+    return {gpu: {"rows": len(errs), "median_abs_error": round(statistics.median(errs), 4),
+                  "worst_abs_error": round(max(errs), 4)} for gpu, errs in sorted(out.items())}
 
 
 def summary(results: list[Result]) -> dict:

@@ -201,7 +201,7 @@ def calibrate(runs: list[Run]) -> CalibrationProfile:
 def apply_profile(catalog: Catalog, profile: CalibrationProfile) -> Catalog:
     """The catalog with the profile's constants: GPU types by id, transports by name."""
     overrides = {gid: c.model_dump(exclude_none=True) for gid, c in profile.gpus.items()}
-    transports = {k: (replace(t, efficiency=profile.transports[k].efficiency)
+    transports = {k: (replace(t, efficiency=profile.transports[k].efficiency, calibrated=True)
                       if k in profile.transports and profile.transports[k].efficiency is not None else t)
                   for k, t in catalog.transports.items()}
     return replace(catalog, gpu_overrides={**catalog.gpu_overrides, **overrides}, transports=transports)

@@ -320,6 +320,14 @@ class UpperBound(Doc):
     share_reached: float
 
 
+class BasisEntry(Doc):
+    """What one term of the prediction rests on."""
+
+    term: str
+    basis: Literal["calibrated", "validated", "physics"]
+    detail: str
+
+
 class ExplainBaseline(Doc):
     """A baseline's speedup as `explain` repeats it from the plan file."""
 
@@ -352,6 +360,7 @@ class ExplainReport(Doc):
     upper_bound: UpperBound
     baselines: dict[str, ExplainBaseline] | None = None
     warnings: list[str] | None = None
+    basis: list[BasisEntry] | None = None
 
 
 class ExportNode(Doc):

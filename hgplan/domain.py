@@ -122,6 +122,8 @@ class TransportProfile:
     efficiency: float
     latency_us: float
     rdma: bool
+    calibrated: bool = False
+    """Whether a calibration profile (`--profile`) set the efficiency on the user's network."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +146,8 @@ class GpuType:
     eff: ArchEfficiency
     sm_count: int | None = None
     """Streaming multiprocessors (NVIDIA) or compute units (AMD) a GEMM's tiles are spread over in waves."""
+    calibrated: tuple[str, ...] = ()
+    """Constants a calibration profile (`--profile`) set for this GPU type on the user's hardware."""
 
     def peak_tflops(self, precision: Precision) -> float | None:
         """Dense tensor TFLOP/s at this precision (None when the datasheet gives none)."""

@@ -213,7 +213,8 @@ def _boundaries(pred: Prediction) -> list[BoundaryRecord]:
 
 def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *, cluster_ref: str,
             model_ref: str, simulate: bool = True, timeline: bool = False,
-            baselines: dict[str, BaselineRecord] | None = None, warnings: list[str] | None = None) -> Explanation:
+            baselines: dict[str, BaselineRecord] | None = None, warnings: list[str] | None = None,
+            validation: dict | None = None) -> Explanation:
     """Predict a valid plan and say why: findings, what-ifs, the fleet's upper bound and the baselines' speedups."""
     require_valid(plan, fleet, model, train)
     pred = evaluate(plan, fleet, model, train)
@@ -231,6 +232,10 @@ def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
         notes += [f"{b.speedup:.2f}x faster than {name} ({b.description})" for name, b in kept.items()]
     if warnings is not None:
         extra["warnings"] = warnings
+    if validation is not None:
+        from hgplan.basis import basis
+
+        extra["basis"] = basis(plan, fleet, train, validation)
     report = ExplainReport(
         schema_version=SCHEMA_VERSION, hgplan_version=__version__,
         inputs=ExplainInputs(cluster=cluster_ref, model=model_ref, model_name=model.name,

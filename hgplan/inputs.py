@@ -34,6 +34,9 @@ class Catalog:
     """Preset name -> YAML text."""
     cluster_texts: dict[str, str]
     """Example fleet name -> YAML text."""
+    validation: dict = field(default_factory=dict)
+    """profiles/validation.yaml: the cost model's residuals against published runs, per GPU type (explain cites
+    them)."""
     gpu_overrides: dict[str, dict[str, float]] = field(default_factory=dict)
     """GPU id -> ArchEfficiency fields measured on the user's hardware (a calibration profile, `--profile`)."""
 
@@ -42,17 +45,19 @@ class Catalog:
         overrides of that GPU)."""
         base = self.archs[spec.arch]
         eff = base if spec.gemm_efficiency is None else replace(base, gemm_efficiency=spec.gemm_efficiency)
+        calibrated: tuple[str, ...] = ()
         if spec.id in self.gpu_overrides:
             eff = replace(eff, **self.gpu_overrides[spec.id])
+            calibrated = tuple(sorted(self.gpu_overrides[spec.id]))
         return GpuType(id=spec.id, vendor=spec.vendor, arch=spec.arch, form_factor=spec.form_factor,
                        bf16_tflops=spec.bf16_tflops, fp16_tflops=spec.fp16_tflops, fp8_tflops=spec.fp8_tflops,
                        hbm_gib=spec.hbm_gib, hbm_gbytes_per_s=spec.hbm_gbytes_per_s,
                        intra_node_kind=spec.intra_node.kind, intra_node_gbytes_per_s=spec.intra_node.gbytes_per_s,
-                       tdp_w=spec.tdp_w, source=spec.source, eff=eff, sm_count=spec.sm_count)
+                       tdp_w=spec.tdp_w, source=spec.source, eff=eff, sm_count=spec.sm_count, calibrated=calibrated)
 
 
 def build_catalog(*, gpus_text: str, archs_text: str, nics_text: str,
-                  model_texts: dict[str, str], cluster_texts: dict[str, str]) -> Catalog:
+                  model_texts: dict[str, str], cluster_texts: dict[str, str], validation_text: str = "") -> Catalog:
     """Build the catalog from the texts of the profile files. Shipped data must be valid."""
     gpus_doc, _ = parse_yaml(gpus_text, "profiles/gpus.yaml")
     archs_doc, _ = parse_yaml(archs_text, "profiles/architectures.yaml")
@@ -65,7 +70,8 @@ def build_catalog(*, gpus_text: str, archs_text: str, nics_text: str,
             raise InputError(f"profiles/gpus.yaml: GPU {spec.id} names unknown arch {spec.arch!r}")
         gpus[spec.id] = spec
     transports = {k: TransportProfile(name=k, **v) for k, v in nics_doc["transports"].items()}
-    return Catalog(gpus=gpus, archs=archs, transports=transports,
+    validation = (parse_yaml(validation_text, "profiles/validation.yaml")[0] or {}) if validation_text else {}
+    return Catalog(gpus=gpus, archs=archs, transports=transports, validation=validation,
                    model_texts=dict(sorted(model_texts.items())), cluster_texts=dict(sorted(cluster_texts.items())))
 
 

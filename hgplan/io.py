@@ -37,6 +37,7 @@ def catalog() -> Catalog:
         nics_text=(root / "nics.yaml").read_text(),
         model_texts={p.stem: p.read_text() for p in (root / "models").glob("*.yaml")},
         cluster_texts={p.stem: p.read_text() for p in (root / "clusters").glob("*.yaml")},
+        validation_text=(root / "validation.yaml").read_text() if (root / "validation.yaml").is_file() else "",
     )
 
 

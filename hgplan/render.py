@@ -64,6 +64,8 @@ def explanation(out: Console, report: ExplainReport, timeline: str | None) -> No
     out.print(table)
     for line in report.findings:
         plain(out, line)
+    for b in report.basis or []:
+        plain(out, f"basis: {b.term}: {b.basis} ({b.detail})")
     if timeline:
         plain(out, timeline)
 

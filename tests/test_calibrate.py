@@ -121,3 +121,20 @@ def test_profile_changes_predictions_and_travels_in_plan_files(cli, tmp_path):
     bad.write_text("kind: hgplan.profile\nschema_version: '1'\nhgplan_version: x\ngpus: {H100-SXM5-80GB: {gemm_efficiency: -1}}\n")
     r = cli(*args, "--profile", bad)
     assert r.code == 2 and "malformed calibration profile" in r.stderr
+
+
+def test_explain_says_what_each_term_rests_on(cli, tmp_path):
+    """Without a profile, H100 compute is validated (with the calibration set's residual on H100) and the WAN is
+    physics only; with one, the calibrated constants say so."""
+    args = ["explain", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512", "--tp",
+            "8", "--pp", "4", "--dp", "2", "--stage-groups", "beijing/h100,beijing/h100,shanghai/a100,shanghai/a100",
+            "--layers", "24,24,16,16", "--json"]
+    basis = {b["term"]: b for b in cli(*args).json()["basis"]}
+    h100 = basis["compute on H100-SXM5-80GB"]
+    assert h100["basis"] == "validated" and "published runs on this GPU" in h100["detail"]
+    assert basis["pipeline over site_link (ethernet)"]["basis"] == "physics"
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(TRUTH.to_json_dict()))
+    calibrated = {b["term"]: b["basis"] for b in cli(*args, "--profile", profile).json()["basis"]}
+    assert calibrated["compute on H100-SXM5-80GB"] == "calibrated"
+    assert calibrated["data-parallel traffic over infiniband NICs"] == "calibrated"

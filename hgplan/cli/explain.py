@@ -81,13 +81,13 @@ def _explain_plan_file(plan_file: str, cfg: ConfigFlags, cluster: str | None, mo
     lp = load_plan(read_json(plan_file, "plan"), plan_file, catalog())
     return explainer.explain(lp.plan, lp.fleet, lp.model, lp.train, cluster_ref=lp.file.inputs.cluster.ref,
                              model_ref=lp.file.inputs.model.ref, simulate=simulate, timeline=timeline,
-                             baselines=lp.file.baselines)
+                             baselines=lp.file.baselines, validation=catalog().validation)
 
 
 def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, flags: TrainingFlags, simulate: bool,
                     timeline: bool):
     from hgplan import explainer
-    from hgplan.io import resolve_cluster, resolve_model, resolve_profile
+    from hgplan.io import catalog, resolve_cluster, resolve_model, resolve_profile
 
     missing = [f for f, v in (("--cluster", cluster), ("--model", model), ("--tp", cfg.tp), ("--pp", cfg.pp),
                               ("--dp", cfg.dp)) if v is None]
@@ -107,7 +107,7 @@ def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, fl
     for w in warnings:
         warn(w)
     return explainer.explain(plan, fleet, arch, train, cluster_ref=csrc.ref, model_ref=msrc.ref, simulate=simulate,
-                             timeline=timeline, warnings=warnings)
+                             timeline=timeline, warnings=warnings, validation=catalog().validation)
 
 
 @app.command()

@@ -1,0 +1,84 @@
+"""What each term of a prediction rests on: measured on the user's fleet, validated against published runs, or
+physics (datasheets and assumed efficiencies) only. `explain` prints it per GPU type and per link (pure)."""
+
+from __future__ import annotations
+
+from hgplan.costmodel.compute import attention_kernel
+from hgplan.documents import BasisEntry
+from hgplan.domain import Fleet, PathKind, TrainingSettings, Transport
+from hgplan.plan import Plan
+
+CALIBRATED = "calibrated"
+"""Fitted by `hgplan calibrate` to runs on the user's fleet (--profile)."""
+VALIDATED = "validated"
+"""Checked against published or shared measurements (benchmarks/fidelity.py, benchmarks/h100_measured.py)."""
+PHYSICS = "physics"
+"""Datasheet figures and assumed efficiencies only: no measurement of this GPU, link or kernel backs it."""
+VALIDATED_ATTENTION = {("hopper", "fused"), ("hopper", "flash2"), ("ampere", "flash2"), ("ampere", "unfused"),
+                       ("hopper", "unfused")}
+"""(architecture, attention kernel) pairs measured: the H100 sheet (fused, flash2, unfused) and the calibration
+set's A100 runs (llm-foundry's FlashAttention-2, Megatron's unfused path)."""
+RDMA_VALIDATED = {Transport.INFINIBAND, Transport.ROCE}
+"""Multi-node calibration runs (up to 3072 A100 GPUs over InfiniBand, llm-foundry on RoCE) exercise these."""
+
+
+def _residual(validation: dict, gpu_id: str) -> str:
+    rec = validation.get("calibration_set", {}).get(gpu_id)
+    if not rec:
+        return ""
+    return (f"; {rec['rows']} published runs on this GPU: median error {rec['median_abs_error']:.1%}, worst "
+            f"{rec['worst_abs_error']:.1%}")
+
+
+def _gpu_entries(g, train: TrainingSettings, validation: dict, tp: int) -> list[BasisEntry]:
+    """Compute, attention and tensor-parallel terms of one GPU type."""
+    residual = _residual(validation, g.id)
+    gemm = CALIBRATED if "gemm_efficiency" in g.calibrated else VALIDATED if residual else PHYSICS
+    out = [BasisEntry(term=f"compute on {g.id}", basis=gemm,
+                      detail=("your profile's gemm_efficiency" if gemm == CALIBRATED else
+                              f"datasheet peak x {g.arch} efficiency{residual}" if residual else
+                              f"datasheet peak x {g.arch} efficiency; no published run on this GPU"))]
+    kernel = attention_kernel(train, g)
+    calibrated_attention = {"attention_efficiency", "fused_attention_efficiency"} & set(g.calibrated)
+    att = CALIBRATED if calibrated_attention else (VALIDATED if (g.arch, kernel.value) in VALIDATED_ATTENTION
+                                                   else PHYSICS)
+    out.append(BasisEntry(term=f"attention on {g.id} ({kernel.value})", basis=att,
+                          detail="h100-measured or calibration-set kernels" if att == VALIDATED else
+                          "your profile" if att == CALIBRATED else "assumed kernel efficiency"))
+    if tp > 1:
+        nvlink = g.intra_node_kind in ("nvlink", "nvswitch")
+        tpb = CALIBRATED if "collective_efficiency" in g.calibrated else (
+            VALIDATED if nvlink and g.arch in ("ampere", "hopper") else PHYSICS)
+        out.append(BasisEntry(term=f"tensor-parallel all-reduce on {g.id} ({g.intra_node_kind})", basis=tpb,
+                              detail="nccl-tests bus bandwidth on NVLink nodes" if tpb == VALIDATED else
+                              "your profile" if tpb == CALIBRATED else
+                              "link bandwidth x assumed efficiency (no PCIe measurement)"))
+    return out
+
+
+def basis(plan: Plan, fleet: Fleet, train: TrainingSettings, validation: dict) -> list[BasisEntry]:
+    """One entry per GPU type of the plan (compute, attention, TP) and per kind of link its traffic crosses."""
+    out: list[BasisEntry] = []
+    seen = []
+    for st in plan.stages:
+        g = fleet.group(st.node_group).gpu
+        if g.id not in seen:
+            seen.append(g.id)
+            out += _gpu_entries(g, train, validation, plan.config.tp)
+    links: dict[str, str] = {}
+    for a, b in zip(plan.stages, plan.stages[1:]):
+        path = fleet.path(fleet.group(a.node_group), fleet.group(b.node_group))
+        if path is not None and path.kind is not PathKind.SAME_GROUP:
+            links[f"pipeline over {path.kind.value} ({path.transport.value})"] = path.transport.value
+    for st in plan.stages:
+        t = fleet.group(st.node_group).nic_transport
+        if plan.config.gpus_per_stage > fleet.group(st.node_group).gpus_per_node:
+            links[f"data-parallel traffic over {t.value} NICs"] = t.value
+    for term, transport in links.items():
+        b = CALIBRATED if fleet.transports[Transport(transport)].calibrated else (
+            VALIDATED if Transport(transport) in RDMA_VALIDATED and "site_link" not in term else PHYSICS)
+        out.append(BasisEntry(term=term, basis=b, detail={
+            CALIBRATED: "your profile's transport efficiency",
+            VALIDATED: "multi-node published runs on RDMA fabrics",
+            PHYSICS: "line rate x assumed efficiency and latency; no published heterogeneous or WAN run"}[b]))
+    return out
