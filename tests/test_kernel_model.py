@@ -116,11 +116,10 @@ def test_tile_efficiency_in_whole_tiles_and_waves():
 
 @pytest.mark.skipif(not H100_DATA.exists(), reason="shared/reference/h100-measured.json is not beside the checkout")
 def test_h100_measured_configurations():
-    """The megatron-core configurations measured on a real H100 (local spec). Fused or flash attention: fwd+bwd
-    within 8% (measured within 7.7% when this test was written; issue 10's target is 7%), every Llama layer's
-    activations within 8%, peak memory within 8%; the fused optimizer step within 15%. The unfused attention path
-    of the local spec is not modelled well yet (-10% to -38%): it is reported by benchmarks/h100_measured.py, not
-    asserted."""
+    """The megatron-core configurations measured on a real H100 (local spec). fwd+bwd of every configuration within
+    9% (8.6% at worst when this test was written; issue 10's target is 7%), every Llama layer's activations within
+    8%, peak memory within 8% with fused or flash attention (the unfused path's score transients are not modelled),
+    the fused optimizer step within 15%."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from h100_measured import compare
@@ -128,7 +127,8 @@ def test_h100_measured_configurations():
     out = compare(json.loads(H100_DATA.read_text()))
     fused = [r for r in out["configs"] if r["meas"]["attn"] != "unfused"]
     assert len(fused) >= 14
-    assert max(abs(r["fwd_bwd"]) for r in fused) <= 0.08, [(r["name"], round(r["fwd_bwd"], 3)) for r in fused]
+    assert max(abs(r["fwd_bwd"]) for r in out["configs"]) <= 0.09, [(r["name"], round(r["fwd_bwd"], 3))
+                                                                     for r in out["configs"]]
     assert max(abs(r["peak"]) for r in fused) <= 0.08
     assert max(abs(r["act"]) for r in out["per_layer"]) <= 0.08
     fused_opt = [r for r in out["optimizer"] if r["fused"]]

@@ -56,6 +56,12 @@ section 3.1)."""
 DROPOUT_BYTES = 2.5
 """Attention-dropout traffic per score element, in activation-element units: read and write the scores (2) and
 write a 1-byte mask (0.5)."""
+LOCAL_UNFUSED_SCORE_PASSES = (11, 20)
+"""(forward, backward) passes over the 2-byte s x s score tensor of the local spec's unfused attention (in-place
+mask fill, unfused softmax, p = 0 dropout, their backward, and the score layouts' copies). h100-measured: the
+unfused configurations' non-matmul kernels exceed those of their flash twins by 30-33 passes per layer (10
+configurations, 8B and 70B, s4096-8192, b1-2), and by 41-43 under full recompute, which re-runs the forward: about
+11 forward and 20 backward. Megatron's fused softmax (TE or Apex) makes 2 and 4."""
 FP8_CAST_BYTES_FWD, FP8_CAST_BYTES_BWD = 3, 4
 """Transformer Engine's fp8 casts, per element: forward, the projection's input is cast on its own (read 2 bytes,
 write 1; the QKV and MLP inputs and the activation output are cast inside the fused norm and activation kernels);
@@ -148,10 +154,13 @@ def _attention_s(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Tra
     qk = gemm_s(gpu, prec, q_len, k_len, d)
     av = gemm_s(gpu, prec, q_len, d, k_len)
     scores = per_head * q_len * k_len
-    # scale+mask+softmax (fused: read, write) and dropout (read, write, 1-byte mask)
-    softmax_bytes = scores * BYTES * (2 + (DROPOUT_BYTES if model.attention_dropout > 0 else 0))
-    return (per_head * (qk + av) + hbm_s(gpu, softmax_bytes), per_head * 2 * (qk + av) + hbm_s(gpu, 2 * softmax_bytes),
-            softmax_bytes, 4.0 * b * heads * q_len * k_len * d)
+    if train.transformer_impl is TransformerImpl.LOCAL:
+        fwd_bytes, bwd_bytes = (scores * BYTES * n for n in LOCAL_UNFUSED_SCORE_PASSES)
+    else:  # fused scale+mask+softmax (read, write) and dropout (read, write, 1-byte mask); the backward twice that
+        fwd_bytes = scores * BYTES * (2 + (DROPOUT_BYTES if model.attention_dropout > 0 else 0))
+        bwd_bytes = 2 * fwd_bytes
+    return (per_head * (qk + av) + hbm_s(gpu, fwd_bytes), per_head * 2 * (qk + av) + hbm_s(gpu, bwd_bytes),
+            fwd_bytes, 4.0 * b * heads * q_len * k_len * d)
 
 
 def _elementwise_fwd_bytes(model: ModelArch, cfg: ParallelConfig, train: TrainingSettings) -> float:
