@@ -14,7 +14,7 @@ from hgplan.domain import ModelArch, NodeGroup, Target, TrainingSettings
 from hgplan.plan import ParallelConfig, Recompute
 from hgplan.planner.bounds import BoundContext, candidate_bound_s, make_context
 from hgplan.planner.costs import US, CostSource
-from hgplan.planner.options import SearchOptions
+from hgplan.planner.options import MAX_MICRO_BATCH, SearchOptions
 from hgplan.planner.tables import eligible
 
 RECOMPUTE_ORDER = tuple(Recompute)
@@ -38,6 +38,10 @@ class Candidate:
 def cand_key(cfg: ParallelConfig) -> tuple:
     """The configuration part of a candidate's key (ties between plans break on it)."""
     return (cfg.tp, cfg.cp, cfg.dp, cfg.micro_batch_size, RECOMPUTE_ORDER.index(cfg.recompute), cfg.pp, cfg.vpp)
+
+
+def _powers_of_two(limit: int) -> tuple[int, ...]:
+    return tuple(2 ** i for i in range(limit.bit_length()) if 2 ** i <= limit)
 
 
 def _tp_options(model: ModelArch, groups: list[NodeGroup], opts: SearchOptions) -> list[int]:
@@ -80,7 +84,7 @@ def base_configs(model: ModelArch, train: TrainingSettings, opts: SearchOptions,
         for cp in _cp_options(train, tp, groups):
             for size in _stage_sizes(tp, cp, groups):
                 dp = size // (tp * cp)
-                for mbs in opts.mbs_options:
+                for mbs in opts.mbs_options or _powers_of_two(MAX_MICRO_BATCH):
                     if train.global_batch_size % (mbs * dp) == 0:
                         for rc in opts.recompute_options:
                             yield ParallelConfig(tp=tp, pp=1, dp=dp, cp=cp, micro_batch_size=mbs, recompute=rc,

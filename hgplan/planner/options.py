@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from hgplan.domain import Target
 from hgplan.plan import Recompute
 
+MAX_MICRO_BATCH = 64
+"""Largest default micro-batch size: past it the GEMMs gain nothing and activations grow linearly."""
 DTIME_PER_WALL = 0.6
 """CP-SAT deterministic seconds per wall second measured on the 2-core CI machine (benchmarks/search_scaling.py)."""
 
@@ -24,7 +26,9 @@ class SearchOptions:
     max_pp: int | None = None
     groups: tuple[str, ...] | None = None
     """Restrict the search to these node groups (used by the single-group baseline)."""
-    mbs_options: tuple[int, ...] = (1, 2, 4, 8)
+    mbs_options: tuple[int, ...] | None = None
+    """Micro-batch sizes to try. Default: every power of two up to MAX_MICRO_BATCH that divides the global batch
+    for the candidate's DP (memory decides which fit)."""
     recompute_options: tuple[Recompute, ...] = tuple(Recompute)
     vpp_options: tuple[int, ...] | None = None
     """Default: (1, 2) for Megatron-LM, (1,) for DeepSpeed (no interleaved schedule)."""
