@@ -92,3 +92,19 @@ def test_training_file(cli, write):
             "--dp", "16", "--stage-groups", "beijing/h100", "--recompute", "full", "--json")
     assert r.code == 0, r.stderr
     assert r.json()["inputs"]["training"]["seq_length"] == 4096
+
+
+def test_what_if_text_agrees_with_its_sign(cli):
+    """Each what-if is the cost model re-run with the change; its text says faster or slower as the number does."""
+    r = cli("explain", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512", "--tp", "8",
+            "--pp", "4", "--dp", "4", "--stage-groups", "beijing/h100,beijing/h100,shanghai/a100,shanghai/a100",
+            "--layers", "24,24,16,16", "--recompute", "selective", "--sequence-parallel", "--distributed-optimizer",
+            "--json")
+    ifs = r.json()["what_if"]
+    assert ifs
+    for w in ifs:
+        if w["speedup"] < 0:
+            assert "slower" in w["text"] and f"{-w['speedup']:.0%}" in w["text"], w
+        else:
+            assert f"+{w['speedup']:.0%}" in w["text"], w
+    assert not any("interleaving (--vpp) shrink" in f for f in r.json()["findings"])
