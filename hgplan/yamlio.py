@@ -26,8 +26,27 @@ def _walk(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> None:
             _walk(item, child, lines)
 
 
+def _duplicate_keys(node: yaml.Node, path: Path_, source: str, out: list[InputIssue]) -> None:
+    """Keys given twice in one mapping (YAML keeps the last silently; a hand-edited file means one of them)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                key, line = str(key_node.value), key_node.start_mark.line + 1
+                if key in seen:
+                    out.append(InputIssue(source=source, line=line, path=dotted((*path, key)),
+                                          message=f"duplicate key '{key}' (lines {seen[key]} and {line}); YAML would "
+                                                  "keep the last silently: keep one"))
+                seen.setdefault(key, line)
+                _duplicate_keys(value_node, (*path, key), source, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _duplicate_keys(item, (*path, i), source, out)
+
+
 def parse_yaml(text: str, source: str) -> tuple[Any, dict[Path_, int]]:
-    """Parse YAML text with the safe loader; return (data, {key path: 1-based line})."""
+    """Parse YAML text with the safe loader; return (data, {key path: 1-based line}). Duplicate keys are an
+    error."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -39,6 +58,10 @@ def parse_yaml(text: str, source: str) -> tuple[Any, dict[Path_, int]]:
                                      message=f"YAML syntax error: {problem}")]) from None
     lines: dict[Path_, int] = {}
     if node is not None:
+        duplicates: list[InputIssue] = []
+        _duplicate_keys(node, (), source, duplicates)
+        if duplicates:
+            raise InputError(duplicates)
         _walk(node, (), lines)
     return data, lines
 

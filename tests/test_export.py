@@ -230,7 +230,8 @@ def test_ci_gate_and_diff(cli, plan_path, tmp_path):
     r = cli(*args, "--baseline", lock, "--max-regression", "3%")
     assert r.code == 1 and "REGRESSION" in r.stderr and "-9.09%" in r.stderr
     r = cli("diff", plan_path, lock, "--json")
-    assert r.code == 0 and r.json()["prediction"]["change"] == pytest.approx(0.1, rel=1e-6)
+    assert r.code == 1 and r.json()["prediction"]["change"] == pytest.approx(0.1, rel=1e-6)  # different: exit 1
+    assert cli("diff", plan_path, lock, "--exit-zero").code == 0
     assert cli("diff", plan_path, plan_path).stdout.startswith("plans are identical")
 
 

@@ -43,8 +43,10 @@ def export(
 @handles_errors
 def diff(a: Annotated[str, typer.Argument(help="Plan file A (e.g. the committed plan.lock.json).")],
          b: Annotated[str, typer.Argument(help="Plan file B (e.g. a fresh plan).")],
+         exit_zero: Annotated[bool, typer.Option("--exit-zero", help="Exit 0 even when the plans differ.")] = False,
          as_json: JsonOpt = False) -> None:
-    """Show what changed between two plan files: degrees, stages, layers and predicted throughput."""
+    """Show what changed between two plan files: degrees, stages, layers and predicted throughput. Exit 0 when
+    they are identical, 1 when they differ (like diff), 2 on bad input."""
     from hgplan import render
     from hgplan.io import catalog, read_json
     from hgplan.planfile import diff_plans, load_plan
@@ -55,3 +57,5 @@ def diff(a: Annotated[str, typer.Argument(help="Plan file A (e.g. the committed 
         emit_json(d)
     else:
         render.plan_diff(out, d)
+    if (d["changes"] or d["prediction"]["change"] != 0) and not exit_zero:
+        raise typer.Exit(1)

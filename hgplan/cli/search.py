@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Callable
 
 import typer
@@ -22,8 +23,8 @@ def _check_search_flags(top: int, time_limit: float, max_pp: int | None, solver_
             check_writable_file(path)
     if top < 1:
         raise InputError(f"--top must be >= 1 (got {top})")
-    if time_limit <= 0:
-        raise InputError(f"--time-limit must be > 0 seconds (got {time_limit})")
+    if not math.isfinite(time_limit) or time_limit <= 0:
+        raise InputError(f"--time-limit must be a finite number of seconds > 0 (got {time_limit})")
     if max_pp is not None and max_pp < 1:
         raise InputError(f"--max-pp must be >= 1 (got {max_pp})")
     if solver_params:
