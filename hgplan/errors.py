@@ -10,7 +10,7 @@ class InputIssue:
     """One problem in a user's input, located as precisely as we can."""
 
     source: str
-    """File name (or '<preset:NAME>', '<cli>')."""
+    """File name (or '<preset:NAME>'); empty for a command-line option."""
     line: int | None
     path: str
     """Dotted key path inside the document, e.g. 'sites.0.node_groups.1.count'."""
@@ -19,7 +19,8 @@ class InputIssue:
     def render(self) -> str:
         """'file:line: key.path: message', as every error line is printed."""
         where = f"{self.source}:{self.line}" if self.line is not None else self.source
-        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+        text = f"{self.path}: {self.message}" if self.path else self.message
+        return f"{where}: {text}" if where else text
 
 
 class InputError(ValueError):
@@ -27,7 +28,7 @@ class InputError(ValueError):
 
     def __init__(self, issues: list[InputIssue] | str):
         if isinstance(issues, str):
-            issues = [InputIssue(source="<input>", line=None, path="", message=issues)]
+            issues = [InputIssue(source="", line=None, path="", message=issues)]
         self.issues = list(issues)
         super().__init__("\n".join(i.render() for i in self.issues))
 

@@ -60,7 +60,7 @@ def test_model_that_does_not_fit_exits_1(cli):
 
 @pytest.mark.parametrize("extra, expected", [
     (["--top", "0"], "--top must be >= 1"),
-    (["--time-limit", "0"], "--time-limit must be > 0"),
+    (["--time-limit", "0"], "--time-limit must be a finite number of seconds > 0"),
     (["--max-gap", "abc"], "--max-gap: expected a fraction"),
     (["--max-pp", "0"], "--max-pp must be >= 1"),
 ])
