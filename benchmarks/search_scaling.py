@@ -1,4 +1,5 @@
-"""Search time, configurations tried and certified gap versus fleet size, and on every example fleet.
+"""Search time, configurations tried and the certified gap on the search objective (the closed form the tables
+mirror; the reported simulated time has no proven gap, docs/planner.md) versus fleet size, and on every example fleet.
 
 Usage: python benchmarks/search_scaling.py [--repeat 3] [--quick] [--json]
 Targets (issue 4, on the 2-core CI machine): <= 10 s up to 1024 GPUs, <= 60 s at 16384 GPUs, gap <= 1%.

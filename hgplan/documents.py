@@ -69,7 +69,8 @@ class PlanRecord(Doc):
 
 
 class PredictionRecord(Doc):
-    """The cost model's prediction for one plan (the closed form; the simulator's time beside it when run)."""
+    """The cost model's prediction for one plan: iteration time from the pipeline simulator (method), the one number
+    search, explain, plan files, diff and the CI gate report."""
 
     iteration_time_s: float
     tokens_per_s: float
@@ -84,7 +85,6 @@ class PredictionRecord(Doc):
     fits: bool
     overflow_stages: list[int]
     method: str
-    simulator_iteration_time_s: float | None = None
 
 
 class MemoryRecord(Doc):
@@ -136,6 +136,9 @@ class PlanEntry(Doc):
     stages: list[StageResult]
     gpus_used: int
     worst_headroom_gib: float
+    origin: str = "search"
+    """'search' (a plan the solver found), or 'baseline:NAME' when a baseline beat every solver plan under the
+    reported model and was ranked among them."""
     solver: EntrySolver | None = None
 
 
@@ -207,11 +210,20 @@ class CandidateCounts(Doc):
 
 
 class SearchStats(Doc):
-    """What the search proved: best objective, bound and gap under the integer tables."""
+    """What the search proved on its objective, and what that says of the reported iteration time.
+
+    `best_objective_s`, `bound_s` and `relative_gap` are of the search objective (the closed form in integer
+    tables) and are proven for it. `iteration_time_s` is the best plan's reported (simulated) time and
+    `gap_on_reported` = (iteration_time_s - bound_s) / iteration_time_s; `gap_proven` says whether bound_s is a
+    proven lower bound of the reported time of every plan (today it is not: `gap_note` says why)."""
 
     stopped_by: Literal["complete", "budget", "wall"]
     candidates: CandidateCounts
     solver_statuses: dict[str, int]
+    iteration_time_s: float
+    gap_on_reported: float
+    gap_proven: bool
+    gap_note: str
     best_objective_s: float
     bound_s: float
     relative_gap: float

@@ -215,13 +215,12 @@ def _boundaries(pred: Prediction) -> list[BoundaryRecord]:
 
 
 def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *, cluster_ref: str,
-            model_ref: str, simulate: bool = True, timeline: bool = False,
+            model_ref: str, timeline: bool = False,
             baselines: dict[str, BaselineRecord] | None = None, warnings: list[str] | None = None,
             validation: dict | None = None) -> Explanation:
     """Predict a valid plan and say why: findings, what-ifs, the fleet's upper bound and the baselines' speedups."""
     require_valid(plan, fleet, model, train)
-    pred = evaluate(plan, fleet, model, train)
-    sim = evaluate(plan, fleet, model, train, use_simulator=True, keep_ops=timeline) if (simulate or timeline) else None
+    pred = evaluate(plan, fleet, model, train, keep_ops=timeline)
     ifs = what_ifs(plan, fleet, model, train, pred)
     notes = findings(pred, fleet) + attention_findings(plan, fleet, train) + [w.text for w in ifs]
     upper = fleet_upper_bound(fleet, model, train)
@@ -243,8 +242,8 @@ def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
         schema_version=SCHEMA_VERSION, hgplan_version=__version__,
         inputs=ExplainInputs(cluster=cluster_ref, model=model_ref, model_name=model.name,
                              training=training_record(train)),
-        plan=plan_record(plan), prediction=prediction_record(pred, simulated=sim), stages=stage_results(pred),
+        plan=plan_record(plan), prediction=prediction_record(pred), stages=stage_results(pred),
         boundaries=_boundaries(pred), findings=notes, what_if=ifs,
         upper_bound=UpperBound(tokens_per_s=upper, definition=UPPER_BOUND_DEFINITION,
                                share_reached=round(pred.tokens_per_s / upper, 4)), **extra)
-    return Explanation(report=report, timeline=timeline_text(sim.ops, plan.config.pp) if timeline and sim else None)
+    return Explanation(report=report, timeline=timeline_text(list(pred.ops), plan.config.pp) if timeline else None)

@@ -51,8 +51,7 @@ def explanation(out: Console, report: ExplainReport, timeline: str | None) -> No
     out.print(f"[bold]{report.inputs.model_name}[/] on {report.inputs.cluster}: TP {plan.tp} CP {plan.cp} "
               f"PP {plan.pp} DP {plan.dp}, micro-batch {plan.micro_batch_size} x {p.num_microbatches}, "
               f"vpp {plan.vpp}, recompute {plan.recompute}, ZeRO {plan.zero_stage}")
-    sim = "" if p.simulator_iteration_time_s is None else f" (simulator {p.simulator_iteration_time_s:.3f} s)"
-    out.print(f"iteration {p.iteration_time_s:.3f} s{sim}  |  {p.tokens_per_s:,.0f} tokens/s  |  "
+    out.print(f"iteration {p.iteration_time_s:.3f} s  |  {p.tokens_per_s:,.0f} tokens/s  |  "
               f"{p.model_tflops_per_gpu:.1f} model TFLOP/s/GPU  |  MFU {p.mfu:.1%}  |  bubble {p.bubble_fraction:.1%}")
     table = Table("stage", "node group", "GPUs", "layers", "fwd+bwd s/mb", "compute s", "p2p s", "DP sync s",
                   "memory GiB", "capacity", "headroom")
@@ -94,9 +93,12 @@ def search_report(out: Console, report: SearchReport) -> None:
                       f"{e.worst_headroom_gib:.1f}")
     out.print(table)
     c = s.candidates
-    out.print(f"search: best {s.best_objective_s:.3f} s, proven bound {s.bound_s:.3f} s, gap "
-              f"{s.relative_gap:.2%} ({c.solved} solved, {c.pruned_by_bound} pruned by bound, "
-              f"{c.skipped_by_budget} skipped by budget of {c.total}; {s.stopped_by})")
+    proof = "proven" if s.gap_proven else "estimated, not proven"
+    out.print(f"search: best plan {s.iteration_time_s:.3f} s per iteration (pipeline simulator); gap to the search's "
+              f"bound {s.bound_s:.3f} s: {s.gap_on_reported:.2%} ({proof}; on its own closed-form objective, "
+              f"best {s.best_objective_s:.3f} s, the gap {s.relative_gap:.2%} is proven)")
+    out.print(f"search: {c.solved} solved, {c.pruned_by_bound} pruned by bound, {c.skipped_by_budget} skipped by "
+              f"budget of {c.total}; {s.stopped_by}")
     for name, b in (report.baselines or {}).items():
         if b.available:
             out.print(f"baseline {name}: {b.prediction.tokens_per_s:,.0f} tokens/s; hgplan is "

@@ -33,17 +33,16 @@ def plan_record(plan: Plan) -> PlanRecord:
                       stages=[StageRecord(node_group=s.node_group, layers=s.num_layers) for s in plan.stages])
 
 
-def prediction_record(pred: Prediction, *, simulated: Prediction | None = None) -> PredictionRecord:
-    """The headline numbers of a prediction (and the simulator's iteration time when it ran)."""
+def prediction_record(pred: Prediction) -> PredictionRecord:
+    """The headline numbers of a prediction."""
     r = rounded
-    extra = {} if simulated is None else {"simulator_iteration_time_s": r(simulated.iteration_time_s)}
     return PredictionRecord(
         iteration_time_s=r(pred.iteration_time_s), tokens_per_s=r(pred.tokens_per_s),
         model_tflops_per_gpu=r(pred.model_tflops_per_gpu), hardware_tflops_per_gpu=r(pred.hardware_tflops_per_gpu),
         mfu=r(pred.mfu, 4), hfu=r(pred.hfu, 4), bubble_fraction=r(pred.bubble_fraction, 4),
         pipeline_s=r(pred.pipeline_s), num_microbatches=pred.num_microbatches,
         bottleneck_stage=pred.bottleneck_stage, fits=pred.fits,
-        overflow_stages=[s.index for s in pred.stages if not s.fits], method=pred.method, **extra)
+        overflow_stages=[s.index for s in pred.stages if not s.fits], method=pred.method)
 
 
 def stage_results(pred: Prediction) -> list[StageResult]:

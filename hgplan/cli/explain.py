@@ -67,7 +67,7 @@ class ConfigFlags:
 
 
 def _explain_plan_file(plan_file: str, cfg: ConfigFlags, cluster: str | None, model: str | None,
-                       flags: TrainingFlags, simulate: bool, timeline: bool):
+                       flags: TrainingFlags, timeline: bool):
     from hgplan import explainer
     from hgplan.io import catalog, read_json
     from hgplan.planfile import load_plan
@@ -80,12 +80,11 @@ def _explain_plan_file(plan_file: str, cfg: ConfigFlags, cluster: str | None, mo
         raise InputError(f"a plan file carries its own configuration; drop {', '.join(given)} or the plan file")
     lp = load_plan(read_json(plan_file, "plan"), plan_file, catalog())
     return explainer.explain(lp.plan, lp.fleet, lp.model, lp.train, cluster_ref=lp.file.inputs.cluster.ref,
-                             model_ref=lp.file.inputs.model.ref, simulate=simulate, timeline=timeline,
+                             model_ref=lp.file.inputs.model.ref, timeline=timeline,
                              baselines=lp.file.baselines, validation=catalog().validation)
 
 
-def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, flags: TrainingFlags, simulate: bool,
-                    timeline: bool):
+def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, flags: TrainingFlags, timeline: bool):
     from hgplan import explainer
     from hgplan.io import catalog, resolve_cluster, resolve_model, resolve_profile
 
@@ -106,8 +105,7 @@ def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, fl
         layers=_parse_layers(cfg.layers, cfg.pp), stage_groups=_parse_stage_groups(cfg.stage_groups, cfg.pp, fleet))
     for w in warnings:
         warn(w)
-    return explainer.explain(plan, fleet, arch, train, cluster_ref=csrc.ref, model_ref=msrc.ref, simulate=simulate,
-                             timeline=timeline, warnings=warnings, validation=catalog().validation)
+    return explainer.explain(plan, fleet, arch, train, cluster_ref=csrc.ref, model_ref=msrc.ref, timeline=timeline, warnings=warnings, validation=catalog().validation)
 
 
 @app.command()
@@ -137,7 +135,6 @@ def explain(
                                                      help="Node group of each stage, SITE/GROUP,...")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="Calibration profile from `hgplan calibrate` "
                                                                   "(a plan file carries its own).")] = None,
-    simulate: Annotated[bool, typer.Option("--simulate/--no-simulate", help="Also run the pipeline simulator.")] = True,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw one iteration as a text Gantt chart.")] = False,
     as_json: JsonOpt = False,
     *, flags: TrainingFlags,
@@ -151,9 +148,9 @@ def explain(
                       allow_cross_node_tp=allow_cross_node_tp, layers=layers, stage_groups=stage_groups,
                       profile=profile)
     if plan_file is not None:
-        result = _explain_plan_file(plan_file, cfg, cluster, model, flags, simulate, timeline)
+        result = _explain_plan_file(plan_file, cfg, cluster, model, flags, timeline)
     else:
-        result = _explain_config(cfg, cluster, model, flags, simulate, timeline)
+        result = _explain_config(cfg, cluster, model, flags, timeline)
     if as_json:
         emit_json(result.report)
     else:

@@ -117,7 +117,7 @@ def search(
     as_json: JsonOpt = False,
     *, flags: TrainingFlags,
 ) -> None:
-    """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with a proven optimality gap."""
+    """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with its gap to the search's bound."""
     from hgplan import render
     from hgplan.documents import ClusterInput
     from hgplan.planfile import regression_check

@@ -312,8 +312,12 @@ def _recomputed_flops(plan: Plan, work: list[_StageWork], m: int) -> float:
 
 
 def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
-             use_simulator: bool = False, keep_ops: bool = False) -> Prediction:
-    """Predict iteration time, throughput and per-stage memory. The plan must have passed check_plan."""
+             use_simulator: bool = True, keep_ops: bool = False) -> Prediction:
+    """Predict iteration time, throughput and per-stage memory. The plan must have passed check_plan.
+
+    The pipeline simulator gives the iteration time that every command reports (search, explain, plan files, diff,
+    the CI gate, what-ifs, baselines). `use_simulator=False` gives the closed form instead, the form the search's
+    integer tables mirror; it is kept for tests and diagnostics, never reported."""
     cfg = plan.config
     p, v = cfg.pp, cfg.vpp
     m = cfg.num_microbatches(train.global_batch_size)

@@ -7,7 +7,7 @@ xf[k], xb[k] = time the sender is busy pushing activations forward / gradients b
 
 from __future__ import annotations
 
-import heapq
+import functools
 from dataclasses import dataclass
 
 
@@ -115,93 +115,90 @@ def schedule_order(stage: int, p: int, m: int, v: int) -> list[tuple[str, int, i
     return seq
 
 
+@functools.lru_cache(maxsize=64)
+def _programs(p: int, m: int, v: int) -> tuple[tuple[tuple[bool, bool, int, int], ...], ...]:
+    """Per stage, its ops compiled to (forward?, sends after it?, arrival it produces or -1, arrival it waits for or
+    -1); arrivals are numbered ((kind x p + stage) x m + micro-batch) x v + chunk with kinds forward output,
+    backward output and the last stage's forward feeding its own backward. Shared by every plan of this shape."""
+
+    def key(kind: int, stage: int, mb: int, chunk: int) -> int:
+        return ((kind * p + stage) * m + mb) * v + chunk
+
+    def compile_op(s: int, kind: str, mb: int, chunk: int) -> tuple[bool, bool, int, int]:
+        if kind == "F":
+            wait = key(0, s - 1, mb, chunk) if s > 0 else (key(0, p - 1, mb, chunk - 1) if chunk > 0 else -1)
+            if s == p - 1 and chunk == v - 1:  # the last forward feeds this stage's own backward
+                return True, False, key(2, s, mb, chunk), wait
+            return True, True, key(0, s, mb, chunk), wait  # boundary s -> s+1 or the wrap-around
+        if s == p - 1 and chunk == v - 1:
+            wait = key(2, s, mb, chunk)
+        else:
+            wait = key(1, s + 1, mb, chunk) if s < p - 1 else key(1, 0, mb, chunk + 1)
+        if s == 0 and chunk == 0:  # the first stage's last backward sends nothing
+            return False, False, -1, wait
+        return False, True, key(1, s, mb, chunk), wait
+
+    return tuple(tuple(compile_op(s, *op) for op in schedule_order(s, p, m, v)) for s in range(p))
+
+
 class _Simulation:
-    """State of one discrete-event run: each stage's position in its schedule, when it is free, what has arrived."""
+    """State of one discrete-event run: each stage's position in its program and when it is free.
+
+    A stage runs its ops in a fixed order and an op starts at max(stage free, input arrived), so the times do not
+    depend on the order in which the simulation processes stages: it sweeps the stages, advancing each as far as
+    its inputs have arrived, until every op has run (O(ops + sweeps x p))."""
 
     def __init__(self, fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],
                  *, microbatches: int, vpp: int, keep_ops: bool):
-        self.fwd, self.bwd, self.xf, self.xb, self.lat = fwd, bwd, xf, xb, lat
-        self.p, self.v, self.keep_ops = len(fwd), vpp, keep_ops
-        self.orders = [schedule_order(s, self.p, microbatches, vpp) for s in range(self.p)]
-        self.pos = [0] * self.p
-        self.free = [0.0] * self.p
-        self.finish = [0.0] * self.p
-        self.done: dict[tuple[str, int, int, int], float] = {}  # (kind, stage, mb, chunk) -> arrival at the consumer
+        p, v = len(fwd), vpp
+        self.p, self.m, self.v, self.keep_ops = p, microbatches, vpp, keep_ops
+        self.programs = _programs(p, microbatches, vpp)
+        # per stage: forward and backward duration per chunk, (busy, latency) after a forward and after a backward
+        self.rates = [(fwd[s] / v, bwd[s] / v, xf[s], lat[s], xb[s - 1 if s > 0 else p - 1], lat[s - 1 if s > 0 else p - 1])
+                      for s in range(p)]
+        self.pos = [0] * p
+        self.free = [0.0] * p
+        self.finish = [0.0] * p
+        self.arrived: list[float | None] = [None] * (3 * p * microbatches * vpp)
         self.ops: list[Op] = []
+        self.orders = [schedule_order(s, p, microbatches, vpp) for s in range(p)] if keep_ops else []
 
-    def dependency(self, stage: int, kind: str, mb: int, chunk: int) -> tuple[str, int, int, int] | None:
-        """The arrival an op waits for (None: the very first forward of a micro-batch)."""
-        p, v = self.p, self.v
-        if kind == "F":
-            if stage > 0:
-                return ("F", stage - 1, mb, chunk)
-            return ("F", p - 1, mb, chunk - 1) if chunk > 0 else None
-        if stage == p - 1 and chunk == v - 1:
-            return ("Fself", stage, mb, chunk)
-        if stage < p - 1:
-            return ("B", stage + 1, mb, chunk)
-        return ("B", 0, mb, chunk + 1)
-
-    def ready_time(self, s: int) -> float | None:
-        """When stage s's next op can start (None while its input has not been sent)."""
-        kind, mb, chunk = self.orders[s][self.pos[s]]
-        dep = self.dependency(s, kind, mb, chunk)
-        if dep is None:
-            return self.free[s]
-        if dep not in self.done:
-            return None
-        return max(self.free[s], self.done[dep])
-
-    def run_op(self, s: int, start: float) -> None:
-        """Run stage s's next op from `start`: compute, then send the result on (the stage is busy sending)."""
-        p, v = self.p, self.v
-        kind, mb, chunk = self.orders[s][self.pos[s]]
-        end = start + (self.fwd[s] if kind == "F" else self.bwd[s]) / v
-        if kind == "F" and s == p - 1 and chunk == v - 1:  # the last forward feeds this stage's own backward
-            self.done[("Fself", s, mb, chunk)] = end
-            busy_until = end
-        elif kind == "F":
-            busy_until = end + self.xf[s]  # boundary s -> s+1 (or the wrap-around p-1 -> 0)
-            self.done[("F", s, mb, chunk)] = busy_until + self.lat[s]
-        elif s == 0 and chunk == 0:  # the first stage's last backward sends nothing
-            busy_until = end
-        else:
-            k = s - 1 if s > 0 else p - 1
-            busy_until = end + self.xb[k]
-            self.done[("B", s, mb, chunk)] = busy_until + self.lat[k]
-        if self.keep_ops:
-            self.ops.append(Op(s, kind, mb, chunk, start, end))
-        self.free[s] = busy_until
-        self.finish[s] = max(self.finish[s], end)
-        self.pos[s] += 1
+    def advance(self, s: int) -> int:
+        """Run stage s's ops while their inputs have arrived; how many ran."""
+        program, arrived, i, free = self.programs[s], self.arrived, self.pos[s], self.free[s]
+        f_dur, b_dur, f_busy, f_lat, b_busy, b_lat = self.rates[s]
+        first, end = i, None
+        while i < len(program):
+            forward, sends, produced, wait = program[i]
+            if wait >= 0:
+                t = arrived[wait]
+                if t is None:
+                    break
+                start = t if t > free else free
+            else:
+                start = free
+            end = start + (f_dur if forward else b_dur)
+            free = end + ((f_busy if forward else b_busy) if sends else 0.0)
+            if produced >= 0:
+                arrived[produced] = free + ((f_lat if forward else b_lat) if sends else 0.0)
+            if self.keep_ops:
+                kind, mb, chunk = self.orders[s][i]
+                self.ops.append(Op(s, kind, mb, chunk, start, end))
+            i += 1
+        if end is not None:
+            self.finish[s] = end  # ops of a stage end in order
+        self.pos[s], self.free[s] = i, free
+        return i - first
 
     def run(self) -> None:
-        """Pop the stage that can start earliest until every op has run."""
-        heap: list[tuple[float, int]] = []
-        queued: set[int] = set()
-
-        def push_ready() -> None:
-            """Queue every stage whose next op has its input."""
-            for t in range(self.p):
-                if t not in queued and self.pos[t] < len(self.orders[t]):
-                    rt = self.ready_time(t)
-                    if rt is not None:
-                        heapq.heappush(heap, (rt, t))
-                        queued.add(t)
-
-        push_ready()
-        remaining = sum(len(o) for o in self.orders)
-        while remaining:
-            if not heap:
+        """Sweep the stages, down then up, until every op has run."""
+        remaining = sum(len(o) for o in self.programs)
+        down, up = list(range(self.p)), list(range(self.p - 1, -1, -1))
+        while remaining:  # alternate directions: forwards flow down the pipeline in one sweep, gradients up
+            ran = sum(self.advance(s) for s in down) + sum(self.advance(s) for s in up)
+            if not ran:
                 raise AssertionError("pipeline simulation deadlocked: schedule order is inconsistent")
-            _, s = heapq.heappop(heap)
-            queued.discard(s)
-            start = self.ready_time(s)
-            if start is None:
-                continue
-            self.run_op(s, start)
-            remaining -= 1
-            push_ready()
+            remaining -= ran
 
 
 def simulate(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],

@@ -9,6 +9,9 @@ from hgplan.plan import Recompute
 
 MAX_MICRO_BATCH = 64
 """Largest default micro-batch size: past it the GEMMs gain nothing and activations grow linearly."""
+RERANKED = 8
+"""At least this many plans (the best per configuration, by the search objective) go to the final ranking by the
+reported model, whatever --top shows: which of them the simulator ranks first must not depend on --top."""
 DTIME_PER_WALL = 0.6
 """CP-SAT deterministic seconds per wall second measured on the 2-core CI machine (benchmarks/search_scaling.py)."""
 

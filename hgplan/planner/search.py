@@ -25,7 +25,7 @@ from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
 from hgplan.planner.costs import CostSource
 from hgplan.planner.heuristic import greedy_hint, improve
 from hgplan.planner.model import SolverParams, Solution, solve
-from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
+from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.tables import CostTables, build_tables
 
 MAX_RETRIES = 3
@@ -260,7 +260,7 @@ def _result(st: _State, cands: list[Candidate], opts: SearchOptions, *, pruned: 
             best_per_cand[k] = f
     ranked = sorted(best_per_cand.values(), key=lambda f: (f.time_us, cand_key(f.cfg)))
     best = ranked[0].time_us if ranked else math.inf
-    return SearchResult(found=ranked[:opts.top_k], candidates_total=len(cands), candidates_solved=st.solved,
+    return SearchResult(found=ranked[:max(opts.top_k, RERANKED)], candidates_total=len(cands), candidates_solved=st.solved,
                         candidates_pruned=pruned, candidates_skipped=skipped, candidates_infeasible=st.infeasible,
                         bound_us=min([best] + st.closed_bounds), deterministic_time=st.dtime,
                         wall_time_s=time.perf_counter() - start, stopped_by=stopped, statuses=st.statuses,
