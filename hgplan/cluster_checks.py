@@ -74,7 +74,7 @@ class ClusterChecks:
                 nics = grp.get("nics")
                 transports[gname] = nics.get("transport") if isinstance(nics, dict) else None
             hosts = grp.get("hosts")
-            if isinstance(hosts, list) and isinstance(grp.get("count"), int) and len(hosts) != grp["count"]:
+            if isinstance(hosts, list) and type(grp.get("count")) is int and len(hosts) != grp["count"]:
                 self.add((*path, "hosts"), f"lists {len(hosts)} host names but count is {grp['count']}; give one host "
                                            "name per node")
             self.gpu((*path, "gpu"), grp.get("gpu"))

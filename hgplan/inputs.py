@@ -169,6 +169,14 @@ def pydantic_issues(exc: ValidationError, *, data: Any, lines: dict[Path_, int],
             msg = f"expected a mapping of keys (got {type(got).__name__} {got!r})"
         elif etype == "list_type":
             msg = f"expected a list (got {type(got).__name__} {got!r})"
+        elif etype == "value_error":
+            msg = str(ctx.get("error", err["msg"]))  # our own validators' messages already name the value and the fix
+        elif etype in ("int_type", "float_type", "int_from_float"):
+            kind = "an integer" if etype != "float_type" else "a number"
+            msg = (f"must be {kind} (got {type(got).__name__} {got!r}; booleans and quoted strings are not numbers: "
+                   "write it unquoted)")
+        elif etype == "finite_number":
+            msg = f"must be a finite number (got {got!r})"
         else:
             msg = f"{err['msg']} (got {got!r})"
         key = (dotted(loc), msg)

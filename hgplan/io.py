@@ -45,6 +45,11 @@ def _issue(source: str, message: str) -> InputError:
     return InputError([InputIssue(source=source, line=None, path="", message=message)])
 
 
+MAX_INPUT_BYTES = 16 * 2 ** 20
+"""Largest input file read (16 MiB; the largest shipped plan file is under 100 KiB). Reading stops there, so
+/dev/zero or a runaway file is exit 2 at once instead of exhausting memory (docs/inputs.md, "Limits")."""
+
+
 def read_text(path_str: str, what: str, fmt: str = "YAML") -> str:
     """A user file's text, or InputError saying why it cannot be read."""
     path = Path(path_str)
@@ -53,9 +58,17 @@ def read_text(path_str: str, what: str, fmt: str = "YAML") -> str:
     if not path.exists():
         raise _issue(path_str, f"no such {what} file")
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
         raise _issue(path_str, f"cannot read {what} file: {exc}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise _issue(path_str, f"the {what} file is larger than {MAX_INPUT_BYTES // 2 ** 20} MiB (the limit on any "
+                               "input); is this the right file?")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _issue(path_str, f"cannot read {what} file: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def read_json(path_str: str, what: str) -> Any:
@@ -66,6 +79,9 @@ def read_json(path_str: str, what: str) -> Any:
     except json.JSONDecodeError as exc:
         raise InputError([InputIssue(source=path_str, line=exc.lineno, path="",
                                      message=f"not valid JSON: {exc.msg}")]) from None
+    except RecursionError:
+        raise _issue(path_str, "the JSON nests too deeply to parse; no hgplan plan file nests more than 8 levels") \
+            from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,16 +7,71 @@ file is reported in one pass. `hgplan schema cluster|model|training` prints thei
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=64,
                             description="Letters, digits, '_', '.', '-'; starts with a letter or digit.")]
-PosInt = Annotated[int, Field(gt=0)]
-PosFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-Fraction = Annotated[float, Field(gt=0, le=1)]
+# Every number is strict (a boolean or a quoted string is not a number), finite, and within a plausible range
+# for the quantity, so that a typo or a hostile value is exit 2 at `validate` time instead of a crash, an
+# absurd plan or unbounded memory later. The ranges are generous: ten times beyond any hardware we know of.
+MAX_COUNT = 10 ** 9
+"""Ceiling of any count that has no tighter physical range (layers, hidden size, vocabulary, batch, ...)."""
+
+
+def _int(lo: int, hi: int, what: str) -> object:
+    return Annotated[int, Field(ge=lo, le=hi, strict=True, description=f"{what}; an integer in [{lo}, {hi}].")]
+
+
+def _real(lo: float, hi: float, what: str, *, open_low: bool = False) -> object:
+    low = {"gt": lo} if open_low else {"ge": lo}
+    return Annotated[float, Field(**low, le=hi, strict=True, allow_inf_nan=False,
+                                  description=f"{what}; a finite number in {'(' if open_low else '['}{lo:g}, {hi:g}].")]
+
+
+PosInt = _int(1, MAX_COUNT, "A positive count")
+NodeCount = _int(1, 100_000, "Nodes in a node group")
+GpusPerNode = _int(1, 128, "GPUs in one node")
+NicCount = _int(1, 64, "NICs per node")
+SmCount = _int(1, 10_000, "Streaming multiprocessors or compute units")
+Tflops = _real(0.01, 100_000.0, "Dense tensor TFLOP/s")
+HbmGib = _real(0.25, 65_536.0, "Device memory in GiB")
+GBytesPerS = _real(0.01, 1_000_000.0, "Bandwidth in GB/s")
+GbitPerS = _real(0.001, 1_000_000.0, "Bandwidth in Gbit/s")
+LatencyMs = _real(0.0, 100_000.0, "Latency in milliseconds")
+Watts = _real(1.0, 100_000.0, "Power in watts")
+Usd = _real(0.0, 1_000_000.0, "A price in US dollars")
+ParamsB = _real(1e-6, 1_000_000.0, "Parameters in billions")
+Millis = _real(1e-3, 1e9, "Milliseconds")
+Layers = _int(1, 10_000, "Transformer layers")
+Width = _int(1, 1 << 20, "A hidden, FFN or head dimension")
+Heads = _int(1, 1 << 16, "Attention heads or query groups")
+Vocab = _int(1, 1 << 27, "Vocabulary size or positions")
+SeqLength = _int(1, 1 << 24, "Tokens per sequence")
+GlobalBatch = _int(1, 1 << 20, "Sequences per iteration")
+Fraction = _real(0.0, 1.0, "A fraction", open_low=True)
+Dropout = Annotated[float, Field(ge=0, lt=1, strict=True, allow_inf_nan=False)]
+
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def _host_name(value: str) -> str:
+    """An RFC 1123 host name or an IPv4/IPv6 address: exported scripts and file names are built from it."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if len(value) > 253 or not all(_HOST_LABEL.match(label) for label in value.split(".")):
+        raise ValueError(f"{value!r} is not a host name (RFC 1123: letters, digits and '-' in dot-separated labels "
+                         "of at most 63 characters) or an IP address; exported launch scripts use it verbatim")
+    return value
+
+
+HostName = Annotated[str, Field(max_length=253), AfterValidator(_host_name)]
 
 Transport = Literal["infiniband", "roce", "ethernet"]
 IntraKind = Literal["nvlink", "pcie", "xgmi", "roce"]
@@ -30,7 +85,7 @@ class IntraNodeSpec(_Strict):
     """A GPU's intra-node fabric (NVLink, xGMI or PCIe) in a GPU spec."""
 
     kind: IntraKind = Field(description="GPU-to-GPU path inside a node.")
-    gbytes_per_s: PosFloat = Field(description="Bidirectional per-GPU bandwidth in GB/s (decimal), as vendors quote it.")
+    gbytes_per_s: GBytesPerS = Field(description="Bidirectional per-GPU bandwidth in GB/s (decimal), as vendors quote it.")
 
 
 class GpuSpec(_Strict):
@@ -40,15 +95,15 @@ class GpuSpec(_Strict):
     vendor: str = Field(description="NVIDIA, AMD, Intel, ...")
     arch: str = Field(description="Architecture key in profiles/architectures.yaml (e.g. ampere, hopper, cdna3).")
     form_factor: str = ""
-    bf16_tflops: PosFloat | None = Field(None, description="Dense bf16 tensor TFLOP/s (no sparsity).")
-    fp16_tflops: PosFloat | None = Field(None, description="Dense fp16 tensor TFLOP/s (no sparsity).")
-    fp8_tflops: PosFloat | None = Field(None, description="Dense fp8 tensor TFLOP/s (informational).")
-    hbm_gib: PosFloat = Field(description="Device memory in GiB.")
-    hbm_gbytes_per_s: PosFloat = Field(description="Device memory bandwidth, GB/s (decimal).")
+    bf16_tflops: Tflops | None = Field(None, description="Dense bf16 tensor TFLOP/s (no sparsity).")
+    fp16_tflops: Tflops | None = Field(None, description="Dense fp16 tensor TFLOP/s (no sparsity).")
+    fp8_tflops: Tflops | None = Field(None, description="Dense fp8 tensor TFLOP/s (informational).")
+    hbm_gib: HbmGib = Field(description="Device memory in GiB.")
+    hbm_gbytes_per_s: GBytesPerS = Field(description="Device memory bandwidth, GB/s (decimal).")
     intra_node: IntraNodeSpec
-    tdp_w: PosFloat | None = None
+    tdp_w: Watts | None = None
     gemm_efficiency: Fraction | None = Field(None, description="Override of the architecture's achievable-matmul fraction.")
-    sm_count: PosInt | None = Field(None, description="Streaming multiprocessors (NVIDIA) or compute units (AMD): "
+    sm_count: SmCount | None = Field(None, description="Streaming multiprocessors (NVIDIA) or compute units (AMD): "
                                     "GEMM tiles run in waves over them. None: no wave quantisation.")
     source: str = Field("", description="Where the figures come from.")
 
@@ -57,21 +112,21 @@ class NicSpec(_Strict):
     """A node group's NICs: how many per node, their speed and transport."""
 
     transport: Transport = Field(description="infiniband, roce or ethernet (TCP sockets).")
-    gbps: PosFloat = Field(description="Line rate of one NIC in Gbit/s.")
-    count: PosInt = Field(1, description="NICs per node used for training traffic.")
+    gbps: GbitPerS = Field(description="Line rate of one NIC in Gbit/s.")
+    count: NicCount = Field(1, description="NICs per node used for training traffic.")
 
 
 class NodeGroupSpec(_Strict):
     """One node group of a site in the cluster file."""
 
     name: Name
-    count: PosInt = Field(description="Number of nodes.")
+    count: NodeCount = Field(description="Number of nodes.")
     gpu: str | GpuSpec = Field(description="Catalog GPU id, or an inline GPU spec.")
-    gpus_per_node: PosInt = Field(description="GPUs in each node.")
+    gpus_per_node: GpusPerNode = Field(description="GPUs in each node.")
     intra_node: IntraNodeSpec | None = Field(None, description="Override of the GPU's default intra-node link.")
     nics: NicSpec
-    gpu_hour_usd: NonNegFloat | None = Field(None, description="Price per GPU-hour (for cost objectives).")
-    hosts: list[str] | None = Field(None, description="Host names of the nodes, in order (one per node); used by "
+    gpu_hour_usd: Usd | None = Field(None, description="Price per GPU-hour (for cost objectives).")
+    hosts: list[HostName] | None = Field(None, description="Host names of the nodes, in order (one per node); used by "
                                     "`hgplan export`. Default: SITE-GROUP-NN placeholders.")
 
 
@@ -79,10 +134,10 @@ class LinkSpec(_Strict):
     """A link between two sites or two node groups of a site."""
 
     between: tuple[Name, Name] = Field(description="Two site names (top level) or two node-group names (inside a site).")
-    gbps: PosFloat = Field(description="Bandwidth of the link in Gbit/s, shared by all traffic crossing it.")
-    latency_ms: NonNegFloat = Field(description="One-way latency in milliseconds.")
+    gbps: GbitPerS = Field(description="Bandwidth of the link in Gbit/s, shared by all traffic crossing it.")
+    latency_ms: LatencyMs = Field(description="One-way latency in milliseconds.")
     transport: Transport = Field("ethernet", description="Transport on this link.")
-    egress_usd_per_gb: NonNegFloat | None = Field(None, description="Price per GB sent across the link.")
+    egress_usd_per_gb: Usd | None = Field(None, description="Price per GB sent across the link.")
 
 
 class SiteSpec(_Strict):
@@ -107,18 +162,18 @@ class ModelSpec(_Strict):
 
     name: str | None = None
     source: str | None = Field(None, description="Citation for the architecture numbers.")
-    published_params_b: PosFloat | None = Field(None, description="Published total parameters, in billions.")
-    published_params_decimals: int | None = Field(None, ge=0, description="Decimals the published figure was rounded to.")
-    num_layers: PosInt
-    hidden_size: PosInt
-    ffn_hidden_size: PosInt | None = Field(None, description="Default 4*hidden, or Megatron's swiglu rule.")
-    num_attention_heads: PosInt
+    published_params_b: ParamsB | None = Field(None, description="Published total parameters, in billions.")
+    published_params_decimals: Annotated[int, Field(ge=0, le=12, strict=True)] | None = Field(None, description="Decimals the published figure was rounded to.")
+    num_layers: Layers
+    hidden_size: Width
+    ffn_hidden_size: Width | None = Field(None, description="Default 4*hidden, or Megatron's swiglu rule.")
+    num_attention_heads: Heads
     group_query_attention: bool | None = None
-    num_query_groups: PosInt | None = Field(None, description="KV groups (GQA); default num_attention_heads.")
-    kv_channels: PosInt | None = Field(None, description="Head dimension; default hidden_size / num_attention_heads.")
-    vocab_size: PosInt
-    make_vocab_size_divisible_by: PosInt = 128
-    max_position_embeddings: PosInt
+    num_query_groups: Heads | None = Field(None, description="KV groups (GQA); default num_attention_heads.")
+    kv_channels: Width | None = Field(None, description="Head dimension; default hidden_size / num_attention_heads.")
+    vocab_size: Vocab
+    make_vocab_size_divisible_by: Width = 128
+    max_position_embeddings: Vocab
     position_embedding_type: Literal["learned_absolute", "rope", "alibi", "none"] = "learned_absolute"
     swiglu: bool | None = None
     activation: Literal["gelu", "swiglu", "relu", "squared_relu"] | None = None
@@ -126,15 +181,15 @@ class ModelSpec(_Strict):
     add_bias_linear: bool = True
     untie_embeddings_and_output_weights: bool = False
     embedding_layernorm: bool = False
-    hidden_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
-    attention_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    hidden_dropout: Dropout = 0.1
+    attention_dropout: Dropout = 0.1
 
 
 class TrainingSpec(_Strict):
     """Training settings that are not plan decisions."""
 
-    seq_length: PosInt = Field(description="Tokens per sequence.")
-    global_batch_size: PosInt = Field(description="Sequences per iteration.")
+    seq_length: SeqLength = Field(description="Tokens per sequence.")
+    global_batch_size: GlobalBatch = Field(description="Sequences per iteration.")
     precision: Literal["bf16", "fp16", "fp8"] = Field("bf16", description="bf16; fp16 (Volta, Turing); fp8: "
                                                       "Transformer Engine fp8 linear layers, bf16 elsewhere.")
     optimizer: Literal["adam"] = Field("adam", description="Adam with fp32 master weights.")
@@ -166,7 +221,7 @@ class CalibrationRunSpec(_Strict):
     plan: dict = Field(description="The plan that ran: tp, pp, dp, micro_batch_size, stages [{node_group, layers}] "
                                    "and optionally cp, vpp, recompute, sequence_parallel, zero_stage.")
     log: str | None = Field(None, description="Megatron-LM training log (relative to the runs file).")
-    iteration_time_ms: PosFloat | None = Field(None, description="Measured time per iteration, instead of a log.")
+    iteration_time_ms: Millis | None = Field(None, description="Measured time per iteration, instead of a log.")
 
 
 class CalibrationRunsSpec(_Strict):

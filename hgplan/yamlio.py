@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -9,6 +10,50 @@ import yaml
 from hgplan.errors import InputError, InputIssue
 
 Path_ = tuple[str | int, ...]
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader, reading exponent floats without a dot (1e3, 5e-9) as numbers as YAML 1.2 does; YAML 1.1
+    (PyYAML's default) reads them as strings, which strict number fields would then reject as quoted."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                              re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                              list("-+0123456789"))
+
+MAX_NODES = 100_000
+"""Most YAML nodes a document may expand to, aliases counted at every use (a 'billion laughs' document of nine
+aliases over nine levels expands to 387 million; the largest shipped cluster file has under 500)."""
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and sequences a document may have (the cluster schema needs 6)."""
+
+
+def _check_size(root: yaml.Node, source: str) -> None:
+    """InputError when the document, aliases expanded, has more than MAX_NODES nodes or nests deeper than
+    MAX_DEPTH. Counted over the composed graph with memoisation, so a bomb is refused without being expanded."""
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, depth)
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        kids = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if not children_done:
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in sizes)
+            continue
+        count = 1 + sum(sizes[id(k)][0] for k in kids)
+        depth = 1 + max((sizes[id(k)][1] for k in kids), default=0)
+        if depth > MAX_DEPTH:
+            raise InputError([InputIssue(source=source, line=node.start_mark.line + 1, path="",
+                                         message=f"input nests deeper than {MAX_DEPTH} levels; no hgplan document "
+                                                 "needs more than 8")])
+        if count > MAX_NODES:
+            raise InputError([InputIssue(source=source, line=None, path="",
+                                         message=f"aliases expand to more than {MAX_NODES:,} nodes (the limit on any "
+                                                 "input document); write the repeated parts out or use fewer aliases")])
+        sizes[id(node)] = (count, depth)
 
 
 def _walk(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> None:
@@ -48,8 +93,14 @@ def parse_yaml(text: str, source: str) -> tuple[Any, dict[Path_, int]]:
     """Parse YAML text with the safe loader; return (data, {key path: 1-based line}). Duplicate keys are an
     error."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=_Loader)
+        if node is not None:
+            _check_size(node, source)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:
+        raise InputError([InputIssue(source=source, line=None, path="",
+                                     message=f"input nests too deeply to parse (the limit is {MAX_DEPTH} levels)")]) \
+            from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

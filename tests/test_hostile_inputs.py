@@ -36,3 +36,85 @@ def test_diff_exit_codes(cli, tmp_path):
     r = cli("diff", a, b)
     assert r.code == 1 and "recompute:" in r.stdout
     assert cli("diff", a, b, "--exit-zero").code == 0
+
+
+GROUP = ("sites:\n  - name: a\n    node_groups:\n      - name: g\n        count: {count}\n        gpu: {gpu}\n"
+         "        gpus_per_node: {gpn}\n        nics: {{transport: infiniband, gbps: {gbps}}}\n{extra}")
+
+
+def _cluster(count="2", gpu="A100-SXM4-80GB", gpn="8", gbps="200", extra=""):
+    return GROUP.format(count=count, gpu=gpu, gpn=gpn, gbps=gbps, extra=extra)
+
+
+def test_alias_bomb_is_refused_quickly(cli, write):
+    """'Billion laughs': nine aliases over nine levels would expand to 387 million nodes."""
+    import time
+
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    prev = "a"
+    for name in "bcdefghi":
+        lines.append(f"{name}: &{name} [" + ",".join(["*" + prev] * 9) + "]")
+        prev = name
+    path = write("\n".join(lines) + "\nsites: *i\n")
+    start = time.perf_counter()
+    r = cli("validate", path)
+    assert r.code == 2 and "aliases expand to more than 100,000 nodes" in r.stderr
+    assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[" * 3000 + "]" * 3000 + "\n", "input nests too deeply to parse"),
+    ("sites: " + "[" * 100 + "]" * 100 + "\n", "input nests deeper than 64 levels"),
+])
+def test_deep_nesting_is_exit_2(cli, write, text, expected):
+    r = cli("validate", write(text))
+    assert r.code == 2 and expected in r.stderr
+
+
+def test_endless_input_is_exit_2(cli):
+    r = cli("validate", "/dev/zero")
+    assert r.code == 2 and "larger than 16 MiB" in r.stderr
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"gbps": ".inf"}, "nics.gbps: must be a finite number"),
+    ({"gbps": "1e308"}, "nics.gbps: must be <= 1e+06"),
+    ({"gbps": "1e-300"}, "nics.gbps: must be >= 0.001"),
+    ({"count": "1000000000000000000000000000000"}, "count: must be <= 100000"),
+    ({"gpn": "1000000000000000000000000000000"}, "gpus_per_node: must be <= 128"),
+    ({"count": "true"}, "count: must be an integer (got bool True"),
+    ({"count": '"12"'}, "count: must be an integer (got str '12'"),
+    ({"gpu": "{id: X, vendor: NVIDIA, arch: hopper, bf16_tflops: .inf, hbm_gib: 80, hbm_gbytes_per_s: 3350, "
+             "intra_node: {kind: nvlink, gbytes_per_s: 900}}"}, "gpu.bf16_tflops: must be a finite number"),
+    ({"gpu": "{id: X, vendor: NVIDIA, arch: hopper, bf16_tflops: 989, hbm_gib: 1e-300, hbm_gbytes_per_s: 3350, "
+             "intra_node: {kind: nvlink, gbytes_per_s: 900}}"}, "gpu.hbm_gib: must be >= 0.25"),
+])
+def test_absurd_numbers_are_exit_2_at_validate_time(cli, write, changes, expected):
+    r = cli("validate", write(_cluster(**changes)))
+    assert r.code == 2 and expected in r.stderr, r.stderr
+
+
+def test_link_latency_bounds(cli, write):
+    text = _cluster(extra="    links: []\n") .replace("sites:\n", "sites:\n", 1)
+    text += ("  - name: b\n    node_groups:\n      - name: h\n        count: 1\n        gpu: H100-SXM5-80GB\n"
+             "        gpus_per_node: 8\n        nics: {transport: infiniband, gbps: 400}\n"
+             "links:\n  - between: [a, b]\n    gbps: 100\n    latency_ms: .inf\n")
+    r = cli("validate", write(text))
+    assert r.code == 2 and "links.0.latency_ms: must be a finite number" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("host", ["a;reboot", "$(id)", "x/y", "-rf", "a..b"])
+def test_host_names_must_be_rfc1123_or_ip(cli, write, host):
+    r = cli("validate", write(_cluster(count="1", extra=f"        hosts: ['{host}']\n")))
+    assert r.code == 2 and "is not a host name (RFC 1123" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("host", ["node-01", "gpu01.dc1.example.com", "10.0.0.7", "fe80::1"])
+def test_valid_host_names_pass(cli, write, host):
+    r = cli("validate", write(_cluster(count="1", extra=f"        hosts: ['{host}']\n")))
+    assert r.code == 0, r.stderr
+
+
+def test_deep_json_plan_file_is_exit_2(cli, write):
+    r = cli("explain", write("[" * 3000, "plan.json"))
+    assert r.code == 2 and "nests too deeply" in r.stderr
