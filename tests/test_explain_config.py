@@ -38,7 +38,8 @@ def test_explain_table_output(cli):
 
 def test_config_that_does_not_fit_is_still_explained(cli):
     r = cli(*BASE, "--tp", "1", "--pp", "1", "--dp", "8", "--stage-groups", "beijing/h100", "--json")
-    assert r.code == 0, r.stderr
+    assert r.code == 1, r.stderr
+    assert "the plan does not fit, so its throughput and MFU are not achievable" in r.stderr
     doc = r.json()
     assert doc["prediction"]["fits"] is False
     assert doc["prediction"]["overflow_stages"] == [0]
@@ -88,8 +89,9 @@ def test_v100_needs_fp16(cli):
 
 def test_training_file(cli, write):
     path = write("seq_length: 4096\nglobal_batch_size: 512\nprecision: bf16\n", "train.yaml")
-    r = cli("explain", "-c", "two-site", "-m", "llama3.1-70b", "--training", path, "--tp", "8", "--pp", "1",
-            "--dp", "16", "--stage-groups", "beijing/h100", "--recompute", "full", "--json")
+    r = cli("explain", "-c", "two-site", "-m", "llama3.1-70b", "--training", path, "--tp", "8", "--pp", "4",
+            "--dp", "4", "--stage-groups", "beijing/h100,beijing/h100,beijing/h100,beijing/h100", "--recompute", "full",
+            "--json")
     assert r.code == 0, r.stderr
     assert r.json()["inputs"]["training"]["seq_length"] == 4096
 

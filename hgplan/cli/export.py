@@ -9,6 +9,20 @@ import typer
 from hgplan.cli.base import JsonOpt, app, emit_json, handles_errors, out, warn
 from hgplan.domain import ExportFormat
 
+def _require_fit(lp) -> None:
+    """A plan (hand-edited, or from another catalog) whose stage does not fit its GPUs' memory is not exported."""
+    from hgplan.costmodel.evaluate import evaluate
+    from hgplan.errors import PlanningError
+
+    pred = evaluate(lp.plan, lp.fleet, lp.model, lp.train, use_simulator=False)  # memory only: no schedule needed
+    over = [s for s in pred.stages if not s.fits]
+    if over:
+        s = over[0]
+        raise PlanningError(f"the plan does not fit: stage {s.index} on {s.node_group} needs {s.memory_gib:.1f} GiB "
+                            f"per GPU of {s.memory_capacity_gib:g} GiB; re-run `hgplan search` (or `hgplan explain` "
+                            "the plan to see where the memory goes)")
+
+
 @app.command()
 @handles_errors
 def export(
@@ -27,6 +41,7 @@ def export(
     from hgplan.planfile import load_plan
 
     lp = load_plan(read_json(plan_file, "plan"), plan_file, catalog())
+    _require_fit(lp)
     ex = EXPORTERS[fmt](lp.plan, lp.fleet, lp.model, lp.train, **({"script": script} if script else {}))
     if output is not None:
         write_dir_atomic(output, ex.files)
