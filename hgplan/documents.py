@@ -1,10 +1,8 @@
 """Typed JSON documents: what `search`, `explain` and `export` print with --json, and plan files.
 
-Each is a pydantic model, so the library returns typed results, plan files are validated on read, and the JSON
-Schemas that `hgplan schema search|explain|export|plan` prints are generated from the same classes. Optional
-parts are left unset rather than set to None, and documents are dumped with `exclude_unset`, so a key appears
-exactly when the document has it.
-"""
+Pydantic models: typed library results, plan files validated on read, and the JSON Schemas of `hgplan schema
+search|explain|export|plan`. Optional parts are left unset and dumped with `exclude_unset`: a key appears exactly
+when the document has it."""
 
 from __future__ import annotations
 
@@ -137,8 +135,7 @@ class PlanEntry(Doc):
     gpus_used: int
     worst_headroom_gib: float
     origin: str = "search"
-    """'search' (a plan the solver found), or 'baseline:NAME' when a baseline beat every solver plan under the
-    reported model and was ranked among them."""
+    """'search', or 'baseline:NAME': a baseline that beat the solver's plans under the reported model."""
     solver: EntrySolver | None = None
 
 
@@ -210,12 +207,8 @@ class CandidateCounts(Doc):
 
 
 class SearchStats(Doc):
-    """What the search proved on its objective, and what that says of the reported iteration time.
-
-    `best_objective_s`, `bound_s` and `relative_gap` are of the search objective (the closed form in integer
-    tables) and are proven for it. `iteration_time_s` is the best plan's reported (simulated) time and
-    `gap_on_reported` = (iteration_time_s - bound_s) / iteration_time_s; `gap_proven` says whether bound_s is a
-    proven lower bound of the reported time of every plan (today it is not: `gap_note` says why)."""
+    """bound_s, relative_gap: proven, of the search objective (closed-form tables); gap_on_reported: of the reported
+    (simulated) iteration_time_s, proven only if gap_proven (today never: gap_note; docs/planner.md)."""
 
     stopped_by: Literal["complete", "budget", "wall"]
     candidates: CandidateCounts

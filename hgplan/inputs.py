@@ -169,22 +169,27 @@ def pydantic_issues(exc: ValidationError, *, data: Any, lines: dict[Path_, int],
             msg = f"expected a mapping of keys (got {type(got).__name__} {got!r})"
         elif etype == "list_type":
             msg = f"expected a list (got {type(got).__name__} {got!r})"
-        elif etype == "value_error":
-            msg = str(ctx.get("error", err["msg"]))  # our own validators' messages already name the value and the fix
-        elif etype in ("int_type", "float_type", "int_from_float"):
-            kind = "an integer" if etype != "float_type" else "a number"
-            msg = (f"must be {kind} (got {type(got).__name__} {got!r}; booleans and quoted strings are not numbers: "
-                   "write it unquoted)")
-        elif etype == "finite_number":
-            msg = f"must be a finite number (got {got!r})"
         else:
-            msg = f"{err['msg']} (got {got!r})"
+            msg = _value_message(etype, ctx, got, err["msg"])
         key = (dotted(loc), msg)
         if key in seen:
             continue
         seen.add(key)
         issues.append(InputIssue(source=source, line=line_for(lines, loc), path=dotted(loc), message=msg))
     return issues
+
+
+def _value_message(etype: str, ctx: dict, got: Any, default: str) -> str:
+    """The message for a value of the wrong type, a non-finite number or a failed value check."""
+    if etype == "value_error":
+        return str(ctx.get("error", default))  # our own validators' messages already name the value and the fix
+    if etype in ("int_type", "float_type", "int_from_float"):
+        kind = "an integer" if etype != "float_type" else "a number"
+        return (f"must be {kind} (got {type(got).__name__} {got!r}; booleans and quoted strings are not numbers: "
+                "write it unquoted)")
+    if etype == "finite_number":
+        return f"must be a finite number (got {got!r})"
+    return f"{default} (got {got!r})"
 
 
 def _require_mapping(data: Any, source: str, what: str, hint: str) -> None:
