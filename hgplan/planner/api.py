@@ -144,7 +144,7 @@ def _baseline_records(baselines: list[bl.Baseline], best: Prediction) -> dict[st
 
 def _with_faster_baselines(ranked: list, baselines: list[bl.Baseline], warnings: list[str]) -> list:
     """The ranking, by the reported model, with every baseline plan that beats the search's best put in front: the
-    returned plan is never slower than one of its own baselines. (The search optimises the closed-form tables; the
+    returned plan is never slower than any of its own baselines. (The search optimises the closed-form tables; the
     reported time is the simulator's, so a baseline can win by what the two disagree on.)"""
     best_s = ranked[0][1].iteration_time_s
     extra = []
