@@ -17,9 +17,7 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length
                             description="Letters, digits, '_', '.', '-'; starts with a letter or digit.")]
 # Every number is strict (a boolean or a quoted string is not a number), finite, and within a plausible range
 # for the quantity, so that a typo or a hostile value is exit 2 at `validate` time instead of a crash, an
-# absurd plan or unbounded memory later. The ranges are generous: ten times beyond any hardware we know of.
-MAX_COUNT = 10 ** 9
-"""Ceiling of any count that has no tighter physical range (layers, hidden size, vocabulary, batch, ...)."""
+# absurd plan or unbounded memory later. The ranges are generous: well beyond any hardware we know of.
 
 
 def _int(lo: int, hi: int, what: str) -> object:
@@ -32,7 +30,6 @@ def _real(lo: float, hi: float, what: str, *, open_low: bool = False) -> object:
                                   description=f"{what}; a finite number in {'(' if open_low else '['}{lo:g}, {hi:g}].")]
 
 
-PosInt = _int(1, MAX_COUNT, "A positive count")
 NodeCount = _int(1, 100_000, "Nodes in a node group")
 GpusPerNode = _int(1, 128, "GPUs in one node")
 NicCount = _int(1, 64, "NICs per node")

@@ -142,8 +142,8 @@ def check_memory(pred) -> list[Violation]:
     for s in pred.stages:
         if not s.fits:
             out.append(Violation(rule="memory", message=(
-                f"stage {s.index} on {s.node_group} needs {s.memory_gib:.1f} GiB per GPU but {s.gpu} has "
-                f"{s.memory_capacity_gib:g} GiB (weights {s.memory.weights_gib:.1f}, gradients {s.memory.gradients_gib:.1f}, "
+                f"stage {s.index} on {s.node_group} needs {s.memory_gib:.1f} GiB per GPU of {s.memory_capacity_gib:g} "
+                f"GiB ({s.gpu}; weights {s.memory.weights_gib:.1f}, gradients {s.memory.gradients_gib:.1f}, "
                 f"optimizer {s.memory.optimizer_gib:.1f}, activations {s.memory.activations_gib:.1f}, overhead "
                 f"{s.memory.overhead_gib:.1f})")))
     return out

@@ -133,6 +133,28 @@ def test_simulator_respects_dependencies():
     assert len(ops) == 2 * p * m
 
 
+def test_simulated_times_do_not_depend_on_the_order_stages_are_advanced():
+    """The simulator sweeps stages down then up; advancing them in any other order (here random single steps) must
+    give the same op times, since each op starts at max(stage free, input arrived)."""
+    from hgplan.costmodel.pipeline import _Simulation
+
+    rng = random.Random(11)
+    for _ in range(40):
+        p, v = rng.randint(2, 6), rng.choice([1, 2])
+        m = p * rng.randint(1, 3)
+        fwd = [rng.uniform(0.1, 2.0) for _ in range(p)]
+        bwd = [f * rng.uniform(1.5, 3.0) for f in fwd]
+        x = [rng.choice([0.0, rng.uniform(0, 3.0)]) for _ in range(p)]
+        lat = [rng.choice([0.0, rng.uniform(0, 0.5)]) for _ in range(p)]
+        _, swept = simulate(fwd, bwd, x, x, lat, microbatches=m, vpp=v, keep_ops=True)
+        sim = _Simulation(fwd, bwd, x, x, lat, microbatches=m, vpp=v, keep_ops=True)
+        remaining = 2 * p * m * v
+        while remaining:
+            remaining -= sim.advance(rng.randrange(p))
+        key = lambda o: (o.stage, o.kind, o.microbatch, o.chunk)  # noqa: E731
+        assert sorted(swept, key=key) == sorted(sim.ops, key=key)
+
+
 @pytest.mark.parametrize("compute, comm, share, exposed", [
     (10.0, 3.0, 0.22, 0.1), (2.0, 5.0, 0.22, 0.1), (4.0, 4.0, 0.0, 0.0), (1.0, 0.0, 0.3, 0.0), (3.0, 2.9, 0.18, 2.9)])
 def test_overlapped_time(compute, comm, share, exposed):

@@ -95,7 +95,7 @@ def test_absurd_numbers_are_exit_2_at_validate_time(cli, write, changes, expecte
 
 
 def test_link_latency_bounds(cli, write):
-    text = _cluster(extra="    links: []\n") .replace("sites:\n", "sites:\n", 1)
+    text = _cluster(extra="    links: []\n")
     text += ("  - name: b\n    node_groups:\n      - name: h\n        count: 1\n        gpu: H100-SXM5-80GB\n"
              "        gpus_per_node: 8\n        nics: {transport: infiniband, gbps: 400}\n"
              "links:\n  - between: [a, b]\n    gbps: 100\n    latency_ms: .inf\n")

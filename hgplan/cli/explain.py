@@ -155,10 +155,8 @@ def explain(
         emit_json(result.report)
     else:
         render.explanation(out, result.report, result.timeline)
-    over = [s for s in result.report.stages if not s.fits]
-    if over:  # explained in full, but the throughput and MFU above cannot be reached: exit 1 (docs/inputs.md)
-        for s in over:
-            warn(f"stage {s.index} on {s.node_group} needs {s.memory_gib:.1f} GiB per GPU of "
-                 f"{s.memory_capacity_gib:g} GiB: the plan does not fit, so its throughput and MFU are not achievable",
-                 "finding")
+    p = result.report.prediction
+    if not p.fits:  # explained in full (the findings say where memory goes), but not achievable: exit 1 (README)
+        warn(f"stage(s) {', '.join(map(str, p.overflow_stages))} exceed GPU memory: the plan does not fit, so its "
+             "throughput and MFU are not achievable", "finding")
         raise typer.Exit(1)

@@ -13,14 +13,11 @@ def _require_fit(lp) -> None:
     """A plan (hand-edited, or from another catalog) whose stage does not fit its GPUs' memory is not exported."""
     from hgplan.costmodel.evaluate import evaluate
     from hgplan.errors import PlanningError
+    from hgplan.validate import check_memory
 
-    pred = evaluate(lp.plan, lp.fleet, lp.model, lp.train, use_simulator=False)  # memory only: no schedule needed
-    over = [s for s in pred.stages if not s.fits]
-    if over:
-        s = over[0]
-        raise PlanningError(f"the plan does not fit: stage {s.index} on {s.node_group} needs {s.memory_gib:.1f} GiB "
-                            f"per GPU of {s.memory_capacity_gib:g} GiB; re-run `hgplan search` (or `hgplan explain` "
-                            "the plan to see where the memory goes)")
+    problems = check_memory(evaluate(lp.plan, lp.fleet, lp.model, lp.train))
+    if problems:
+        raise PlanningError(f"the plan does not fit: {problems[0].message}; re-run `hgplan search`")
 
 
 @app.command()

@@ -5,6 +5,7 @@ Returns a typed SearchReport (hgplan/documents.py); the CLI prints it, writes pl
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import ortools
@@ -18,7 +19,7 @@ from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
-from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
+from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.search import Found, SearchResult, seeded_search, solve_params
 from hgplan.planner.tables import eligible
 from hgplan.report import plan_record, prediction_record, rounded, stage_results, training_record
@@ -165,7 +166,9 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     """Search and assemble the report (and the raw result, for --export-model).
 
     Raises PlanningError (nothing fits) or NoAnswerError (timeout)."""
-    result, seeds = seeded_search(fleet, model, train, opts, progress=progress, log=log)
+    # the search hands over at least RERANKED plans, whatever --top shows, for the ranking by the reported model
+    result, seeds = seeded_search(fleet, model, train, replace(opts, top_k=max(opts.top_k, RERANKED)),
+                                  progress=progress, log=log)
     if not result.found:
         if result.stopped_by != "complete" and result.candidates_skipped:
             raise NoAnswerError(f"the time limit ended before any plan was found ({result.candidates_solved} of "

@@ -15,7 +15,7 @@ from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.plan import Plan, StageAssignment
 from hgplan.planner.candidates import base_configs
 from hgplan.planner.heuristic import apportion
-from hgplan.planner.options import SearchOptions
+from hgplan.planner.options import RERANKED, SearchOptions
 from hgplan.planner.search import run_search
 from hgplan.planner.tables import eligible
 from hgplan.validate import check_plan
@@ -36,7 +36,7 @@ def single_group(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: 
     """The best plan on any one node group (searched with a share of the time limit)."""
     found = []
     for g in fleet.groups:
-        sub = replace(opts, groups=(g.key,), top_k=1, budget_s=max(1.0, opts.budget_s / (2 * len(fleet.groups))))
+        sub = replace(opts, groups=(g.key,), top_k=RERANKED, budget_s=max(1.0, opts.budget_s / (2 * len(fleet.groups))))
         found += run_search(fleet, model, train, sub).found
     return single_group_from(found, fleet, model, train)
 

@@ -10,8 +10,9 @@ from hgplan.plan import Recompute
 MAX_MICRO_BATCH = 64
 """Largest default micro-batch size: past it the GEMMs gain nothing and activations grow linearly."""
 RERANKED = 8
-"""At least this many plans (the best per configuration, by the search objective) go to the final ranking by the
-reported model, whatever --top shows: which of them the simulator ranks first must not depend on --top."""
+"""Plans (the best per configuration, by the search objective) a search hands over to be ranked by the reported
+model: at least this many for the fleet (whatever --top shows, so the winner does not depend on --top) and this
+many per node group for the single-group baseline."""
 DTIME_PER_WALL = 0.6
 """CP-SAT deterministic seconds per wall second measured on the 2-core CI machine (benchmarks/search_scaling.py)."""
 
