@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 
 from hgplan.costmodel.compute import layer_time
-from hgplan.costmodel.comm import intra_node_busbw_gbytes_per_s
+from hgplan.costmodel.comm import intra_node_busbw
 from hgplan.costmodel.evaluate import NVLINK_COLLECTIVE_LATENCY_S, evaluate
 from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, Precision, Runtime, TrainingSettings, Transport
 from hgplan.inputs import Catalog
@@ -130,8 +130,11 @@ def case_from_row(row: dict, catalog: Catalog) -> Case | str:
     fleet = _fleet(catalog, _gpu_id(hw["gpu"]), n, Transport.INFINIBAND, 200, 8)
     derived = row.get("derived") or {}
     runtime = Runtime.DEEPSPEED if derived.get("zero_stage") == 3 else Runtime.MEGATRON
+    # SC'21 and Korthikanti et al. ran Megatron-LM of 2021-22, which scattered pipeline sends over the TP ranks
+    # (SC'21 section 4.1; removed with megatron-core in March 2023)
     train = TrainingSettings(seq_length=model.max_position_embeddings, global_batch_size=gbs,
-                             precision=Precision.FP16, attention=Attention.UNFUSED, runtime=runtime)
+                             precision=Precision.FP16, attention=Attention.UNFUSED, runtime=runtime,
+                             pipeline_scatter_gather=True)
     L = model.num_layers
     if rid.startswith("korthikanti_table4"):
         rc = Recompute.FULL if "with recompute" in recompute_text else (
@@ -176,7 +179,7 @@ def predict(case: Case) -> Result:
         plan = case.plans[0]
         g = case.fleet.groups[0]
         lt = layer_time(case.model, g.gpu, plan.config, case.train,
-                        tp_busbw_gbytes_per_s=intra_node_busbw_gbytes_per_s(g.gpu, g.intra_node_gbytes_per_s),
+                        tp_busbw_gbytes_per_s=intra_node_busbw(g, span=plan.config.tp)[0],
                         tp_latency_s=NVLINK_COLLECTIVE_LATENCY_S)
         return Result(id=case.id, family=case.family, published_s=case.published_s, predicted_s=lt.fwd_s + lt.bwd_s, plan=plan,
                       gpu=case.fleet.groups[0].gpu.id)

@@ -124,6 +124,19 @@ class TransportProfile:
     rdma: bool
     calibrated: bool = False
     """Whether a calibration profile (`--profile`) set the efficiency on the user's network."""
+    socket_streams: int = 0
+    """TCP sockets NCCL opens per connection (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD); 0 for RDMA."""
+    stream_gbytes_per_s: float = 0.0
+    """What one of those sockets carries at most, GB/s."""
+
+    @property
+    def flow_cap_gbytes_per_s(self) -> float:
+        """Most one flow (one GPU's connection) carries whatever the line rate: its sockets' streams."""
+        return self.socket_streams * self.stream_gbytes_per_s if self.socket_streams else float("inf")
+
+    def achieved_gbytes_per_s(self, line_gbps: float) -> float:
+        """What one flow gets of `line_gbps` of line rate: the transport's share of it, within its streams."""
+        return min(line_gbps / 8.0 * self.efficiency, self.flow_cap_gbytes_per_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,6 +176,20 @@ class GpuType:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PcieTopology:
+    """How a PCIe node's GPUs reach each other (docs/cost-model.md, PCIe collectives)."""
+
+    p2p: bool = True
+    """NCCL moves data GPU to GPU between the GPUs of one socket (else it stages it through host memory, SHM)."""
+    sockets: int = 1
+    """CPU sockets the GPUs are spread over evenly."""
+    inter_socket_gbytes_per_s: float = 10.0
+    """Per-direction bandwidth across the sockets' link."""
+    host_memory_gbytes_per_s: float = 150.0
+    """Achievable host memory bandwidth of one socket."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeGroup:
     """Identical nodes of one site: GPU type, GPUs per node, intra-node fabric and NICs."""
 
@@ -181,6 +208,8 @@ class NodeGroup:
     """Position in the cluster file (file order), used by the Megatron-default baseline."""
     hosts: tuple[str, ...] = ()
     """Host names from the cluster file; empty means placeholders."""
+    pcie: PcieTopology = field(default_factory=PcieTopology)
+    """The PCIe topology (used when intra_node_kind is pcie)."""
 
     def host(self, i: int) -> str:
         """The host name of node i (from the file's hosts, else SITE-GROUP-i)."""
@@ -239,6 +268,8 @@ class NetPath:
     shared: bool
     """True when the bandwidth is one link that all concurrent flows share."""
     link: Link | None = None
+    flow_cap_gbytes_per_s: float = float("inf")
+    """Most one GPU's flow carries whatever the line rate (TCP sockets: streams x what one stream carries)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,7 +319,7 @@ class Fleet:
             tp = self.transports[a.nic_transport]
             return NetPath(kind=PathKind.SAME_GROUP, gbps=a.node_nic_gbps * a.num_nodes, per_gpu_gbps=per_gpu,
                            latency_s=tp.latency_us * 1e-6, transport=a.nic_transport, efficiency=tp.efficiency,
-                           shared=False)
+                           shared=False, flow_cap_gbytes_per_s=tp.flow_cap_gbytes_per_s)
         if a.site == b.site:
             lk = self._link("group", a.name, b.name)
             if lk is None:
@@ -297,7 +328,7 @@ class Fleet:
                 tp = self.transports[a.nic_transport]
                 return NetPath(kind=PathKind.SAME_FABRIC, gbps=min(a.node_nic_gbps * a.num_nodes, b.node_nic_gbps * b.num_nodes),
                                per_gpu_gbps=per_gpu, latency_s=tp.latency_us * 1e-6, transport=a.nic_transport,
-                               efficiency=tp.efficiency, shared=False)
+                               efficiency=tp.efficiency, shared=False, flow_cap_gbytes_per_s=tp.flow_cap_gbytes_per_s)
             kind = PathKind.GROUP_LINK
         else:
             lk = self._link("site", a.site, b.site)
@@ -306,7 +337,8 @@ class Fleet:
             kind = PathKind.SITE_LINK
         tp = self.transports[lk.transport]
         return NetPath(kind=kind, gbps=lk.gbps, per_gpu_gbps=per_gpu, latency_s=lk.latency_ms * 1e-3,
-                       transport=lk.transport, efficiency=tp.efficiency, shared=True, link=lk)
+                       transport=lk.transport, efficiency=tp.efficiency, shared=True, link=lk,
+                       flow_cap_gbytes_per_s=tp.flow_cap_gbytes_per_s)
 
 
 ACTIVATION_FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3}
@@ -400,4 +432,7 @@ class TrainingSettings:
     attention: Attention = Attention.AUTO
     runtime: Runtime = Runtime.MEGATRON
     """Training framework whose behaviour is modelled (docs/cost-model.md)."""
+    pipeline_scatter_gather: bool = False
+    """Megatron-LM before megatron-core (March 2023): each TP rank sends 1/TP of the activations across a stage
+    boundary and the receivers all-gather them (`--scatter-gather-tensors-in-pipeline`, on by default)."""
     transformer_impl: TransformerImpl = TransformerImpl.TRANSFORMER_ENGINE

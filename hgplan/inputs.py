@@ -13,11 +13,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from hgplan.domain import (ATTENTION_ALIASES, ArchEfficiency, Attention, Fleet, GpuType, Link, ModelArch, NodeGroup, Precision, Runtime,
-                           TrainingSettings, TransformerImpl, Transport, TransportProfile)
+from hgplan.domain import (ATTENTION_ALIASES, ArchEfficiency, Attention, Fleet, GpuType, Link, ModelArch, NodeGroup,
+                           PcieTopology, Precision, Runtime, TrainingSettings, TransformerImpl, Transport,
+                           TransportProfile)
 from hgplan.cluster_checks import cluster_semantics
 from hgplan.errors import InputError, InputIssue
-from hgplan.schema import MOE_KEYS, ClusterSpec, GpuSpec, ModelSpec, TrainingSpec
+from hgplan.schema import MOE_KEYS, ClusterSpec, GpuSpec, IntraNodeSpec, ModelSpec, TrainingSpec
 from hgplan.yamlio import Path_, dotted, line_for, parse_yaml
 
 
@@ -219,6 +220,14 @@ def load_cluster(text: str, source: str, catalog: Catalog) -> tuple[Fleet, list[
     return build_fleet(spec, catalog, name=spec.name or source), warnings
 
 
+def _pcie_topology(intra: IntraNodeSpec, gpu: GpuSpec) -> PcieTopology:
+    """A node group's PCIe topology: its own intra_node settings, P2P defaulting to the GPU's."""
+    p2p = intra.p2p if intra.p2p is not None else gpu.intra_node.p2p
+    return PcieTopology(p2p=True if p2p is None else p2p, sockets=intra.sockets,
+                        inter_socket_gbytes_per_s=intra.inter_socket_gbytes_per_s,
+                        host_memory_gbytes_per_s=intra.host_memory_gbytes_per_s)
+
+
 def build_fleet(spec: ClusterSpec, catalog: Catalog, *, name: str) -> Fleet:
     """The Fleet of a validated cluster spec."""
     groups: list[NodeGroup] = []
@@ -231,7 +240,7 @@ def build_fleet(spec: ClusterSpec, catalog: Catalog, *, name: str) -> Fleet:
                                     intra_node_kind=intra.kind, intra_node_gbytes_per_s=intra.gbytes_per_s,
                                     nic_transport=Transport(g.nics.transport), nic_gbps=g.nics.gbps,
                                     nic_count=g.nics.count, gpu_hour_usd=g.gpu_hour_usd, order=len(groups),
-                                    hosts=tuple(g.hosts or ())))
+                                    hosts=tuple(g.hosts or ()), pcie=_pcie_topology(intra, gspec)))
     links: list[Link] = []
     for site in spec.sites:
         for lk in site.links:
@@ -347,4 +356,5 @@ def make_training(values: dict[str, Any], model: ModelArch, source: str = "<cli>
     return TrainingSettings(seq_length=spec.seq_length, global_batch_size=spec.global_batch_size,
                             precision=Precision(spec.precision), optimizer=spec.optimizer,
                             attention=Attention(ATTENTION_ALIASES.get(spec.attention, spec.attention)),
-                            runtime=Runtime(spec.runtime), transformer_impl=TransformerImpl(spec.transformer_impl))
+                            runtime=Runtime(spec.runtime), transformer_impl=TransformerImpl(spec.transformer_impl),
+                            pipeline_scatter_gather=spec.pipeline_scatter_gather)

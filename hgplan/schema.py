@@ -72,6 +72,7 @@ HostName = Annotated[str, Field(max_length=253), AfterValidator(_host_name)]
 
 Transport = Literal["infiniband", "roce", "ethernet"]
 IntraKind = Literal["nvlink", "pcie", "xgmi", "roce"]
+SocketCount = _int(1, 8, "CPU sockets per node")
 
 
 class _Strict(BaseModel):
@@ -83,6 +84,17 @@ class IntraNodeSpec(_Strict):
 
     kind: IntraKind = Field(description="GPU-to-GPU path inside a node.")
     gbytes_per_s: GBytesPerS = Field(description="Bidirectional per-GPU bandwidth in GB/s (decimal), as vendors quote it.")
+    p2p: bool | None = Field(None, description="PCIe only: whether NCCL moves data GPU to GPU (P2P) between the GPUs "
+                             "of one CPU socket: they share a PCIe switch (nvidia-smi topo -m shows PIX or PXB) and "
+                             "the driver allows it. false: NCCL stages every transfer through host memory (SHM), as "
+                             "on GeForce cards, GPUs on the CPU's root ports (PHB) and most VMs. Default: the GPU's.")
+    sockets: SocketCount = Field(1, description="PCIe only: CPU sockets (NUMA nodes) the node's GPUs are spread over "
+                                 "evenly; a collective spanning more than one crosses the inter-socket link.")
+    inter_socket_gbytes_per_s: GBytesPerS = Field(10.0, description="PCIe only: per-direction bandwidth NCCL gets "
+                                                  "across the CPU sockets' link (NCCL's topology model: 10 for Intel "
+                                                  "UPI since Skylake, 6 for AMD Infinity Fabric, 22 Sapphire Rapids).")
+    host_memory_gbytes_per_s: GBytesPerS = Field(150.0, description="PCIe only: achievable host memory bandwidth of "
+                                                 "one socket; SHM transfers write and read every byte through it.")
 
 
 class GpuSpec(_Strict):
@@ -202,6 +214,11 @@ class TrainingSpec(_Strict):
     transformer_impl: Literal["transformer_engine", "local"] = Field(
         "transformer_engine", description="How Megatron builds its layers: transformer_engine (fused kernels, "
         "gradient-accumulation fusion) or local (megatron-core's PyTorch fallbacks).")
+    pipeline_scatter_gather: bool = Field(
+        False, description="true for Megatron-LM before megatron-core (March 2023), whose "
+        "--scatter-gather-tensors-in-pipeline (on by default) sent 1/TP of the activations per TP rank across a "
+        "stage boundary and all-gathered them on the receiving node; megatron-core sends the whole tensor from every "
+        "TP rank unless sequence parallelism splits it.")
 
 
 MOE_KEYS = frozenset({"num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",

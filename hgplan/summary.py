@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hgplan.domain import Fleet, ModelArch, Precision
+from hgplan.domain import Fleet, GpuType, ModelArch, Precision
 
 
 def fleet_summary(fleet: Fleet, warnings: list[str], model: ModelArch | None = None) -> dict[str, Any]:
@@ -39,11 +39,15 @@ def fleet_summary(fleet: Fleet, warnings: list[str], model: ModelArch | None = N
     return out
 
 
-def gpu_row(g: Any) -> dict[str, Any]:
-    """One catalog GPU as `profiles list gpus` shows it."""
+def gpu_row(g: Any, gpu: GpuType) -> dict[str, Any]:
+    """One catalog GPU (its spec and its GpuType) as `profiles list gpus` shows it: figures, the precisions it
+    trains in, the attention kernels it has and its intra-node path."""
+    p2p = ", no P2P" if g.intra_node.kind == "pcie" and g.intra_node.p2p is False else ""
     return {"id": g.id, "vendor": g.vendor, "arch": g.arch, "bf16_tflops": g.bf16_tflops, "fp16_tflops": g.fp16_tflops,
-            "hbm_gib": g.hbm_gib, "hbm_gbytes_per_s": g.hbm_gbytes_per_s,
-            "intra_node": f"{g.intra_node.kind} {g.intra_node.gbytes_per_s:g} GB/s"}
+            "fp8_tflops": gpu.peak_tflops(Precision.FP8), "hbm_gib": g.hbm_gib, "hbm_gbytes_per_s": g.hbm_gbytes_per_s,
+            "precisions": " ".join(p.value for p in Precision if gpu.supports(p)),
+            "attention": "fused flash2 unfused" if gpu.eff.flash_attention else "unfused",
+            "intra_node": f"{g.intra_node.kind} {g.intra_node.gbytes_per_s:g} GB/s{p2p}"}
 
 
 def model_row(name: str, m: ModelArch) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def test_good_file_validates(cli, write):
     (GOOD.replace("count: 2\n        gpu: A100", "count: -3\n        gpu: A100"),
      "sites.1.node_groups.0.count: must be >= 1 (got -3)"),
     (GOOD.replace("gpu: H100-SXM5-80GB", "gpu: H100"),
-     "sites.0.node_groups.0.gpu: unknown GPU id 'H100'; did you mean 'H100-PCIe-80GB', 'H100-SXM5-80GB'"),
+     "sites.0.node_groups.0.gpu: unknown GPU id 'H100'; did you mean 'H100-NVL', 'H100-PCIe-80GB', 'H100-SXM5-80GB'"),
     (GOOD.replace("gbps: 400, count: 8", "gbps: 0, count: 8"), "sites.0.node_groups.0.nics.gbps: must be >= 0.001 (got 0)"),
     (GOOD.replace("transport: roce", "transport: rocev2"),
      "sites.1.node_groups.0.nics.transport: must be one of 'infiniband', 'roce' or 'ethernet' (got 'rocev2')"),

@@ -65,7 +65,7 @@ def profiles_list(kind: Annotated[ProfileKind, typer.Argument(help="gpus, models
 
     cat = catalog()
     if kind is ProfileKind.gpus:
-        rows = [gpu_row(g) for g in cat.gpus.values()]
+        rows = [gpu_row(g, cat.gpu_type(g)) for g in cat.gpus.values()]
     elif kind is ProfileKind.models:
         rows = [model_row(name, load_model(text, f"<preset:{name}>")) for name, text in cat.model_texts.items()]
     else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from hgplan.domain import GpuType, NodeGroup, TransportProfile
+from hgplan.domain import NodeGroup, TransportProfile
 
 
 NVLINK_HOP_S = 3.4e-6
@@ -37,14 +37,40 @@ def half_collective_s(nbytes: float, n: int, busbw_gbytes_per_s: float, *, laten
     return (n - 1) / n * nbytes / (busbw_gbytes_per_s * 1e9) + ring_latency_s(n, latency_s)
 
 
-def intra_node_busbw_gbytes_per_s(gpu: GpuType, intra_gbytes_per_s: float) -> float:
-    """Vendors quote bidirectional per-GPU bandwidth; a ring uses one direction per hop."""
-    return intra_gbytes_per_s / 2.0 * gpu.eff.collective_efficiency
+PCIE_NCCL_FRACTION = 0.75
+"""Share of a PCIe link's raw per-direction rate NCCL's topology model counts on: lane rate x width / 80 GB/s
+(src/graph/topo.cc; Gen3 x16 12 GB/s of 16 raw, Gen4 x16 24, Gen5 x16 48). Four RTX 4090s with P2P enabled
+measured 25.7 GB/s all-reduce bus bandwidth on Gen4 x16 (tinygrad/open-gpu-kernel-modules#36)."""
+PCIE_HOP_S = 5.7e-6
+"""Per-step latency of a ring over PCIe (NCCL src/graph/tuning.cc, hwLatencies, PCI ring Simple)."""
+
+
+def intra_node_busbw(group: NodeGroup, *, span: int) -> tuple[float, float]:
+    """(bus bandwidth GB/s, per-step latency s) of a ring over GPUs of one node covering `span` consecutive GPUs.
+
+    NVLink/xGMI: vendors quote bidirectional per-GPU bandwidth; a ring uses one direction per hop, at the
+    architecture's collective efficiency. PCIe (docs/cost-model.md, PCIe collectives): NCCL uses GPU-to-GPU P2P
+    only up to GPUs behind PCIe switches of one socket (default NCCL_P2P_LEVEL=PXB, src/graph/paths.cc) and where
+    the driver allows it; otherwise its SHM transport stages every byte through host memory (written once, read
+    once) while all the socket's GPUs stream at once, and a ring spanning sockets crosses their link.
+    """
+    if group.intra_node_kind != "pcie":
+        return group.intra_node_gbytes_per_s / 2.0 * group.gpu.eff.collective_efficiency, NVLINK_HOP_S
+    topo = group.pcie
+    link = group.intra_node_gbytes_per_s / 2.0 * PCIE_NCCL_FRACTION
+    per_socket = max(1, group.gpus_per_node // topo.sockets)
+    crosses = topo.sockets > 1 and span > per_socket
+    if topo.p2p and not crosses:
+        return link, PCIE_HOP_S
+    bw = min(link, topo.host_memory_gbytes_per_s / (2 * per_socket))
+    if crosses:
+        bw = min(bw, topo.inter_socket_gbytes_per_s)
+    return bw, PCIE_HOP_S
 
 
 def nic_gbytes_per_s(group: NodeGroup, transport: TransportProfile) -> float:
     """Achievable NIC bandwidth of one GPU (its share of the node's NICs), GB/s."""
-    return group.nic_gbps_per_gpu / 8.0 * transport.efficiency
+    return transport.achieved_gbytes_per_s(group.nic_gbps_per_gpu)
 
 
 def group_busbw_gbytes_per_s(group: NodeGroup, transport: TransportProfile, *, members: int, stride: int) -> tuple[float, float]:
@@ -54,10 +80,10 @@ def group_busbw_gbytes_per_s(group: NodeGroup, transport: TransportProfile, *, m
     NVLink/xGMI. Otherwise each node holds k = GPUs per node / stride members and the node's NICs are shared
     by the stride groups that run at once: inter-node bus bandwidth per rank is k x (NIC share of one GPU).
     """
-    intra = intra_node_busbw_gbytes_per_s(group.gpu, group.intra_node_gbytes_per_s)
     per_node = max(1, group.gpus_per_node // stride)
+    intra, hop_s = intra_node_busbw(group, span=min(members, per_node) * stride)
     if members <= per_node:
-        return intra, NVLINK_HOP_S
+        return intra, hop_s
     inter = nic_gbytes_per_s(group, transport) * per_node
     return min(intra, inter), transport.latency_us * 1e-6
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hgplan.costmodel.comm import (allreduce_s, group_busbw_gbytes_per_s, half_collective_s,
-                                   intra_node_busbw_gbytes_per_s, nic_gbytes_per_s, overlapped_s, ring_latency_s)
+                                   intra_node_busbw, nic_gbytes_per_s, overlapped_s, ring_latency_s)
 from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, attention_kernel, compute_precision, embedding_time, hbm_s, head_time, layer_time
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
@@ -102,14 +102,32 @@ class Prediction:
 
 def _tp_bandwidth(group: NodeGroup, cfg: ParallelConfig, fleet: Fleet) -> tuple[float, float]:
     if cfg.tp <= group.gpus_per_node:
-        return intra_node_busbw_gbytes_per_s(group.gpu, group.intra_node_gbytes_per_s), NVLINK_COLLECTIVE_LATENCY_S
+        bw, hop_s = intra_node_busbw(group, span=cfg.tp)
+        return bw, (hop_s if group.intra_node_kind == "pcie" else NVLINK_COLLECTIVE_LATENCY_S)
     transport = fleet.transports[group.nic_transport]
     return nic_gbytes_per_s(group, transport), transport.latency_us * 1e-6
 
 
+def _scatters(cfg: ParallelConfig, train: TrainingSettings) -> bool:
+    return train.pipeline_scatter_gather and not cfg.sequence_parallel and cfg.tp > 1
+
+
 def p2p_message_bytes(model: ModelArch, cfg: ParallelConfig, train: TrainingSettings) -> float:
-    """Bytes one GPU sends across a stage boundary per micro-batch: its 1/TP shard of [s/CP, b, h] activations."""
-    return cfg.micro_batch_size * train.seq_length / cfg.cp * model.hidden_size * BYTES / cfg.tp
+    """Bytes one GPU sends across a stage boundary per micro-batch: the [s/CP, b, h] activations, of which each
+    tensor-parallel rank holds (and sends) 1/TP only with sequence parallelism; without it every TP rank sends the
+    whole tensor (megatron/core/pipeline_parallel/schedules.py, get_tensor_shapes), unless the runtime scatters it
+    (`pipeline_scatter_gather`: Megatron-LM before megatron-core, SC'21 section 4.1)."""
+    whole = cfg.micro_batch_size * train.seq_length / cfg.cp * model.hidden_size * BYTES
+    return whole / cfg.tp if cfg.sequence_parallel or _scatters(cfg, train) else whole
+
+
+def pipeline_gather_s(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings) -> float:
+    """With the scatter/gather of old Megatron-LM, the receiving stage all-gathers the TP pieces over its node's
+    fabric before it can start (0 otherwise)."""
+    if not _scatters(cfg, train):
+        return 0.0
+    bw, hop_s = intra_node_busbw(g, span=cfg.tp)
+    return half_collective_s(p2p_message_bytes(model, cfg, train) * cfg.tp, cfg.tp, bw, latency_s=hop_s)
 
 
 def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *, msg_bytes: float,
@@ -123,9 +141,9 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
     if path is None:
         return float("inf"), float("inf"), None
     if path.kind is PathKind.SAME_GROUP and cfg.gpus_per_stage < a.gpus_per_node:
-        bw = intra_node_busbw_gbytes_per_s(a.gpu, a.intra_node_gbytes_per_s)
+        bw, _ = intra_node_busbw(a, span=min(a.gpus_per_node, 2 * cfg.gpus_per_stage))
         return msg_bytes / (bw * 1e9), INTRA_NODE_P2P_LATENCY_S, path
-    per_gpu = path.per_gpu_gbps / 8.0 * path.efficiency * 1e9
+    per_gpu = min(path.per_gpu_gbps / 8.0 * path.efficiency, path.flow_cap_gbytes_per_s) * 1e9
     t = msg_bytes / per_gpu
     if path.shared:
         flows = cfg.gpus_per_stage * crossings
@@ -203,12 +221,15 @@ def dp_tail(fleet: Fleet, g: NodeGroup, cfg: ParallelConfig, train: TrainingSett
 
 def tied_embedding_sync_s(fleet: Fleet, first: NodeGroup, last: NodeGroup, model: ModelArch, cfg: ParallelConfig,
                           train: TrainingSettings) -> float:
-    """All-reduce of the tied embedding's gradient between the first and last stage (0 when untied or PP = 1)."""
+    """All-reduce of the tied embedding's gradient between the first and last stage (0 when untied or PP = 1).
+
+    A ring all-reduce of S bytes over two ranks sends 2 (n - 1) / n x S = S bytes each way in two steps (a
+    reduce-scatter and an all-gather half): one message's worth of busy time and two latencies."""
     if cfg.pp <= 1 or model.untie_embeddings_and_output_weights:
         return 0.0
     emb_bytes = model.padded_vocab(cfg.tp) * model.hidden_size / cfg.tp * grad_bytes(train.precision)
     busy, latency, _ = p2p_seconds(fleet, first, last, cfg, msg_bytes=emb_bytes, crossings=1)
-    return 2 * busy + 2 * latency
+    return busy + 2 * latency
 
 
 def _zero3_overlap(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings, *,
@@ -294,6 +315,7 @@ def _boundary_costs(fleet: Fleet, groups: list[NodeGroup], model: ModelArch, cfg
         path = fleet.path(groups[a_i], groups[b_i])
         crossings = link_use.get(id(path.link), 1) if path is not None and path.link is not None else 1
         busy, latency, path = p2p_seconds(fleet, groups[a_i], groups[b_i], cfg, msg_bytes=msg, crossings=crossings)
+        busy += pipeline_gather_s(groups[b_i], model, cfg, train)
         send[k], lat[k] = busy, latency
         described.append({"from_stage": a_i, "to_stage": b_i, "path": path.kind if path else "none",
                           "transport": path.transport.value if path else None, "send_s": busy, "latency_s": latency,

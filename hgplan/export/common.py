@@ -32,6 +32,12 @@ class Export:
                             warnings=self.warnings, notes=self.notes, file_contents=dict(sorted(self.files.items())))
 
 
+SOCKET_NTHREADS = 4
+"""NCCL_SOCKET_NTHREADS on Ethernet nodes; with NCCL_NSOCKS_PERTHREAD the sockets the cost model counts on
+(profiles/nics.yaml, ethernet socket_streams = their product)."""
+NSOCKS_PERTHREAD = 4
+
+
 def nccl_env(group: NodeGroup) -> dict[str, str]:
     """Per-node-group NCCL environment (NCCL user guide, env.html). Device names are placeholders to check."""
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
@@ -45,8 +51,8 @@ def nccl_env(group: NodeGroup) -> dict[str, str]:
     else:
         env["NCCL_IB_DISABLE"] = "1"
         env["NCCL_SOCKET_IFNAME"] = "eth0"
-        env["NCCL_SOCKET_NTHREADS"] = "4"
-        env["NCCL_NSOCKS_PERTHREAD"] = "4"
+        env["NCCL_SOCKET_NTHREADS"] = str(SOCKET_NTHREADS)
+        env["NCCL_NSOCKS_PERTHREAD"] = str(NSOCKS_PERTHREAD)
     return env
 
 

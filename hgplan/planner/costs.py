@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from hgplan.costmodel.evaluate import (dp_tail, edge_costs, layer_cost, p2p_message_bytes, p2p_seconds,
-                                       tied_embedding_sync_s)
+                                       pipeline_gather_s, tied_embedding_sync_s)
 from hgplan.costmodel.memory import GIB, stage_memory
 from hgplan.costmodel.compute import attention_kernel
 from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, TrainingSettings, TransformerImpl
@@ -136,10 +136,12 @@ class CostSource:
 
     def link(self, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig) -> LinkCosts | None:
         """A boundary from a stage on a to a stage on b (None when no path joins them)."""
-        key = (a.key, b.key, cfg.tp, cfg.cp, cfg.dp, cfg.micro_batch_size, cfg.pp > 1)  # no tied sync at pp = 1
+        key = (a.key, b.key, cfg.tp, cfg.cp, cfg.dp, cfg.micro_batch_size, cfg.sequence_parallel,
+               cfg.pp > 1)  # no tied sync at pp = 1
         if key not in self._link:
             msg = p2p_message_bytes(self.model, cfg, self.train)
             busy, latency, path = p2p_seconds(self.fleet, a, b, cfg, msg_bytes=msg, crossings=1)
+            busy += pipeline_gather_s(b, self.model, cfg, self.train)
             self._link[key] = None if path is None else LinkCosts(
                 send_us=to_us(busy), lat_us=to_us(latency),
                 tied_us=to_us(tied_embedding_sync_s(self.fleet, a, b, self.model, cfg, self.train)))
