@@ -8,6 +8,7 @@ import warnings
 
 import jsonschema
 import pytest
+import yaml
 
 from hgplan.export.deepspeed import ds_config, export_deepspeed
 from hgplan.export.layout import build_layout
@@ -117,6 +118,11 @@ def test_megatron_export_places_stages_on_their_groups(plan_path):
         assert fleet.group(plan.stages[r.stage].node_group).site in r.host
     ex = export_megatron(plan, fleet, model, train)
     assert "nccl_pg.yaml" in ex.files and "pp: {net_name: Socket}" in ex.files["nccl_pg.yaml"]
+    pg = yaml.safe_load(ex.files["nccl_pg.yaml"])
+    # every group that spans the pipeline stages (megatron/core/parallel_state.py) is on sockets
+    assert {"pp", "mp", "tp_ep_pp"} <= set(pg) and all(v == {"net_name": "Socket"} for v in pg.values())
+    assert ("intra_dist_opt_instance" in pg) == (plan.config.zero_stage == 1)
+    assert any("world" in w for w in ex.warnings)  # the one group the file cannot configure is named
     assert all(n.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" for n in ex.nodes)
     assert [n.node_rank for n in ex.nodes] == list(range(len(ex.nodes)))
     assert sum(n.nproc for n in ex.nodes) == plan.config.world_size

@@ -99,19 +99,42 @@ def crosses_transports(plan: Plan, fleet: Fleet) -> tuple[bool, bool]:
     return pp, len(groups) > 1 and non_rdma(groups[0], groups[-1])
 
 
+SPANNING_GROUPS = (
+    ("pp", "pipeline sends (megatron/core/parallel_state.py, get_nccl_options(\"pp\"))"),
+    ("mp", "model-parallel group, TP x PP: grad-norm and num-zeros without the distributed optimizer "
+           "(parallel_state.py, get_nccl_options(\"mp\"), MODEL_PARALLEL_GROUP)"),
+    ("tp_ep_pp", "expert x tensor x pipeline group, built for dense models too "
+                 "(parallel_state.py, get_nccl_options(\"tp_ep_pp\"))"),
+)
+"""Process groups that span every pipeline stage, so cross any transport boundary the pipeline crosses."""
+
+
 def _socket_groups(plan: Plan, fleet: Fleet, model: ModelArch, ex: Export) -> list[str]:
-    """nccl_pg.yaml and its flag when the pipeline crosses a link without RDMA or between transports."""
+    """nccl_pg.yaml and its flag when the pipeline crosses a link without RDMA or between transports: every Megatron
+    process group that spans the stages runs on sockets; the world group, which the file cannot reach, is named."""
     pp_socket, embd_socket = crosses_transports(plan, fleet)
     if not pp_socket:
         return []
     lines = ["# NCCL options per process group (--nccl-communicator-config-path).",
              "# The pipeline crosses a link without RDMA or between transports: NCCL cannot run one communicator",
-             "# over InfiniBand/RoCE and TCP at once, so the pipeline (and tied-embedding) groups use sockets",
-             "# while TP and DP stay on the node group's RDMA fabric.", "pp: {net_name: Socket}"]
+             "# over InfiniBand/RoCE and TCP at once, so every group that spans the pipeline stages uses sockets",
+             "# while TP and DP stay on the node group's RDMA fabric."]
+    groups = list(SPANNING_GROUPS)
+    if plan.config.zero_stage == 1:
+        groups.append(("intra_dist_opt_instance", "grad-norm and num-zeros of the distributed optimizer over "
+                       "the whole world (parallel_state.py, get_nccl_options(\"intra_dist_opt_instance\"); "
+                       "megatron/core/optimizer/__init__.py sets it as grad_stats_parallel_group)"))
     if embd_socket and not model.untie_embeddings_and_output_weights:
-        lines.append("embd: {net_name: Socket}")
+        groups.append(("embd", "tied-embedding gradient between the first and last stage "
+                       "(parallel_state.py, get_nccl_options(\"embd\"))"))
+    for name, why in groups:
+        lines += [f"# {why}", f"{name}: {{net_name: Socket}}"]
     ex.files["nccl_pg.yaml"] = "\n".join(lines) + "\n"
     ex.notes.append("do not export NCCL_NET: it overrides the per-communicator net_name in nccl_pg.yaml")
+    ex.warnings.append("the default (world) process group spans both transports and nccl_pg.yaml cannot configure "
+                       "it (torch.distributed.init_process_group, megatron/training/initialize.py); Megatron uses it "
+                       "for barriers and small flags: check that NCCL initialises across the boundary (a two-node "
+                       "all_reduce_perf with one node on each side) before the run")
     return ["--nccl-communicator-config-path", "nccl_pg.yaml"]
 
 
