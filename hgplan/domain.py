@@ -264,12 +264,11 @@ class NetPath:
     """NIC bandwidth of one GPU at the slower end, Gbit/s."""
     latency_s: float
     transport: Transport
-    efficiency: float
+    profile: TransportProfile
+    """The transport's achievable share of line rate and, for sockets, what one flow carries at most."""
     shared: bool
     """True when the bandwidth is one link that all concurrent flows share."""
     link: Link | None = None
-    flow_cap_gbytes_per_s: float = float("inf")
-    """Most one GPU's flow carries whatever the line rate (TCP sockets: streams x what one stream carries)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -318,8 +317,7 @@ class Fleet:
         if a.key == b.key:
             tp = self.transports[a.nic_transport]
             return NetPath(kind=PathKind.SAME_GROUP, gbps=a.node_nic_gbps * a.num_nodes, per_gpu_gbps=per_gpu,
-                           latency_s=tp.latency_us * 1e-6, transport=a.nic_transport, efficiency=tp.efficiency,
-                           shared=False, flow_cap_gbytes_per_s=tp.flow_cap_gbytes_per_s)
+                           latency_s=tp.latency_us * 1e-6, transport=a.nic_transport, profile=tp, shared=False)
         if a.site == b.site:
             lk = self._link("group", a.name, b.name)
             if lk is None:
@@ -328,7 +326,7 @@ class Fleet:
                 tp = self.transports[a.nic_transport]
                 return NetPath(kind=PathKind.SAME_FABRIC, gbps=min(a.node_nic_gbps * a.num_nodes, b.node_nic_gbps * b.num_nodes),
                                per_gpu_gbps=per_gpu, latency_s=tp.latency_us * 1e-6, transport=a.nic_transport,
-                               efficiency=tp.efficiency, shared=False, flow_cap_gbytes_per_s=tp.flow_cap_gbytes_per_s)
+                               profile=tp, shared=False)
             kind = PathKind.GROUP_LINK
         else:
             lk = self._link("site", a.site, b.site)
@@ -337,8 +335,7 @@ class Fleet:
             kind = PathKind.SITE_LINK
         tp = self.transports[lk.transport]
         return NetPath(kind=kind, gbps=lk.gbps, per_gpu_gbps=per_gpu, latency_s=lk.latency_ms * 1e-3,
-                       transport=lk.transport, efficiency=tp.efficiency, shared=True, link=lk,
-                       flow_cap_gbytes_per_s=tp.flow_cap_gbytes_per_s)
+                       transport=lk.transport, profile=tp, shared=True, link=lk)
 
 
 ACTIVATION_FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3}

@@ -86,8 +86,20 @@ def test_rdma_has_no_socket_cap():
 
 
 def test_export_sets_the_socket_threads_on_ethernet_nodes():
-    env = nccl_env(_fleet("A100-PCIe-80GB").groups[0])
-    assert int(env["NCCL_SOCKET_NTHREADS"]) * int(env["NCCL_NSOCKS_PERTHREAD"]) == 16
+    fleet = _fleet("A100-PCIe-80GB")
+    env = nccl_env(fleet.groups[0])
+    streams = fleet.transports[fleet.groups[0].nic_transport].socket_streams
+    assert int(env["NCCL_SOCKET_NTHREADS"]) * int(env["NCCL_NSOCKS_PERTHREAD"]) == streams
+
+
+@pytest.mark.parametrize("nbytes, share", [(2 ** 20, 0.967), (2 ** 16, 0.650)])
+def test_share_of_line_rate_a_send_gets_over_10gbe(nbytes, share):
+    """docs/cost-model.md section 3: a 1 MiB send gets 97% of the TCP rate, a 64 KiB one 65%."""
+    fleet = _fleet("A100-PCIe-80GB", gpus=1, nodes=2)
+    g = fleet.groups[0]
+    busy, latency, _ = p2p_seconds(fleet, g, g, ParallelConfig(tp=1, pp=2, dp=1, micro_batch_size=1),
+                                   msg_bytes=nbytes, crossings=1)
+    assert busy / (busy + latency) == pytest.approx(share, abs=0.002)
 
 
 MODEL = load_model(CAT.model_texts["gpt-1.7b"], "gpt-1.7b")

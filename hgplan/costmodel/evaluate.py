@@ -143,11 +143,11 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
     if path.kind is PathKind.SAME_GROUP and cfg.gpus_per_stage < a.gpus_per_node:
         bw, _ = intra_node_busbw(a, span=min(a.gpus_per_node, 2 * cfg.gpus_per_stage))
         return msg_bytes / (bw * 1e9), INTRA_NODE_P2P_LATENCY_S, path
-    per_gpu = min(path.per_gpu_gbps / 8.0 * path.efficiency, path.flow_cap_gbytes_per_s) * 1e9
+    per_gpu = path.profile.achieved_gbytes_per_s(path.per_gpu_gbps) * 1e9
     t = msg_bytes / per_gpu
     if path.shared:
         flows = cfg.gpus_per_stage * crossings
-        t = max(t, msg_bytes * flows / (path.gbps / 8.0 * path.efficiency * 1e9))
+        t = max(t, msg_bytes * flows / (path.gbps / 8.0 * path.profile.efficiency * 1e9))
     return t, path.latency_s, path
 
 
