@@ -79,6 +79,14 @@ def _model(row: dict, mosaic: bool) -> ModelArch:
         hidden_dropout=0.0 if mosaic else 0.1, attention_dropout=0.0 if mosaic else 0.1)
 
 
+MODEL_DIMS = {
+    "MPT-350m": {"layers": 24, "hidden": 1024, "heads": 16, "kv_heads": 16, "ffn": 4096},
+}
+"""Dimensions of models a calibration row names without giving them. MPT-350m: mosaicml/llm-foundry
+scripts/train/yamls/pretrain/mpt-350m.yaml (d_model 1024, n_heads 16, n_layers 24, expansion_ratio 4, MPT's attention
+has no grouped KV heads), the model the benchmarking table ran."""
+
+
 def _divisors(n: int, limit: int) -> list[int]:
     return [k for k in range(1, min(n, limit) + 1) if n % k == 0]
 
@@ -108,6 +116,8 @@ def case_from_row(row: dict, catalog: Catalog) -> Case | str:
     hw, par, batch = row["hardware"], row.get("parallelism") or {}, row["batch"]
     precision_text = str(row.get("precision", ""))
     mosaic = rid.startswith("mosaic")
+    known = MODEL_DIMS.get(row["model"].get("name", ""), {})
+    row = dict(row, model={**row["model"], **{k: v for k, v in known.items() if row["model"].get(k) is None}})
     missing = [k for k in ("layers", "hidden", "heads", "ffn") if row["model"].get(k) is None]
     if missing:
         return f"the row does not give the model's {', '.join(missing)}"

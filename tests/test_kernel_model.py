@@ -13,7 +13,7 @@ from hgplan.costmodel.compute import (MAIN_GRAD_BYTES_PER_PARAM, attention_kerne
                                       main_grad_s, tile_efficiency)
 from hgplan.costmodel.evaluate import GRAD_ZERO_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM, edge_costs
 from hgplan.costmodel.memory import activation_bytes_per_layer
-from hgplan.domain import Attention, Runtime, TrainingSettings, TransformerImpl
+from hgplan.domain import Attention, Precision, Runtime, TrainingSettings, TransformerImpl
 from hgplan.inputs import load_model
 from hgplan.io import catalog
 from hgplan.plan import ParallelConfig, Recompute
@@ -118,8 +118,8 @@ def test_tile_efficiency_in_whole_tiles_and_waves():
 def test_h100_measured_configurations():
     """The megatron-core configurations measured on a real H100 (local spec). fwd+bwd of every configuration within
     9% (8.6% at worst when this test was written; issue 10's target is 7%), every Llama layer's activations within
-    8%, peak memory within 8% with fused or flash attention (the unfused path's score transients are not modelled),
-    the fused optimizer step within 15%."""
+    8%, peak memory of every configuration within 8% (unfused attention included, with its backward's score
+    gradients), the fused optimizer step within 15%."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from h100_measured import compare
@@ -129,7 +129,8 @@ def test_h100_measured_configurations():
     assert len(fused) >= 14
     assert max(abs(r["fwd_bwd"]) for r in out["configs"]) <= 0.09, [(r["name"], round(r["fwd_bwd"], 3))
                                                                      for r in out["configs"]]
-    assert max(abs(r["peak"]) for r in fused) <= 0.08
+    assert max(abs(r["peak"]) for r in out["configs"]) <= 0.08, [(r["name"], round(r["peak"], 3))
+                                                                  for r in out["configs"]]
     assert max(abs(r["act"]) for r in out["per_layer"]) <= 0.08
     fused_opt = [r for r in out["optimizer"] if r["fused"]]
     assert fused_opt and all(abs(r["error"]) <= 0.15 for r in fused_opt)
@@ -184,3 +185,48 @@ def plan_from_search():
     from hgplan.plan import Plan, StageAssignment
     plan = Plan(config=ParallelConfig(tp=1, pp=1, dp=8), stages=(StageAssignment(node_group="a/b", num_layers=32),))
     return plan, TrainingSettings(seq_length=4096, global_batch_size=64)
+
+
+def test_unfused_attention_backward_holds_two_score_gradients():
+    """The last layer's backward under unfused attention holds the gradients of the probabilities and of the scores
+    (two b a s^2 x 2-byte tensors) once the logits are gone: the stage's peak takes the larger of the two."""
+    from hgplan.costmodel.memory import FRAGMENTATION, GIB, UNFUSED_BACKWARD_SCORE_TENSORS, stage_memory
+    model, s = llama8b(), 8192
+    cfg = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=1)
+    kw = dict(precision=Precision.BF16, seq_length=s, num_microbatches=1, stage=0, layers=4)
+    flash = stage_memory(model, cfg, flash=True, **kw)
+    unfused = stage_memory(model, cfg, flash=False, **kw)
+    score = 2 * model.num_attention_heads * s * s
+    per_layer = (activation_bytes_per_layer(model, micro_batch=1, seq_length=s, tp=1, cp=1, sequence_parallel=False,
+                                            recompute=Recompute.NONE, flash=False)
+                 - activation_bytes_per_layer(model, micro_batch=1, seq_length=s, tp=1, cp=1, sequence_parallel=False,
+                                              recompute=Recompute.NONE, flash=True))
+    logits = 4 * s * model.hidden_size + 4 * s * model.padded_vocab(1)  # output layer input, fp32 logits
+    assert UNFUSED_BACKWARD_SCORE_TENSORS == 2 and UNFUSED_BACKWARD_SCORE_TENSORS * score > logits
+    extra = 4 * per_layer + UNFUSED_BACKWARD_SCORE_TENSORS * score - logits
+    assert (unfused.activations_gib - flash.activations_gib) * GIB / FRAGMENTATION == pytest.approx(extra, rel=1e-9)
+
+
+def test_fp8_under_fsdp_casts_every_linear_input_and_weight():
+    """Stand-alone Transformer Engine Linear modules (FSDP) cast and transpose each of the four inputs and, on every
+    micro-batch, each weight; Megatron's fused layers cast only the projection's input on its own."""
+    from hgplan.costmodel.compute import FP8_CAST_BYTES_FWD, FP8_CAST_TRANSPOSE_BYTES, layer_time
+    h = gpu("H100-SXM5-80GB")
+    model = llama8b()
+    cfg = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=2)
+    hs, q, F = model.hidden_size, model.query_dim, model.ffn_hidden_size
+    tok = 2 * 4096
+
+    def fwd(runtime: Runtime, precision: Precision) -> float:
+        train = TrainingSettings(seq_length=4096, global_batch_size=16, precision=precision, runtime=runtime,
+                                 attention=Attention.FLASH2)
+        return layer_time(model, h, cfg, train, tp_busbw_gbytes_per_s=1.0, tp_latency_s=0.0).fwd_s
+
+    # the runtimes' bf16 difference is only the framework's efficiency; under fp8 the casts differ on top of it
+    eff = {Runtime.MEGATRON: 1.0, Runtime.FSDP: 0.85}
+    fsdp_casts = hbm_s(h, tok * FP8_CAST_TRANSPOSE_BYTES * (2 * hs + q + F)
+                       + FP8_CAST_TRANSPOSE_BYTES * model.layer_params())
+    megatron_casts = hbm_s(h, tok * FP8_CAST_BYTES_FWD * q)
+    # fp8 minus bf16, undone of the framework factor: the linear layers' gain (same in both) plus the casts
+    delta = {r: (fwd(r, Precision.FP8) - fwd(r, Precision.BF16)) * eff[r] for r in eff}
+    assert delta[Runtime.FSDP] - delta[Runtime.MEGATRON] == pytest.approx(fsdp_casts - megatron_casts, rel=1e-6)

@@ -67,6 +67,12 @@ FP8_CAST_BYTES_FWD, FP8_CAST_BYTES_BWD = 3, 4
 write 1; the QKV and MLP inputs and the activation output are cast inside the fused norm and activation kernels);
 backward, each linear layer's output gradient is cast to E5M2 and transposed for the wgrad GEMM (read 2, write
 1 + 1)."""
+FP8_CAST_TRANSPOSE_BYTES = 4
+"""A stand-alone Transformer Engine `Linear` under fp8 (what PyTorch-FSDP models such as llm-foundry's MPT with
+`fc_type: te` are built from; there is no norm to fuse the cast into) casts its input and writes the transpose the
+wgrad GEMM needs (read 2, write 1 + 1), for each of the four linear layers. Its weight gets the same cast and
+transpose on every forward: FSDP re-gathers the bf16 weight for each micro-batch and the module is not told which
+micro-batch is the first (TE caches the weight cast only when it is; Megatron tells it)."""
 KERNELS_PER_LAYER_FWD = 14
 """Kernel launches charged to one transformer layer's forward (0.1.0's count for Megatron's fused path: two norms,
 four GEMMs, rotary, attention, activation, two bias-dropout-adds and the TP collectives), one launch overhead each."""
@@ -197,13 +203,20 @@ def compute_precision(train: TrainingSettings) -> Precision:
     return Precision.BF16 if train.precision is Precision.FP8 else train.precision
 
 
-def _fp8_cast_bytes(model: ModelArch, cfg: ParallelConfig) -> tuple[float, float]:
-    """(forward, backward) bytes per token of fp8 casts in one layer (FP8_CAST_BYTES_*)."""
+def _fp8_cast_bytes(model: ModelArch, cfg: ParallelConfig, train: TrainingSettings) -> tuple[float, float, float]:
+    """(forward bytes per token, backward bytes per token, forward bytes per micro-batch) of fp8 casts in one layer.
+
+    Megatron's Transformer Engine layers fuse the QKV and MLP input casts into their norms and the fc2 input cast into
+    the activation (FP8_CAST_BYTES_*); PyTorch FSDP runs stand-alone TE Linear modules (FP8_CAST_TRANSPOSE_BYTES)."""
     t = cfg.tp
     h, q, kv, F = model.hidden_size, model.query_dim, model.kv_dim, model.ffn_hidden_size
     n_mat = ACTIVATION_FFN_MATRICES[model.activation]
     grad_outputs = (q + 2 * kv) / t + h + (n_mat - 1) * F / t + h  # QKV, proj, fc1, fc2 outputs
-    return FP8_CAST_BYTES_FWD * q / t, FP8_CAST_BYTES_BWD * grad_outputs
+    if train.runtime is Runtime.FSDP:
+        inputs = h + q / t + h + F / t  # QKV, proj, fc1, fc2 inputs
+        return (FP8_CAST_TRANSPOSE_BYTES * inputs, FP8_CAST_BYTES_BWD * grad_outputs,
+                FP8_CAST_TRANSPOSE_BYTES * model.layer_params() / t)
+    return FP8_CAST_BYTES_FWD * q / t, FP8_CAST_BYTES_BWD * grad_outputs, 0.0
 
 
 def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: TrainingSettings,
@@ -224,8 +237,8 @@ def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Train
     elt_fwd = hbm_s(gpu, tok * _elementwise_fwd_bytes(model, cfg, train))
     elt_bwd = 2.0 * elt_fwd + main_grad_s(gpu, train, model.layer_params() / t)
     if prec is Precision.FP8:
-        cast_fwd, cast_bwd = _fp8_cast_bytes(model, cfg)
-        elt_fwd += hbm_s(gpu, tok * cast_fwd)
+        cast_fwd, cast_bwd, cast_weights = _fp8_cast_bytes(model, cfg, train)
+        elt_fwd += hbm_s(gpu, tok * cast_fwd + cast_weights)
         elt_bwd += hbm_s(gpu, tok * cast_bwd)
     # Tensor-parallel collectives: 2 all-reduces (or reduce-scatter + all-gather) per direction.
     msg = tok * h * BYTES

@@ -20,6 +20,11 @@ FP8_WEIGHT_COPY_BYTES = 2
 """Transformer Engine keeps each fp8 layer's weight cast to E4M3 and its transpose (Hopper's fp8 GEMMs need both
 layouts) across the micro-batches of an iteration: 1 + 1 bytes per parameter (TE docs, fp8 primer)."""
 FRAGMENTATION = 1.05
+UNFUSED_BACKWARD_SCORE_TENSORS = 2
+"""Score-sized tensors alive at once in the backward of unfused attention: bmm's gradient of the probabilities and the
+softmax backward's gradient of the scores (the saved probabilities are counted with the layer; counted from PyTorch's
+autograd, which frees each gradient once its consumer has run). Without them hgplan's peak was 8-31% low on the
+unfused configurations of h100-measured, with them 1-7% low."""
 """Allocator fragmentation on activations, as Megatron's theoretical_memory_usage applies (x1.05)."""
 
 
@@ -165,10 +170,15 @@ def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision,
         # bf16 logits it casts from
         logit_bytes = 4 + (BYTES_BF16 if local else 0)
         logits = 4 * sb * model.hidden_size / sp_div + logit_bytes * sb * vocab / t
+    score_bytes = BYTES_BF16 * cfg.micro_batch_size * model.num_attention_heads / t * (seq_length / cfg.cp) * seq_length
+    if not flash and layers:
+        # the unfused attention's backward holds the gradient of the probabilities and of the scores (each one score
+        # tensor) beside the saved probabilities: the last layer's backward, after the logits are freed
+        transient += UNFUSED_BACKWARD_SCORE_TENSORS * score_bytes
     acts += max(transient, logits)
     if local and not flash and layers:
         # the unfused path's persistent buffer for one layer's attention scores (megatron's global memory buffer)
-        acts += 2 * cfg.micro_batch_size * model.num_attention_heads / t * (seq_length / cfg.cp) * seq_length
+        acts += score_bytes
     fp8_copies = FP8_WEIGHT_COPY_BYTES * layers * model.layer_params() / t \
         if precision is Precision.FP8 and cfg.zero_stage < 3 else 0.0
     return StageMemory(weights_gib=(params * w + zero3_buffer + fp8_copies) / GIB, gradients_gib=params * g / GIB,
