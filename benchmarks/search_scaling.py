@@ -78,14 +78,17 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="only the fleets up to 1024 GPUs and the examples")
+    ap.add_argument("--beyond", action="store_true", help="only the fleets with more node groups than GPU types")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     # (GPUs, sites, GPU types, node groups); the last two go beyond the grid: more node groups than types
     grid = [(64, 1, 1, None), (64, 2, 3, None), (256, 2, 2, None), (512, 2, 3, None), (1024, 1, 1, None),
             (1024, 3, 4, None), (1024, 4, 5, None), (4096, 3, 4, None), (16384, 1, 1, None), (16384, 4, 5, None),
-            (1024, 4, 5, 8), (640, 5, 5, 10)]
+            (1024, 4, 5, 8), (640, 5, 5, 10), (1024, 4, 4, 16)]
     if args.quick:
         grid = [g for g in grid if g[0] <= 1024]
+    if args.beyond:
+        grid = [g for g in grid if g[3] is not None]
     rows = []
     for n, s, k, groups in grid:
         fleet = synthetic(n, s, k, groups)
@@ -97,7 +100,7 @@ def main() -> int:
     cat = catalog()
     example_models = {"two-site": "llama3.1-70b", "mixed-nic": "gpt-7.5b", "three-generations": "llama2-13b",
                       "mixed-vendor": "llama3.1-8b", "large": "llama3.1-405b"}
-    for ex, mname in example_models.items():
+    for ex, mname in ({} if args.beyond else example_models).items():
         fleet, _ = load_cluster(cat.cluster_texts[ex], ex, cat)
         model = load_model(cat.model_texts[mname], mname)
         precision = "fp16" if ex == "three-generations" else "bf16"

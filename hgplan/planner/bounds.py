@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
+from hgplan.planner.classes import canonical_subsets, interchangeable_classes
 from hgplan.planner.costs import TAIL_CLASSES, US, CostSource
 
 BLOCK_GRID = 24
@@ -76,23 +77,41 @@ class BoundContext:
     pair_send: dict[tuple[str, str], float]
     """Sender-busy seconds between two different, linked groups (key ordered a < b)."""
     pair_lat: dict[tuple[str, str], float]
+    classes: tuple[tuple[str, ...], ...] = ()
+    """Interchangeable groups (planner/classes.py); empty means every group is a class of its own."""
+
+    def subsets(self) -> list[tuple[str, ...]]:
+        """The sets of groups a placement may use, one per class of interchangeable sets."""
+        classes = self.classes or tuple((k,) for k in sorted(self.groups))
+        return list(canonical_subsets(classes))
 
 
 def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup]) -> BoundContext:
-    """The bound context of one candidate (cfg with its vpp; its pp does not matter) over the eligible hosts."""
+    """The bound context of one candidate (cfg with its vpp; its pp does not matter) over the eligible hosts.
+
+    Interchangeable groups have the same costs and the same paths, so each class's costs and each pair of classes'
+    path are computed once, on the classes' first members."""
+    classes = interchangeable_classes(costs.fleet, hosts)
+    by_key = {g.key: g for g in hosts}
+    rep = {k: c[0] for c in classes for k in c}
     pair_send, pair_lat = {}, {}
-    for a, b in itertools.combinations(sorted(hosts, key=lambda g: g.key), 2):
-        link = costs.link(a, b, cfg)
+    for a, b in itertools.combinations(sorted(by_key), 2):
+        ra, rb = rep[a], rep[b]
+        if ra == rb:  # two members of one class: the path between the class's first two members
+            ra, rb = next(c for c in classes if c[0] == ra)[:2]
+        link = costs.link(by_key[ra], by_key[rb], cfg)
         if link is not None:
-            pair_send[(a.key, b.key)] = link.send_us / US
-            pair_lat[(a.key, b.key)] = link.lat_us / US
-    groups = {}
-    for g in hosts:
+            pair_send[(a, b)] = link.send_us / US
+            pair_lat[(a, b)] = link.lat_us / US
+    bounds: dict[str, GroupBound] = {}
+    for c in classes:
+        g = by_key[c[0]]
         gc = costs.group(g, cfg)
-        groups[g.key] = GroupBound(layer_s=gc.layer_us / US, first_s=gc.first_us / US, last_s=gc.last_us / US,
-                                   slots=g.num_gpus // cfg.gpus_per_stage, tail=tail_bound(costs, g, cfg),
-                                   self_send_s=costs.link(g, g, cfg).send_us / US)
-    return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat)
+        bounds[c[0]] = GroupBound(layer_s=gc.layer_us / US, first_s=gc.first_us / US, last_s=gc.last_us / US,
+                                  slots=g.num_gpus // cfg.gpus_per_stage, tail=tail_bound(costs, g, cfg),
+                                  self_send_s=costs.link(g, g, cfg).send_us / US)
+    groups = {g.key: bounds[rep[g.key]] for g in hosts}
+    return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat, classes=classes)
 
 
 def tail_bound(costs: CostSource, g: NodeGroup, cfg: ParallelConfig) -> TailBound:
@@ -202,19 +221,19 @@ def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int) 
     p, v, gs = cfg.pp, cfg.vpp, ctx.groups
     vm = v * m
     out: dict[tuple[str, ...], float] = {}
-    for r in range(1, len(gs) + 1):
-        for subset in itertools.combinations(sorted(gs), r):
-            terms = subset_terms(ctx, subset, L=L, p=p)
-            if terms is None:
-                continue
-            chosen = [gs[k].layer_s for k in subset]
-            rest = sorted(gs[k].layer_s for k in subset for _ in range(gs[k].slots - 1))
-            taus = sorted(chosen + rest[:p - r])
-            cyc = integer_cycle_bound([(tau, 1, 0.0) for tau in taus], L, v)
-            if terms.crossings:  # the stage next to the dearest crossing sends it and works on >= v layers
-                cyc = max(cyc, v * terms.dearest + v * min(taus))
-            compute = max(relaxation_bound([(tau, 1, 0.0) for tau in taus], L, vm), (vm - 1) * cyc + L * taus[0])
-            out[subset] = (compute + terms.edges + terms.fill_extra + v * terms.tail) / v * US
+    for subset in ctx.subsets():
+        r = len(subset)
+        terms = subset_terms(ctx, subset, L=L, p=p)
+        if terms is None:
+            continue
+        chosen = [gs[k].layer_s for k in subset]
+        rest = sorted(gs[k].layer_s for k in subset for _ in range(gs[k].slots - 1))
+        taus = sorted(chosen + rest[:p - r])
+        cyc = integer_cycle_bound([(tau, 1, 0.0) for tau in taus], L, v)
+        if terms.crossings:  # the stage next to the dearest crossing sends it and works on >= v layers
+            cyc = max(cyc, v * terms.dearest + v * min(taus))
+        compute = max(relaxation_bound([(tau, 1, 0.0) for tau in taus], L, vm), (vm - 1) * cyc + L * taus[0])
+        out[subset] = (compute + terms.edges + terms.fill_extra + v * terms.tail) / v * US
     return out
 
 

@@ -21,6 +21,7 @@ from typing import Callable
 from ortools.sat.python import cp_model
 
 from hgplan.planner.costs import tail_class
+from hgplan.planner.symmetry import canonical_assign, table_classes
 from hgplan.planner.tables import CostTables
 
 
@@ -170,6 +171,17 @@ def _add_symmetry_breaking(md: cp_model.CpModel, t: CostTables, xv: PlacementVar
         md.add(xv.u[s] <= xv.u[s + 1]).only_enforce_if([same[s - 1], same[s], same[s + 1]])
 
 
+def _add_group_order(md: cp_model.CpModel, t: CostTables, xv: PlacementVars,
+                     classes: tuple[tuple[int, ...], ...]) -> None:
+    """Interchangeable groups (planner/symmetry.py) appear along the pipeline in index order: no stage of the earlier
+    group comes after a stage of the later one. Why: relabelling them gives a plan of the same objective, so every
+    order but one is an equivalent optimum the search would otherwise have to close."""
+    for members in classes:
+        for k, k2 in zip(members, members[1:]):
+            for s in range(t.pp - 1):
+                md.add(sum(xv.x[s2][k] for s2 in range(s + 1, t.pp)) == 0).only_enforce_if(xv.x[s][k2])
+
+
 def _cycle_and_fill(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> tuple[cp_model.IntVar, object]:
     """The cycle (slowest stage per micro-batch, sends included) and the fill (work plus the crossings' sends and
     latencies once). Why: together with the tail they are the closed form of the iteration time."""
@@ -242,6 +254,7 @@ def build_model(t: CostTables, *, upper_bound: int | None = None) -> tuple[cp_mo
     _add_boundaries(md, t, xv)
     _add_contiguity(md, t, xv)
     _add_symmetry_breaking(md, t, xv)
+    _add_group_order(md, t, xv, table_classes(t))
     cycle, fill = _cycle_and_fill(md, t, xv)
     objective = (t.vpp * t.microbatches - 1) * cycle + fill + t.vpp * _tail(md, t, xv)
     if upper_bound is not None:
@@ -273,8 +286,8 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
     `log` receives CP-SAT's progress lines when params.log_search_progress is set (the CLI sends them to stderr;
     the planner never prints)."""
     md, xv = build_model(t, upper_bound=upper_bound)
-    if hint is not None:
-        add_hint(md, t, xv, hint)
+    if hint is not None:  # relabelled into the order _add_group_order keeps
+        add_hint(md, t, xv, (canonical_assign(table_classes(t), hint[0]), list(hint[1])))
     solver = cp_model.CpSolver()
     _configure(solver, params, log)
     status = solver.solve(md)

@@ -22,6 +22,7 @@ from hgplan.plan import ParallelConfig, Plan, StageAssignment
 from hgplan.planner.block_bound import block_bound_us
 from hgplan.planner.bounds import subset_bounds_us
 from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
+from hgplan.planner.classes import interchangeable_classes
 from hgplan.planner.costs import CostSource
 from hgplan.planner.heuristic import greedy_hint, improve
 from hgplan.planner.model import SolverParams, Solution, solve
@@ -270,18 +271,20 @@ def _result(st: _State, cands: list[Candidate], opts: SearchOptions, *, pruned: 
 def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
                   progress: Callable[[int, int], None] | None = None,
                   log: Callable[[str], None] | None = None) -> tuple[SearchResult, list[Found]]:
-    """Each node group alone first (a quarter of the time limit, shared), then the whole fleet seeded with their
-    best plans as incumbents. Returns the main result and the per-group plans (the single-group baseline)."""
+    """Each node group alone first (one per class of interchangeable groups; a quarter of the time limit, shared),
+    then the whole fleet seeded with their best plans as incumbents. Returns the main result and the per-group plans (the single-group baseline)."""
     start = time.perf_counter()
     costs = CostSource(fleet, model, train)
     seeds: list[Found] = []
     limits: dict[str, float] = {}
     if len(fleet.groups) > 1 and opts.groups is None:
-        # RERANKED plans per group: the single-group baseline is chosen among them by the reported model
-        share = replace(opts, budget_s=opts.budget_s / (4 * len(fleet.groups)), top_k=RERANKED)
+        # RERANKED plans per group: the single-group baseline is chosen among them by the reported model. One
+        # group per class of interchangeable groups: the others would give the same plans under other names.
+        alone = [c[0] for c in interchangeable_classes(fleet, fleet.groups)]
+        share = replace(opts, budget_s=opts.budget_s / (4 * len(alone)), top_k=RERANKED)
         used = 0.0
-        for g in fleet.groups:
-            res = run_search(fleet, model, train, replace(share, groups=(g.key,)), costs=costs, log=log)
+        for key in alone:
+            res = run_search(fleet, model, train, replace(share, groups=(key,)), costs=costs, log=log)
             seeds += res.found
             used += res.deterministic_time
             limits = {k: max(v, limits.get(k, 0.0)) for k, v in res.solver_limits.items()}

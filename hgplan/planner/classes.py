@@ -1,0 +1,46 @@
+"""Node groups a plan cannot tell apart, and the sets of node groups the search needs to look at because of them.
+
+Real fleets are described per rack, pod or purchase batch, so tens of node groups of the same hardware in the same
+site are normal. Two such groups are interchangeable: every cost the planner and the cost model charge (layer times,
+memory, data-parallel tails, the path to every other group) is the same for both, so swapping them in a plan changes
+nothing but the names. The search therefore enumerates sets of node groups up to that symmetry: from a class of n
+interchangeable groups it takes the first k (k = 0..n) instead of every k-subset, which turns 2^16 - 1 sets of 16
+groups in four classes of four into 5^4 - 1 = 624, and keeps the gap proven (a bound on one set holds for every set
+it stands for).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+from hgplan.domain import Fleet, NodeGroup
+
+
+def _signature(g: NodeGroup) -> tuple:
+    """Everything about a group that any cost depends on: its site (the links), hardware, NICs, size and price."""
+    return (g.site, g.gpu, g.num_nodes, g.gpus_per_node, g.intra_node_kind, g.intra_node_gbytes_per_s,
+            g.nic_transport, g.nic_gbps, g.nic_count, g.gpu_hour_usd, g.pcie)
+
+
+def interchangeable_classes(fleet: Fleet, groups: Sequence[NodeGroup]) -> tuple[tuple[str, ...], ...]:
+    """The groups (keys) partitioned into classes of interchangeable groups, each class sorted, the classes in the
+    order of their first key. A group that a group-scope link names (an island of its own) is a class by itself."""
+    islands = {(lk.a, lk.b) for lk in fleet.links if lk.scope == "group"}
+    named = {name for pair in islands for name in pair}
+    by_sig: dict[tuple, list[str]] = {}
+    alone: list[tuple[str]] = []
+    for g in sorted(groups, key=lambda g: g.key):
+        if g.name in named:
+            alone.append((g.key,))
+        else:
+            by_sig.setdefault(_signature(g), []).append(g.key)
+    return tuple(sorted([tuple(keys) for keys in by_sig.values()] + alone))
+
+
+def canonical_subsets(classes: Sequence[Sequence[str]]) -> Iterator[tuple[str, ...]]:
+    """One non-empty set of groups per orbit under swapping interchangeable groups: the first k of each class, for
+    every choice of the k's. Each set comes out sorted."""
+    for counts in itertools.product(*(range(len(c) + 1) for c in classes)):
+        if any(counts):
+            yield tuple(sorted(k for c, n in zip(classes, counts) for k in c[:n]))
