@@ -22,7 +22,12 @@ app.add_typer(profiles_app, name="profiles")
 
 # Piped into a file or a CI log, rich would cut tables at 80 columns; use a wide page there unless COLUMNS says
 # otherwise.
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 180)
+PIPED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 180
+out = Console(soft_wrap=True, width=PIPED_WIDTH)
+if PIPED_WIDTH is not None:  # the same for --help, which typer renders with rich: option names are never cut
+    import typer.rich_utils
+
+    typer.rich_utils.MAX_WIDTH = PIPED_WIDTH
 err = Console(stderr=True, soft_wrap=True)
 
 

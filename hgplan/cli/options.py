@@ -57,9 +57,11 @@ class TrainingFlags:
 
 
 _TRAINING_OPTIONS: dict[str, Any] = {
-    "seq_len": Annotated[int | None, typer.Option("--seq-len", help="Sequence length (tokens).")],
-    "global_batch": Annotated[int | None, typer.Option("--global-batch",
-                                                       help="Global batch size (sequences per iteration).")],
+    "seq_len": Annotated[int | None, typer.Option("--seq-len", "--seq-length",
+                                                  help="Sequence length (tokens); --seq-length as in Megatron-LM.")],
+    "global_batch": Annotated[int | None, typer.Option("--global-batch", "--global-batch-size",
+                                                       help="Global batch size (sequences per iteration); "
+                                                            "--global-batch-size as in Megatron-LM.")],
     "precision": Annotated[str | None, typer.Option("--precision", help="bf16 (default) or fp16.")],
     "training": Annotated[str | None, typer.Option("--training", help="Training settings YAML (flags override it).")],
     "attention": Annotated[str | None, typer.Option("--attention", help="auto (default: what the runtime and GPU "
