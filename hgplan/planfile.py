@@ -39,6 +39,14 @@ class LoadedPlan:
     train: TrainingSettings
     file: PlanFile
 
+    def recomputed(self) -> PlanFile:
+        """The plan file with its prediction recomputed from the embedded inputs (what diff compares)."""
+        from hgplan.costmodel.evaluate import evaluate
+        from hgplan.report import prediction_record
+
+        fresh = prediction_record(evaluate(self.plan, self.fleet, self.model, self.train))
+        return self.file.model_copy(update={"prediction": fresh})
+
 
 def make_plan_file(report: SearchReport, *, cluster_text: str, model_text: str, model_sha256: str,
                    profile_text: str | None = None) -> PlanFile:
@@ -110,12 +118,17 @@ def parse_plan_file(doc: Any, source: str) -> PlanFile:
         raise _shape_errors(exc, source) from None
 
 
-def load_plan(doc: Any, source: str, catalog) -> LoadedPlan:
-    """A plan file's plan, fleet, model and training, checked; InputError on any inconsistency."""
+def load_plan(doc: Any, source: str, catalog, *, verify_prediction: bool = False) -> LoadedPlan:
+    """A plan file's plan, fleet, model and training, checked; InputError on any inconsistency.
+
+    The embedded input texts must match their recorded digests. With verify_prediction (the commands that report
+    the stored prediction as the plan's number: the CI gate's baseline) the stored prediction must also be what the
+    embedded inputs give; diff, explain and export recompute it from the inputs and never read it."""
     from hgplan.inputs import load_cluster, load_model, make_training
     from hgplan.validate import check_plan
 
     pf = parse_plan_file(doc, source)
+    _verify_digests(pf, source)
     if pf.inputs.profile is not None:
         from hgplan.calibrate import apply_profile
 
@@ -128,7 +141,73 @@ def load_plan(doc: Any, source: str, catalog) -> LoadedPlan:
     if violations:
         raise InputError([InputIssue(source=source, line=None, path=f"plan ({v.rule})", message=v.message)
                           for v in violations])
+    if verify_prediction:
+        _verify_prediction(pf, plan, fleet, model, train, source)
     return LoadedPlan(plan=plan, fleet=fleet, model=model, train=train, file=pf)
+
+
+def _verify_digests(pf: PlanFile, source: str) -> None:
+    """Each embedded input text must still have the sha256 the search recorded for it."""
+    import hashlib
+
+    issues = []
+    for key in ("cluster", "model", "profile"):
+        embedded = getattr(pf.inputs, key, None)
+        if embedded is None or not embedded.sha256:
+            continue
+        actual = hashlib.sha256(embedded.yaml.encode()).hexdigest()
+        if actual != embedded.sha256:
+            issues.append(InputIssue(source=source, line=None, path=f"inputs.{key}.yaml",
+                                     message=f"the embedded {key} text has sha256 {actual[:12]}... but the plan file "
+                                             f"records {embedded.sha256[:12]}...: it was edited after the search; "
+                                             "re-run `hgplan search -o` on the changed input instead of editing the "
+                                             "plan file"))
+    if issues:
+        raise InputError(issues)
+
+
+VERIFIED_FIELDS = ("iteration_time_s", "tokens_per_s", "mfu", "num_microbatches", "fits")
+"""Stored prediction fields a plan file must reproduce from its embedded inputs (same hgplan version)."""
+
+
+def _verify_prediction(pf: PlanFile, plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
+                       source: str) -> None:
+    """The stored prediction must be what the embedded inputs give. Only checked when the file was written by this
+    hgplan version: another version's cost model may predict otherwise, and that is not tampering."""
+    if pf.hgplan_version != __version__:
+        return
+    from hgplan.costmodel.evaluate import evaluate
+    from hgplan.report import prediction_record
+
+    fresh = prediction_record(evaluate(plan, fleet, model, train))
+    issues = [InputIssue(source=source, line=None, path=f"prediction.{name}",
+                         message=f"the plan file says {getattr(pf.prediction, name)!r} but its embedded inputs give "
+                                 f"{getattr(fresh, name)!r} with hgplan {__version__}: the prediction was edited; "
+                                 "re-run `hgplan search -o` to get a plan file that tells the truth")
+              for name in VERIFIED_FIELDS if getattr(pf.prediction, name) != getattr(fresh, name)]
+    if issues:
+        raise InputError(issues)
+
+
+def input_differences(baseline: PlanFile, *, cluster_sha256: str, model_sha256: str, train: TrainingSettings,
+                      target: str) -> list[str]:
+    """What a CI gate's baseline was planned for that this search is not: fleet, model, training settings, target.
+    Comparing throughput across different inputs says nothing about a regression."""
+    from hgplan.report import training_record
+
+    out = []
+    if baseline.inputs.cluster.sha256 != cluster_sha256:
+        out.append(f"the cluster differs (baseline {baseline.inputs.cluster.ref}, sha256 "
+                   f"{baseline.inputs.cluster.sha256[:12]}...; now {cluster_sha256[:12]}...)")
+    if baseline.inputs.model.sha256 != model_sha256:
+        out.append(f"the model differs (baseline {baseline.inputs.model.name}, sha256 "
+                   f"{baseline.inputs.model.sha256[:12]}...; now {model_sha256[:12]}...)")
+    old, new = baseline.inputs.training.model_dump(), training_record(train).model_dump()
+    out += [f"training {key} differs (baseline {old.get(key)!r}, now {new.get(key)!r})"
+            for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+    if str(baseline.inputs.target) != str(target):
+        out.append(f"the target differs (baseline {baseline.inputs.target}, now {target})")
+    return out
 
 
 def regression_check(baseline: PlanFile, report: SearchReport, bound: float) -> RegressionRecord:

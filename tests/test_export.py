@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
@@ -174,7 +175,12 @@ def test_export_refusals(cli, tmp_path, plan_path):
     p = tmp_path / "bloom.json"
     p.write_text(json.dumps(bloom))
     r = cli("export", p, "--format", "megatron")
-    assert r.code == 2  # a swapped model: BLOOM's positions stop at 2048 (and it has 70 layers, not 80)
+    assert r.code == 2 and "inputs.model.yaml" in r.stderr  # the swapped text no longer has its recorded digest
+    # with a digest that matches the swapped text, the model itself is refused: BLOOM's positions stop at 2048
+    bloom["inputs"]["model"]["sha256"] = hashlib.sha256(bloom["inputs"]["model"]["yaml"].encode()).hexdigest()
+    p.write_text(json.dumps(bloom))
+    r = cli("export", p, "--format", "megatron")
+    assert r.code == 2
     assert "exceeds the model's max_position_embeddings (2048)" in r.stderr
 
 
@@ -234,10 +240,21 @@ def test_ci_gate_and_diff(cli, plan_path, tmp_path):
     lock = tmp_path / "plan.lock.json"
     lock.write_text(json.dumps(better))
     r = cli(*args, "--baseline", lock, "--max-regression", "3%")
+    assert r.code == 2 and "prediction.tokens_per_s" in r.stderr  # this version's inputs do not give that number
+    # a baseline written by another hgplan version (another cost model) is gated on its stored prediction
+    better["hgplan_version"] = "0.0.9"
+    lock.write_text(json.dumps(better))
+    r = cli(*args, "--baseline", lock, "--max-regression", "3%")
     assert r.code == 1 and "REGRESSION" in r.stderr and "-9.09%" in r.stderr
-    r = cli("diff", plan_path, lock, "--json")
-    assert r.code == 1 and r.json()["prediction"]["change"] == pytest.approx(0.1, rel=1e-6)  # different: exit 1
-    assert cli("diff", plan_path, lock, "--exit-zero").code == 0
+    # diff recomputes both predictions from the embedded inputs: the same plan, whatever the file claims
+    assert cli("diff", plan_path, lock).stdout.startswith("plans are identical")
+    faster = json.loads(plan_path.read_text())
+    faster["plan"]["micro_batch_size"] = 2 if faster["plan"]["micro_batch_size"] != 2 else 1
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(faster))
+    r = cli("diff", plan_path, other, "--json")
+    assert r.code == 1 and r.json()["prediction"]["change"] != 0  # different: exit 1
+    assert cli("diff", plan_path, other, "--exit-zero").code == 0
     assert cli("diff", plan_path, plan_path).stdout.startswith("plans are identical")
 
 

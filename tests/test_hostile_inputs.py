@@ -143,3 +143,60 @@ def test_a_plan_that_does_not_fit_is_not_exported_and_explains_with_exit_1(cli, 
     assert e.code == 1 and "the plan does not fit: stage 0 on" in e.stderr and "GiB per GPU of 80 GiB" in e.stderr
     x = cli("explain", edited)
     assert x.code == 1 and "tokens/s" in x.stdout and "not achievable" in x.stderr
+
+
+def _searched_plan(cli, tmp_path):
+    src = tmp_path / "plan.json"
+    r = cli("search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512", "--top", "1",
+            "--no-baselines", "-o", src)
+    assert r.code == 0, r.stderr
+    return src
+
+
+def test_edited_embedded_yaml_fails_its_digest_everywhere(cli, tmp_path):
+    import json
+
+    src = _searched_plan(cli, tmp_path)
+    doc = json.loads(src.read_text())
+    doc["inputs"]["cluster"]["yaml"] = doc["inputs"]["cluster"]["yaml"].replace("count: 8", "count: 9", 1)
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    for args in (("explain", edited), ("export", edited, "--format", "torchrun"), ("diff", src, edited),
+                 ("search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512",
+                  "--baseline", edited)):
+        r = cli(*args)
+        assert r.code == 2 and "inputs.cluster.yaml" in r.stderr and "edited after the search" in r.stderr, args
+
+
+def test_edited_prediction_is_refused_where_it_is_reported(cli, tmp_path):
+    """The CI gate reports the stored prediction of its baseline: a tampered one is exit 2. diff and explain
+    recompute it from the embedded inputs, so they report the truth."""
+    import json
+
+    src = _searched_plan(cli, tmp_path)
+    doc = json.loads(src.read_text())
+    true_tps = doc["prediction"]["tokens_per_s"]
+    doc["prediction"]["tokens_per_s"] = 9e9
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    gate = cli("search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512",
+               "--no-baselines", "--baseline", edited)
+    assert gate.code == 2 and "prediction.tokens_per_s" in gate.stderr and f"{true_tps!r}" in gate.stderr
+    d = cli("diff", src, edited, "--json")
+    assert d.code == 0 and "9000000000" not in d.stdout, d.stdout
+    r = cli("explain", edited, "--json")
+    assert r.code == 0 and r.json()["prediction"]["tokens_per_s"] == true_tps
+
+
+def test_baseline_for_other_inputs_is_refused_unless_allowed(cli, tmp_path):
+    src = _searched_plan(cli, tmp_path)
+    args = ("search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "256",
+            "--no-baselines", "--baseline", src)
+    r = cli(*args)
+    assert r.code == 2 and "training global_batch_size differs (baseline 512, now 256)" in r.stderr
+    assert "--allow-different-inputs" in r.stderr
+    r = cli(*args, "--allow-different-inputs")
+    assert r.code in (0, 1) and "baseline" in r.stderr.lower()
+    other_model = cli("search", "-c", "two-site", "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "512",
+                      "--no-baselines", "--baseline", src)
+    assert other_model.code == 2 and "the model differs" in other_model.stderr

@@ -63,7 +63,7 @@ def diff(a: Annotated[str, typer.Argument(help="Plan file A (e.g. the committed 
     from hgplan.io import catalog, read_json
     from hgplan.planfile import diff_plans, load_plan
 
-    files = [load_plan(read_json(path, "plan"), path, catalog()).file for path in (a, b)]
+    files = [load_plan(read_json(path, "plan"), path, catalog()).recomputed() for path in (a, b)]
     d = diff_plans(files[0], files[1], a, b)
     if as_json:
         emit_json(d)

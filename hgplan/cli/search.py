@@ -70,7 +70,21 @@ def _baseline_file(path: str | None):
     from hgplan.io import catalog, read_json
     from hgplan.planfile import load_plan
 
-    return load_plan(read_json(path, "baseline plan"), path, catalog()).file
+    return load_plan(read_json(path, "baseline plan"), path, catalog(), verify_prediction=True).file
+
+
+def _same_inputs(base_file, path: str, csrc, msrc, train, target: str) -> None:
+    """A baseline planned for other inputs cannot gate this search: InputError naming the differences."""
+    from hgplan.errors import InputError, InputIssue
+    from hgplan.planfile import input_differences
+
+    diffs = input_differences(base_file, cluster_sha256=csrc.sha256, model_sha256=msrc.sha256, train=train,
+                              target=target)
+    if diffs:
+        raise InputError([InputIssue(source=path, line=None, path="inputs",
+                                     message=f"{d}: the baseline was planned for other inputs, so its throughput is no "
+                                             "reference; re-plan the baseline, or pass --allow-different-inputs to gate "
+                                             "anyway") for d in diffs])
 
 
 def _write_outputs(report, result, *, output: str | None, export_model: str | None, cluster, model,
@@ -114,6 +128,9 @@ def search(
     baseline: Annotated[str | None, typer.Option("--baseline", help="A committed plan file to gate against (CI).")] = None,
     max_regression: Annotated[str, typer.Option("--max-regression", help="With --baseline: exit 1 when the best plan "
                                                                         "is predicted slower by more than this.")] = "3%",
+    allow_different_inputs: Annotated[bool, typer.Option(
+        "--allow-different-inputs", help="With --baseline: gate even when the baseline was planned for another "
+                                         "fleet, model, training settings or target (otherwise exit 2).")] = False,
     as_json: JsonOpt = False,
     *, flags: TrainingFlags,
 ) -> None:
@@ -128,6 +145,8 @@ def search(
     gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression, "--max-regression")
     base_file = _baseline_file(baseline)
     fleet, warnings, csrc, arch, msrc, train, psrc = _inputs(cluster, model, profile, flags)
+    if base_file is not None and not allow_different_inputs:
+        _same_inputs(base_file, baseline, csrc, msrc, train, target.value)
     opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
                          solver_log=solver_log, solver_params=solver_params or "", keep_model=export_model is not None)
     report, result = _run_with_progress(lambda cb: plan_training(
