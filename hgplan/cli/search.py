@@ -82,9 +82,9 @@ def _same_inputs(base_file, path: str, csrc, msrc, train, target: str) -> None:
                               target=target)
     if diffs:
         raise InputError([InputIssue(source=path, line=None, path="inputs",
-                                     message=f"{d}: the baseline was planned for other inputs, so its throughput is no "
-                                             "reference; re-plan the baseline, or pass --allow-different-inputs to gate "
-                                             "anyway") for d in diffs])
+                                     message=f"{d}: the baseline was planned for other inputs, so its throughput is "
+                                             "no reference; re-plan the baseline, or pass --allow-different-inputs "
+                                             "to gate anyway") for d in diffs])
 
 
 def _write_outputs(report, result, *, output: str | None, export_model: str | None, cluster, model,

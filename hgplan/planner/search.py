@@ -272,7 +272,8 @@ def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                   progress: Callable[[int, int], None] | None = None,
                   log: Callable[[str], None] | None = None) -> tuple[SearchResult, list[Found]]:
     """Each node group alone first (one per class of interchangeable groups; a quarter of the time limit, shared),
-    then the whole fleet seeded with their best plans as incumbents. Returns the main result and the per-group plans (the single-group baseline)."""
+    then the whole fleet seeded with their best plans as incumbents. Returns the main result and the per-group plans
+    (the single-group baseline)."""
     start = time.perf_counter()
     costs = CostSource(fleet, model, train)
     seeds: list[Found] = []
