@@ -191,8 +191,8 @@ def predict(case: Case) -> Result:
         lt = layer_time(case.model, g.gpu, plan.config, case.train,
                         tp_busbw_gbytes_per_s=intra_node_busbw(g, span=plan.config.tp)[0],
                         tp_latency_s=NVLINK_COLLECTIVE_LATENCY_S)
-        return Result(id=case.id, family=case.family, published_s=case.published_s, predicted_s=lt.fwd_s + lt.bwd_s, plan=plan,
-                      gpu=case.fleet.groups[0].gpu.id)
+        return Result(id=case.id, family=case.family, published_s=case.published_s, predicted_s=lt.fwd_s + lt.bwd_s,
+                      plan=plan, gpu=case.fleet.groups[0].gpu.id)
     best = None
     for plan in case.plans:
         pred = evaluate(plan, case.fleet, case.model, case.train)

@@ -65,18 +65,19 @@ def basis(plan: Plan, fleet: Fleet, train: TrainingSettings, validation: dict) -
         if g.id not in seen:
             seen.append(g.id)
             out += _gpu_entries(g, train, validation, plan.config.tp)
-    links: dict[str, str] = {}
+    links: dict[str, tuple[Transport, bool]] = {}  # term -> (transport, whether a published run exercised it)
     for a, b in zip(plan.stages, plan.stages[1:]):
         path = fleet.path(fleet.group(a.node_group), fleet.group(b.node_group))
         if path is not None and path.kind is not PathKind.SAME_GROUP:
-            links[f"pipeline over {path.kind.value} ({path.transport.value})"] = path.transport.value
+            links[f"pipeline over {path.kind.value} ({path.transport.value})"] = (
+                path.transport, path.kind is not PathKind.SITE_LINK)
     for st in plan.stages:
         t = fleet.group(st.node_group).nic_transport
         if plan.config.gpus_per_stage > fleet.group(st.node_group).gpus_per_node:
-            links[f"data-parallel traffic over {t.value} NICs"] = t.value
-    for term, transport in links.items():
-        b = CALIBRATED if fleet.transports[Transport(transport)].calibrated else (
-            VALIDATED if Transport(transport) in RDMA_VALIDATED and "site_link" not in term else PHYSICS)
+            links[f"data-parallel traffic over {t.value} NICs"] = (t, True)
+    for term, (transport, inside_a_site) in links.items():
+        b = CALIBRATED if fleet.transports[transport].calibrated else (
+            VALIDATED if transport in RDMA_VALIDATED and inside_a_site else PHYSICS)
         out.append(BasisEntry(term=term, basis=b, detail={
             CALIBRATED: "your profile's transport efficiency",
             VALIDATED: "multi-node published runs on RDMA fabrics",

@@ -178,7 +178,7 @@ def calibrate(runs: list[Run]) -> CalibrationProfile:
     base = base_all[active]
     x = _levenberg_marquardt(runs, params, base) if params else np.zeros(0)
     fitted = dict(zip(params, base * np.exp(x)))
-    errors = _log_errors(runs, params, base, x) if params else _log_errors(runs, [], base, x)
+    errors = _log_errors(runs, params, base, x)
     gpus: dict[str, dict[str, float]] = {}
     transports: dict[str, TransportConstants] = {}
     for (kind, key, name), value in fitted.items():

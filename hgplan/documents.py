@@ -6,6 +6,7 @@ when the document has it."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -250,6 +251,11 @@ class SearchReport(Doc):
     warnings: list[str]
     baselines: dict[str, BaselineRecord] | None = None
     regression: RegressionRecord | None = None
+
+
+def text_sha256(text: str) -> str:
+    """The digest recorded for an input text (hex sha256 of its UTF-8 bytes)."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class SourceText(Doc):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hgplan.documents import text_sha256
 from hgplan.domain import Fleet, ModelArch
 from hgplan.errors import InputError, InputIssue
 from hgplan.inputs import Catalog, build_catalog, load_cluster, load_model
@@ -95,6 +95,11 @@ class ResolvedInput:
     text: str
     sha256: str
 
+    @classmethod
+    def of(cls, ref: str, source: str, text: str) -> ResolvedInput:
+        """The input with its digest computed from its text."""
+        return cls(ref=ref, source=source, text=text, sha256=text_sha256(text))
+
 
 def _looks_like_path(ref: str) -> bool:
     """The one rule for 'name or path': a path has a slash, a YAML suffix, or exists."""
@@ -105,16 +110,14 @@ def _resolve(ref: str, *, what: str, flag: str, shipped: dict[str, str], prefix:
     if not _looks_like_path(ref):
         if ref in shipped:
             text = shipped[ref]
-            return ResolvedInput(ref=f"{prefix}:{ref}", source=f"<{prefix}:{ref}>", text=text,
-                                 sha256=hashlib.sha256(text.encode()).hexdigest())
+            return ResolvedInput.of(f"{prefix}:{ref}", f"<{prefix}:{ref}>", text)
         close = difflib.get_close_matches(ref, list(shipped), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         kind = "an example fleet" if prefix == "example" else "a preset"
         raise InputError([InputIssue(source=flag, line=None, path="",
                                      message=f"'{ref}' is neither a file nor {kind}; {hint}"
                                              f"{'examples' if prefix == 'example' else 'presets'}: {', '.join(shipped)}")])
-    text = read_text(ref, what)
-    return ResolvedInput(ref=ref, source=ref, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+    return ResolvedInput.of(ref, ref, read_text(ref, what))
 
 
 def resolve_cluster(ref: str, cat: Catalog | None = None) -> tuple[Fleet, list[str], ResolvedInput]:
@@ -187,7 +190,5 @@ def resolve_profile(path_str: str | None) -> tuple[Catalog, ResolvedInput | None
     from hgplan.calibrate import apply_profile
     from hgplan.planfile import parse_profile
 
-    text = read_text(path_str, "profile")
-    profile = parse_profile(text, path_str)
-    src = ResolvedInput(ref=path_str, source=path_str, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
-    return apply_profile(catalog(), profile), src
+    src = ResolvedInput.of(path_str, path_str, read_text(path_str, "profile"))
+    return apply_profile(catalog(), parse_profile(src.text, path_str)), src

@@ -23,6 +23,7 @@ from hgplan.documents import (
     RegressionRecord,
     SearchReport,
     SourceText,
+    text_sha256,
 )
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.errors import InputError, InputIssue
@@ -148,14 +149,12 @@ def load_plan(doc: Any, source: str, catalog, *, verify_prediction: bool = False
 
 def _verify_digests(pf: PlanFile, source: str) -> None:
     """Each embedded input text must still have the sha256 the search recorded for it."""
-    import hashlib
-
     issues = []
     for key in ("cluster", "model", "profile"):
         embedded = getattr(pf.inputs, key, None)
         if embedded is None or not embedded.sha256:
             continue
-        actual = hashlib.sha256(embedded.yaml.encode()).hexdigest()
+        actual = text_sha256(embedded.yaml)
         if actual != embedded.sha256:
             issues.append(InputIssue(source=source, line=None, path=f"inputs.{key}.yaml",
                                      message=f"the embedded {key} text has sha256 {actual[:12]}... but the plan file "

@@ -172,7 +172,8 @@ class ModelSpec(_Strict):
     name: str | None = None
     source: str | None = Field(None, description="Citation for the architecture numbers.")
     published_params_b: ParamsB | None = Field(None, description="Published total parameters, in billions.")
-    published_params_decimals: Annotated[int, Field(ge=0, le=12, strict=True)] | None = Field(None, description="Decimals the published figure was rounded to.")
+    published_params_decimals: Annotated[int, Field(ge=0, le=12, strict=True)] | None = Field(
+        None, description="Decimals the published figure was rounded to.")
     num_layers: Layers
     hidden_size: Width
     ffn_hidden_size: Width | None = Field(None, description="Default 4*hidden, or Megatron's swiglu rule.")

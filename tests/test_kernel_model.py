@@ -210,7 +210,7 @@ def test_unfused_attention_backward_holds_two_score_gradients():
 def test_fp8_under_fsdp_casts_every_linear_input_and_weight():
     """Stand-alone Transformer Engine Linear modules (FSDP) cast and transpose each of the four inputs and, on every
     micro-batch, each weight; Megatron's fused layers cast only the projection's input on its own."""
-    from hgplan.costmodel.compute import FP8_CAST_BYTES_FWD, FP8_CAST_TRANSPOSE_BYTES, layer_time
+    from hgplan.costmodel.compute import FP8_CAST_BYTES_FWD, FP8_CAST_TRANSPOSE_BYTES, RUNTIME_EFFICIENCY, layer_time
     h = gpu("H100-SXM5-80GB")
     model = llama8b()
     cfg = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=2)
@@ -223,7 +223,7 @@ def test_fp8_under_fsdp_casts_every_linear_input_and_weight():
         return layer_time(model, h, cfg, train, tp_busbw_gbytes_per_s=1.0, tp_latency_s=0.0).fwd_s
 
     # the runtimes' bf16 difference is only the framework's efficiency; under fp8 the casts differ on top of it
-    eff = {Runtime.MEGATRON: 1.0, Runtime.FSDP: 0.85}
+    eff = {r: RUNTIME_EFFICIENCY[r] for r in (Runtime.MEGATRON, Runtime.FSDP)}
     fsdp_casts = hbm_s(h, tok * FP8_CAST_TRANSPOSE_BYTES * (2 * hs + q + F)
                        + FP8_CAST_TRANSPOSE_BYTES * model.layer_params())
     megatron_casts = hbm_s(h, tok * FP8_CAST_BYTES_FWD * q)

@@ -118,7 +118,8 @@ class SchemaKind(StrEnum):
 @app.command()
 @handles_errors
 def schema(kind: Annotated[SchemaKind, typer.Argument(help="cluster, model, training (inputs), plan (plan files), "
-                                                           "or search, explain, export (their --json output), profile (calibrate).")]) -> None:
+                                                           "or search, explain, export (their --json output), "
+                                                           "profile (calibrate).")]) -> None:
     """Print the JSON Schema of an input document, a plan file or a command's --json output."""
     from hgplan import documents
     from hgplan import schema as s

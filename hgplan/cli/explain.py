@@ -105,7 +105,8 @@ def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, fl
         layers=_parse_layers(cfg.layers, cfg.pp), stage_groups=_parse_stage_groups(cfg.stage_groups, cfg.pp, fleet))
     for w in warnings:
         warn(w)
-    return explainer.explain(plan, fleet, arch, train, cluster_ref=csrc.ref, model_ref=msrc.ref, timeline=timeline, warnings=warnings, validation=catalog().validation)
+    return explainer.explain(plan, fleet, arch, train, cluster_ref=csrc.ref, model_ref=msrc.ref, timeline=timeline,
+                             warnings=warnings, validation=catalog().validation)
 
 
 @app.command()

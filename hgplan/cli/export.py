@@ -9,6 +9,7 @@ import typer
 from hgplan.cli.base import JsonOpt, app, emit_json, handles_errors, out, warn
 from hgplan.domain import ExportFormat
 
+
 def _require_fit(lp) -> None:
     """A plan (hand-edited, or from another catalog) whose stage does not fit its GPUs' memory is not exported."""
     from hgplan.costmodel.evaluate import evaluate

@@ -20,12 +20,12 @@ FP8_WEIGHT_COPY_BYTES = 2
 """Transformer Engine keeps each fp8 layer's weight cast to E4M3 and its transpose (Hopper's fp8 GEMMs need both
 layouts) across the micro-batches of an iteration: 1 + 1 bytes per parameter (TE docs, fp8 primer)."""
 FRAGMENTATION = 1.05
+"""Allocator fragmentation on activations, as Megatron's theoretical_memory_usage applies (x1.05)."""
 UNFUSED_BACKWARD_SCORE_TENSORS = 2
 """Score-sized tensors alive at once in the backward of unfused attention: bmm's gradient of the probabilities and the
 softmax backward's gradient of the scores (the saved probabilities are counted with the layer; counted from PyTorch's
 autograd, which frees each gradient once its consumer has run). Without them hgplan's peak was 8-31% low on the
 unfused configurations of h100-measured, with them 1-7% low."""
-"""Allocator fragmentation on activations, as Megatron's theoretical_memory_usage applies (x1.05)."""
 
 
 def activation_bytes_per_layer(model: ModelArch, *, micro_batch: int, seq_length: int, tp: int, cp: int,

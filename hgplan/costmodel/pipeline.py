@@ -154,8 +154,8 @@ class _Simulation:
         self.p, self.m, self.v, self.keep_ops = p, microbatches, vpp, keep_ops
         self.programs = _programs(p, microbatches, vpp)
         # per stage: forward and backward duration per chunk, (busy, latency) after a forward and after a backward
-        self.rates = [(fwd[s] / v, bwd[s] / v, xf[s], lat[s], xb[s - 1 if s > 0 else p - 1], lat[s - 1 if s > 0 else p - 1])
-                      for s in range(p)]
+        up = [s - 1 if s > 0 else p - 1 for s in range(p)]  # the boundary a stage's backward output crosses
+        self.rates = [(fwd[s] / v, bwd[s] / v, xf[s], lat[s], xb[up[s]], lat[up[s]]) for s in range(p)]
         self.pos = [0] * p
         self.free = [0.0] * p
         self.finish = [0.0] * p

@@ -93,12 +93,12 @@ def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup])
     path are computed once, on the classes' first members."""
     classes = interchangeable_classes(costs.fleet, hosts)
     by_key = {g.key: g for g in hosts}
-    rep = {k: c[0] for c in classes for k in c}
+    class_of = {k: c for c in classes for k in c}
     pair_send, pair_lat = {}, {}
     for a, b in itertools.combinations(sorted(by_key), 2):
-        ra, rb = rep[a], rep[b]
+        ra, rb = class_of[a][0], class_of[b][0]
         if ra == rb:  # two members of one class: the path between the class's first two members
-            ra, rb = next(c for c in classes if c[0] == ra)[:2]
+            ra, rb = class_of[a][:2]
         link = costs.link(by_key[ra], by_key[rb], cfg)
         if link is not None:
             pair_send[(a, b)] = link.send_us / US
@@ -110,7 +110,7 @@ def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup])
         bounds[c[0]] = GroupBound(layer_s=gc.layer_us / US, first_s=gc.first_us / US, last_s=gc.last_us / US,
                                   slots=g.num_gpus // cfg.gpus_per_stage, tail=tail_bound(costs, g, cfg),
                                   self_send_s=costs.link(g, g, cfg).send_us / US)
-    groups = {g.key: bounds[rep[g.key]] for g in hosts}
+    groups = {g.key: bounds[class_of[g.key][0]] for g in hosts}
     return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat, classes=classes)
 
 

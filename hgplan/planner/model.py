@@ -244,9 +244,10 @@ def add_hint(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, hint: tuple
         md.add_hint(xv.u[s], h_layers[s] // t.vpp)
 
 
-def build_model(t: CostTables, *, upper_bound: int | None = None) -> tuple[cp_model.CpModel, PlacementVars]:
+def build_model(t: CostTables, *, upper_bound: int | None = None,
+                classes: tuple[tuple[int, ...], ...] | None = None) -> tuple[cp_model.CpModel, PlacementVars]:
     """The whole model of one candidate. With upper_bound (v-scaled objective of a known plan), only strictly
-    better plans are feasible."""
+    better plans are feasible. `classes`: the table's interchangeable groups, when the caller has them."""
     md = cp_model.CpModel()
     xv = _new_vars(md, t)
     _add_stage_placement(md, t, xv, _layer_caps(t, upper_bound))
@@ -254,7 +255,7 @@ def build_model(t: CostTables, *, upper_bound: int | None = None) -> tuple[cp_mo
     _add_boundaries(md, t, xv)
     _add_contiguity(md, t, xv)
     _add_symmetry_breaking(md, t, xv)
-    _add_group_order(md, t, xv, table_classes(t))
+    _add_group_order(md, t, xv, table_classes(t) if classes is None else classes)
     cycle, fill = _cycle_and_fill(md, t, xv)
     objective = (t.vpp * t.microbatches - 1) * cycle + fill + t.vpp * _tail(md, t, xv)
     if upper_bound is not None:
@@ -285,9 +286,10 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
 
     `log` receives CP-SAT's progress lines when params.log_search_progress is set (the CLI sends them to stderr;
     the planner never prints)."""
-    md, xv = build_model(t, upper_bound=upper_bound)
+    classes = table_classes(t)
+    md, xv = build_model(t, upper_bound=upper_bound, classes=classes)
     if hint is not None:  # relabelled into the order _add_group_order keeps
-        add_hint(md, t, xv, (canonical_assign(table_classes(t), hint[0]), list(hint[1])))
+        add_hint(md, t, xv, (canonical_assign(classes, hint[0]), list(hint[1])))
     solver = cp_model.CpSolver()
     _configure(solver, params, log)
     status = solver.solve(md)
