@@ -71,9 +71,9 @@ def basis(plan: Plan, fleet: Fleet, train: TrainingSettings, validation: dict) -
         if path is not None and path.kind is not PathKind.SAME_GROUP:
             links[f"pipeline over {path.kind.value} ({path.transport.value})"] = (
                 path.transport, path.kind is not PathKind.SITE_LINK)
-    for st in plan.stages:
+    for i, st in enumerate(plan.stages):
         t = fleet.group(st.node_group).nic_transport
-        if plan.config.gpus_per_stage > fleet.group(st.node_group).gpus_per_node:
+        if plan.stage_gpus(i) > fleet.group(st.node_group).gpus_per_node:
             links[f"data-parallel traffic over {t.value} NICs"] = (t, True)
     for term, (transport, inside_a_site) in links.items():
         b = CALIBRATED if fleet.transports[transport].calibrated else (

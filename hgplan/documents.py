@@ -48,6 +48,10 @@ class StageRecord(Doc):
 
     node_group: str = Field(description="site/group hosting every GPU of the stage")
     layers: int = Field(ge=1)
+    tp: int | None = Field(None, ge=1, description="this stage's own tp (asymmetric plans only)")
+    dp: int | None = Field(None, ge=1, description="this stage's own dp (asymmetric plans only)")
+    recompute: Literal["none", "selective", "full"] | None = Field(
+        None, description="this stage's own recomputation (asymmetric plans only)")
 
 
 class PlanRecord(Doc):
@@ -225,6 +229,24 @@ class SearchStats(Doc):
     wall_time_s: float | None = None
 
 
+class AsymmetricRecord(Doc):
+    """`--target flagscale`: the asymmetric (process-mesh) family searched beside the stock one, both judged by the
+    reported model. bound_s is proven for both families under the search objective (the stock family is the case
+    where every mesh takes the same degrees)."""
+
+    stock_iteration_time_s: float
+    stock_plan: PlanRecord
+    best_is_asymmetric: bool
+    speedup_over_stock: float = Field(description="stock best / best iteration time (>= 1)")
+    best_objective_s: float
+    bound_s: float
+    relative_gap: float
+    candidates: CandidateCounts
+    solver_statuses: dict[str, int]
+    deterministic_time: float
+    stopped_by: Literal["complete", "budget", "wall"]
+
+
 class RegressionRecord(Doc):
     """The CI gate: the fresh best plan against a committed one."""
 
@@ -250,6 +272,7 @@ class SearchReport(Doc):
     idle_gpus: list[IdleGpus]
     warnings: list[str]
     baselines: dict[str, BaselineRecord] | None = None
+    asymmetric: AsymmetricRecord | None = None
     regression: RegressionRecord | None = None
 
 

@@ -67,6 +67,8 @@ class Target(StrEnum):
 
     MEGATRON = "megatron"
     DEEPSPEED = "deepspeed"
+    FLAGSCALE = "flagscale"
+    """FlagScale's heterogeneous runtime: the stock family plus asymmetric plans (per-mesh tp, dp, recompute)."""
 
 
 class ExportFormat(StrEnum):
@@ -75,6 +77,7 @@ class ExportFormat(StrEnum):
     MEGATRON = "megatron"
     DEEPSPEED = "deepspeed"
     TORCHRUN = "torchrun"
+    FLAGSCALE = "flagscale"
 
 
 class PathKind(StrEnum):

@@ -172,6 +172,7 @@ def write_dir_atomic(path_str: str, files: dict[str, str], *, executable_suffix:
     tmp = Path(tempfile.mkdtemp(prefix=".hgplan-export-", dir=str(target.parent.resolve())))
     try:
         for name, content in sorted(files.items()):
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)  # names may hold sub-directories (conf/train/)
             (tmp / name).write_text(content)
             if name.endswith(executable_suffix):
                 (tmp / name).chmod(0o755)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 
@@ -64,6 +64,13 @@ class StageAssignment:
     node_group: str
     """Key 'site/group' of the node group that hosts every GPU of this stage."""
     num_layers: int
+    tp: int | None = None
+    """This stage's own tensor-parallel degree (None: the plan's). Only asymmetric plans (FlagScale's process
+    meshes) set tp, dp or recompute per stage."""
+    dp: int | None = None
+    """This stage's own data-parallel degree (None: the plan's)."""
+    recompute: Recompute | None = None
+    """This stage's own recomputation (None: the plan's)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,11 +90,55 @@ class Plan:
         """Node group of each stage."""
         return tuple(s.node_group for s in self.stages)
 
+    def stage_config(self, i: int) -> ParallelConfig:
+        """The degrees stage i runs with. In an asymmetric plan a stage with dp_i data-parallel ranks trains
+        micro-batches of (dp x micro_batch_size) / dp_i samples, so every stage sees the same samples per micro-batch
+        step and the same number of micro-batches (FlagScale, flagscale/train/arguments.py); sequence parallelism
+        is on wherever tp > 1."""
+        st, c = self.stages[i], self.config
+        if st.tp is None and st.dp is None and st.recompute is None:
+            return c
+        tp, dp = st.tp or c.tp, st.dp or c.dp
+        return replace(c, tp=tp, dp=dp, micro_batch_size=c.micro_batch_size * c.dp // dp,
+                       recompute=st.recompute or c.recompute, sequence_parallel=tp > 1)
+
+    @property
+    def asymmetric(self) -> bool:
+        """Whether any stage has degrees or recomputation of its own (a FlagScale mesh plan)."""
+        c = self.config
+        return any((s.tp or c.tp, s.dp or c.dp, s.recompute or c.recompute) != (c.tp, c.dp, c.recompute)
+                   for s in self.stages)
+
+    def stage_gpus(self, i: int) -> int:
+        """GPUs of stage i: its tp x cp x dp."""
+        return self.stage_config(i).gpus_per_stage
+
+    @property
+    def world_size(self) -> int:
+        """GPUs of the whole plan (every stage's)."""
+        return sum(self.stage_gpus(i) for i in range(len(self.stages)))
+
+    def meshes(self) -> list[tuple[int, int]]:
+        """FlagScale's process meshes: (first stage, number of stages) of each maximal run of consecutive stages
+        on one node group with one tp and dp."""
+        out: list[tuple[int, int]] = []
+        key = None
+        for i, st in enumerate(self.stages):
+            cfg = self.stage_config(i)
+            k = (st.node_group, cfg.tp, cfg.dp)
+            if k == key:
+                out[-1] = (out[-1][0], out[-1][1] + 1)
+            else:
+                out.append((i, 1))
+                key = k
+        return out
+
     @staticmethod
     def from_record(r) -> "Plan":
         """The plan of a validated documents.PlanRecord."""
         cfg = ParallelConfig(tp=r.tp, pp=r.pp, dp=r.dp, cp=r.cp, micro_batch_size=r.micro_batch_size, vpp=r.vpp,
                              recompute=Recompute(r.recompute), sequence_parallel=r.sequence_parallel,
                              zero_stage=r.zero_stage, overlap_grad_reduce=r.overlap_grad_reduce)
-        return Plan(config=cfg, stages=tuple(StageAssignment(node_group=s.node_group, num_layers=s.layers)
-                                             for s in r.stages))
+        return Plan(config=cfg, stages=tuple(
+            StageAssignment(node_group=s.node_group, num_layers=s.layers, tp=s.tp, dp=s.dp,
+                            recompute=None if s.recompute is None else Recompute(s.recompute)) for s in r.stages))

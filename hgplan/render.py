@@ -48,16 +48,20 @@ def rows_table(out: Console, rows: list[dict[str, Any]]) -> None:
 def explanation(out: Console, report: ExplainReport, timeline: str | None) -> None:
     """`hgplan explain`: headline, per-stage table, findings and the optional timeline."""
     p, plan = report.prediction, report.plan
-    out.print(f"[bold]{report.inputs.model_name}[/] on {report.inputs.cluster}: TP {plan.tp} CP {plan.cp} "
-              f"PP {plan.pp} DP {plan.dp}, micro-batch {plan.micro_batch_size} x {p.num_microbatches}, "
-              f"vpp {plan.vpp}, recompute {plan.recompute}, ZeRO {plan.zero_stage}")
+    asym = plan.stages[0].tp is not None
+    head = ("process meshes (per-stage TP, DP and recompute below)" if asym else
+            f"TP {plan.tp} CP {plan.cp} PP {plan.pp} DP {plan.dp}")
+    out.print(f"[bold]{report.inputs.model_name}[/] on {report.inputs.cluster}: {head}, micro-batch "
+              f"{plan.micro_batch_size} (first mesh) x {p.num_microbatches}, vpp {plan.vpp}, "
+              f"recompute {plan.recompute}, ZeRO {plan.zero_stage}")
     out.print(f"iteration {p.iteration_time_s:.3f} s  |  {p.tokens_per_s:,.0f} tokens/s  |  "
               f"{p.model_tflops_per_gpu:.1f} model TFLOP/s/GPU  |  MFU {p.mfu:.1%}  |  bubble {p.bubble_fraction:.1%}")
-    table = Table("stage", "node group", "GPUs", "layers", "fwd+bwd s/mb", "compute s", "p2p s", "DP sync s",
-                  "memory GiB", "capacity", "headroom")
-    for s in report.stages:
+    table = Table("stage", "node group", *(("tp/dp/recompute",) if asym else ()), "GPUs", "layers", "fwd+bwd s/mb",
+                  "compute s", "p2p s", "DP sync s", "memory GiB", "capacity", "headroom")
+    for s, st in zip(report.stages, plan.stages):
         mark = "" if s.fits else " [red]OOM[/]"
-        table.add_row(str(s.index), s.node_group, str(s.gpus), str(s.layers), f"{s.fwd_s + s.bwd_s:.4f}",
+        mesh = (f"{st.tp}/{st.dp}/{st.recompute}",) if asym else ()
+        table.add_row(str(s.index), s.node_group, *mesh, str(s.gpus), str(s.layers), f"{s.fwd_s + s.bwd_s:.4f}",
                       f"{s.compute_s:.3f}", f"{s.p2p_s:.3f}", f"{s.dp_sync_s:.3f}", f"{s.memory_gib:.1f}{mark}",
                       f"{s.memory_capacity_gib:g}", f"{s.headroom_gib:.1f}")
     out.print(table)
@@ -73,11 +77,17 @@ def stage_summary(stages: list[StageRecord]) -> str:
     """Consecutive stages on one node group folded: 'site/g: 10,10 | site/h: 9,9'."""
     parts: list[tuple[str, list[int]]] = []
     for st in stages:
-        if parts and parts[-1][0] == st.node_group:
+        name = st.node_group if st.tp is None else f"{st.node_group} (tp {st.tp} dp {st.dp} {st.recompute})"
+        if parts and parts[-1][0] == name:
             parts[-1][1].append(st.layers)
         else:
-            parts.append((st.node_group, [st.layers]))
+            parts.append((name, [st.layers]))
     return " | ".join(f"{g}: {','.join(map(str, ls))}" for g, ls in parts)
+
+
+def degrees(pl) -> str:
+    """TP/CP/PP/DP of a plan record; 'per mesh' when its stages carry their own."""
+    return f"{pl.tp}/{pl.cp}/{pl.pp}/{pl.dp}" if pl.stages[0].tp is None else f"per mesh/{pl.cp}/{pl.pp}/per mesh"
 
 
 def search_report(out: Console, report: SearchReport) -> None:
@@ -88,7 +98,7 @@ def search_report(out: Console, report: SearchReport) -> None:
     for e in report.plans:
         p, pl = e.prediction, e.plan
         table.add_row(str(e.rank), f"{p.tokens_per_s:,.0f}", f"{p.iteration_time_s:.3f}", f"{p.mfu:.1%}",
-                      str(e.gpus_used), f"{pl.tp}/{pl.cp}/{pl.pp}/{pl.dp}",
+                      str(e.gpus_used), degrees(pl),
                       f"{pl.micro_batch_size},{pl.vpp},{pl.recompute}", stage_summary(pl.stages),
                       f"{e.worst_headroom_gib:.1f}")
     out.print(table)
@@ -105,6 +115,13 @@ def search_report(out: Console, report: SearchReport) -> None:
                       f"{b.speedup:.2f}x faster ({b.description}{'; ' + b.note if b.note else ''})")
         else:
             out.print(f"baseline {name}: not available ({b.note or ''})")
+    a = report.asymmetric
+    if a is not None:
+        kind = "an asymmetric plan" if a.best_is_asymmetric else "a stock plan (no asymmetric plan was faster)"
+        out.print(f"flagscale: the best is {kind}, {a.speedup_over_stock:.3f}x the best stock plan "
+                  f"({a.stock_iteration_time_s:.3f} s); mesh search: {a.candidates.solved} solved, "
+                  f"{a.candidates.pruned_by_bound} pruned, {a.candidates.skipped_by_budget} skipped of "
+                  f"{a.candidates.total}, bound {a.bound_s:.3f} s, proven gap {a.relative_gap:.2%}; {a.stopped_by}")
     for idle in report.idle_gpus:
         out.print(f"idle: {idle.gpus} GPUs of {idle.node_group}: {idle.reason}")
 

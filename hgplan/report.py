@@ -30,7 +30,17 @@ def plan_record(plan: Plan) -> PlanRecord:
     return PlanRecord(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, micro_batch_size=c.micro_batch_size, vpp=c.vpp,
                       recompute=c.recompute.value, sequence_parallel=c.sequence_parallel, zero_stage=c.zero_stage,
                       distributed_optimizer=c.distributed_optimizer, overlap_grad_reduce=c.overlap_grad_reduce,
-                      stages=[StageRecord(node_group=s.node_group, layers=s.num_layers) for s in plan.stages])
+                      stages=[_stage_record(plan, i) for i in range(len(plan.stages))])
+
+
+def _stage_record(plan: Plan, i: int) -> StageRecord:
+    """One stage; an asymmetric plan writes every stage's tp, dp and recomputation."""
+    st = plan.stages[i]
+    if not plan.asymmetric:
+        return StageRecord(node_group=st.node_group, layers=st.num_layers)
+    cfg = plan.stage_config(i)
+    return StageRecord(node_group=st.node_group, layers=st.num_layers, tp=cfg.tp, dp=cfg.dp,
+                       recompute=cfg.recompute.value)
 
 
 def prediction_record(pred: Prediction) -> PredictionRecord:

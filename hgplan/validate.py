@@ -49,17 +49,18 @@ def _degree_rules(plan: Plan, model: ModelArch, train: TrainingSettings) -> list
     if any(n < 1 for n in layers):
         bad("layers_positive", f"every stage needs at least one layer (got {','.join(map(str, layers))})")
     heads, groups = model.num_attention_heads, model.num_query_groups
-    if heads % c.tp or groups % c.tp:
-        ok = [t for t in _divisors(groups) if heads % t == 0]
-        bad("tp_divides_heads", f"tp = {c.tp} must divide num_attention_heads ({heads}) and num_query_groups ({groups}); "
-                                f"choose tp in {ok}")
-    if c.sequence_parallel and c.tp == 1:
+    for tp in sorted({plan.stage_config(i).tp for i in range(len(plan.stages))} | {c.tp}):
+        if heads % tp or groups % tp:
+            ok = [t for t in _divisors(groups) if heads % t == 0]
+            bad("tp_divides_heads", f"tp = {tp} must divide num_attention_heads ({heads}) and num_query_groups "
+                                    f"({groups}); choose tp in {ok}")
+        if (c.sequence_parallel or plan.asymmetric) and tp > 1 and (train.seq_length // c.cp) % tp:
+            bad("sp_seq", f"with sequence parallelism, seq_length / cp ({train.seq_length // c.cp}) must be divisible "
+                          f"by tp ({tp})")
+    if c.sequence_parallel and c.tp == 1 and not plan.asymmetric:
         bad("sp_needs_tp", "sequence parallelism needs tp > 1 (Megatron turns it off at tp = 1); drop --sequence-parallel")
     if c.cp > 1 and train.seq_length % (2 * c.cp):
         bad("cp_seq", f"with cp = {c.cp} the sequence length ({train.seq_length}) must be divisible by 2 x cp = {2 * c.cp}")
-    if c.sequence_parallel and (train.seq_length // c.cp) % c.tp:
-        bad("sp_seq", f"with sequence parallelism, seq_length / cp ({train.seq_length // c.cp}) must be divisible by "
-                      f"tp ({c.tp})")
     per_replica = c.micro_batch_size * c.dp
     if train.global_batch_size % per_replica:
         bad("batch", f"global batch {train.global_batch_size} is not divisible by micro-batch x dp = "
@@ -75,9 +76,51 @@ def _degree_rules(plan: Plan, model: ModelArch, train: TrainingSettings) -> list
         if uneven:
             bad("vpp_layers", f"with vpp = {c.vpp} every stage's layer count must be divisible by {c.vpp} "
                               f"(got {','.join(map(str, layers))})")
+    if plan.asymmetric:
+        out += _asymmetric_rules(plan, model)
     if c.zero_stage >= 2 and c.pp > 1:
         bad("zero_pp", f"ZeRO stage {c.zero_stage} cannot be combined with pipeline parallelism (DeepSpeed asserts it; "
                        "Megatron's distributed optimizer is stage 1); use zero_stage <= 1 or pp = 1")
+    return out
+
+
+def _asymmetric_rules(plan: Plan, model: ModelArch) -> list[Violation]:
+    """What a plan with per-stage degrees needs: FlagScale's process-mesh rules that do not depend on the export
+    (docs/export.md lists them with their source lines)."""
+    c = plan.config
+    out: list[Violation] = []
+    if c.cp > 1 or c.vpp > 1:
+        out.append(Violation(rule="mesh_cp_vpp", message=(
+            f"an asymmetric plan runs on FlagScale's heterogeneous mode, which supports neither context parallelism "
+            f"nor interleaving (got cp = {c.cp}, vpp = {c.vpp}); use cp = 1 and vpp = 1")))
+    if c.zero_stage > 1:
+        out.append(Violation(rule="mesh_zero", message=(
+            f"an asymmetric plan uses Megatron's distributed optimizer or none (zero_stage 0 or 1, got "
+            f"{c.zero_stage})")))
+    step = c.dp * c.micro_batch_size
+    for i in range(len(plan.stages)):
+        dp = plan.stage_config(i).dp
+        if step % dp:
+            out.append(Violation(rule="mesh_dp", message=(
+                f"stage {i}: dp = {dp} must divide the first stage's dp x micro-batch = {c.dp} x "
+                f"{c.micro_batch_size} = {step} (each stage splits the same samples per micro-batch step over its dp; "
+                f"FlagScale asserts it); choose a dp that divides {step}")))
+    seen: dict[str, tuple[int, int]] = {}
+    for i, st in enumerate(plan.stages):
+        deg = (plan.stage_config(i).tp, plan.stage_config(i).dp)
+        if seen.setdefault(st.node_group, deg) != deg:
+            out.append(Violation(rule="mesh_group", message=(
+                f"stage {i} on {st.node_group} has tp, dp = {deg} but an earlier stage there has {seen[st.node_group]}; "
+                "a node group hosts one process mesh: give its stages one tp and dp")))
+    first, last = plan.stage_config(0), plan.stage_config(len(plan.stages) - 1)
+    if not model.untie_embeddings_and_output_weights and first.tp != last.tp:
+        out.append(Violation(rule="mesh_tied_tp", message=(
+            f"with tied embeddings the first and last stage need one tp (got {first.tp} and {last.tp}; FlagScale "
+            "asserts it); give them the same tp")))
+    if not model.untie_embeddings_and_output_weights and max(first.dp, last.dp) % min(first.dp, last.dp):
+        out.append(Violation(rule="mesh_tied_dp", message=(
+            f"with tied embeddings one of the first and last stage's dp must divide the other (got {first.dp} and "
+            f"{last.dp}; FlagScale's partial reduce needs it); choose dp that divide each other")))
     return out
 
 
@@ -89,16 +132,17 @@ def _placement_rules(plan: Plan, fleet: Fleet, train: TrainingSettings) -> list[
         """Record a broken rule."""
         out.append(Violation(rule=rule, message=message))
 
-    c = plan.config
     used: dict[str, int] = {}
+    cfg_of: dict[str, object] = {}
     keys = {g.key for g in fleet.groups}
     for i, st in enumerate(plan.stages):
         if st.node_group not in keys:
             bad("node_group", f"stage {i}: unknown node group '{st.node_group}'; choose one of {', '.join(sorted(keys))}")
             continue
-        used[st.node_group] = used.get(st.node_group, 0) + c.gpus_per_stage
+        used[st.node_group] = used.get(st.node_group, 0) + plan.stage_gpus(i)
+        cfg_of.setdefault(st.node_group, plan.stage_config(i))
     for key, need in used.items():
-        g = fleet.group(key)
+        g, c = fleet.group(key), cfg_of[key]
         if need > g.num_gpus:
             bad("capacity", f"node group {key} has {g.num_gpus} GPUs but its stages need {need} "
                             f"({need // c.gpus_per_stage} stage(s) x tp*cp*dp = {c.gpus_per_stage})")
@@ -121,7 +165,7 @@ def _placement_rules(plan: Plan, fleet: Fleet, train: TrainingSettings) -> list[
         if a in keys and b in keys and fleet.path(fleet.group(a), fleet.group(b)) is None:
             bad("adjacent", f"stages {i} and {i + 1} sit on {a} and {b}, which have no direct link; reorder the stages "
                             "or add a link between them to the cluster file")
-    if c.vpp > 1 and len(plan.stages) > 1:
+    if plan.config.vpp > 1 and len(plan.stages) > 1:
         a, b = plan.stages[-1].node_group, plan.stages[0].node_group
         if a in keys and b in keys and fleet.path(fleet.group(a), fleet.group(b)) is None:
             bad("adjacent", f"interleaving sends from the last stage ({a}) back to the first ({b}), which have no link")

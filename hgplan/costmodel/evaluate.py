@@ -10,6 +10,7 @@ from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, attentio
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
 from hgplan.costmodel.pipeline import Op, chunk_sends, closed_form, simulate
+from hgplan.costmodel.reshard import crosses_vendors, host_copy_s, mesh_boundary_s, rank_slice_bytes
 from hgplan.domain import (Attention, Fleet, ModelArch, NetPath, NodeGroup, PathKind, Precision, Runtime, TrainingSettings,
                            TransformerImpl)
 from hgplan.plan import ParallelConfig, Plan, Recompute
@@ -148,6 +149,8 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
     if path.shared:
         flows = cfg.gpus_per_stage * crossings
         t = max(t, msg_bytes * flows / (path.gbps / 8.0 * path.profile.efficiency * 1e9))
+    if crosses_vendors(a, b):
+        t += host_copy_s(msg_bytes)
     return t, path.latency_s, path
 
 
@@ -273,14 +276,15 @@ class _StageWork:
 def _stage_work(plan: Plan, fleet: Fleet, groups: list[NodeGroup], model: ModelArch,
                 train: TrainingSettings) -> list[_StageWork]:
     """Compute time (edges and ZeRO-3 traffic included) and memory of every stage."""
-    cfg, p = plan.config, plan.config.pp
-    m = cfg.num_microbatches(train.global_batch_size)
-    cache: dict[str, tuple[LayerTime, float, float]] = {}
+    p = plan.config.pp
+    m = plan.config.num_microbatches(train.global_batch_size)
+    cache: dict[tuple, tuple[LayerTime, float, float]] = {}
     out = []
     for i, (st, g) in enumerate(zip(plan.stages, groups)):
-        if g.key not in cache:
-            cache[g.key] = layer_cost(fleet, g, model, cfg, train)
-        lt, f_l, b_l = cache[g.key]
+        cfg = plan.stage_config(i)
+        if (g.key, cfg) not in cache:
+            cache[(g.key, cfg)] = layer_cost(fleet, g, model, cfg, train)
+        lt, f_l, b_l = cache[(g.key, cfg)]
         f_s, b_s = st.num_layers * f_l, st.num_layers * b_l
         ef, eb, hf, hb = edge_costs(g, model, cfg, train)
         if i == 0:
@@ -297,12 +301,12 @@ def _stage_work(plan: Plan, fleet: Fleet, groups: list[NodeGroup], model: ModelA
     return out
 
 
-def _boundary_costs(fleet: Fleet, groups: list[NodeGroup], model: ModelArch, cfg: ParallelConfig,
+def _boundary_costs(fleet: Fleet, groups: list[NodeGroup], model: ModelArch, plan: Plan,
                     train: TrainingSettings) -> tuple[list[float], list[float], list[dict]]:
     """Per boundary k (stage k -> k+1, and the wrap-around one when interleaved): sender-busy seconds, latency,
-    and its description. Boundaries that cross the same inter-island or inter-site link share it."""
-    p, v = cfg.pp, cfg.vpp
-    msg = p2p_message_bytes(model, cfg, train)
+    and its description. Boundaries that cross the same inter-island or inter-site link share it; a boundary
+    between stages of different tp or dp (an asymmetric plan's mesh boundary) re-shards (costmodel/reshard.py)."""
+    p, v = plan.config.pp, plan.config.vpp
     pairs = [(k, (k + 1) % p) for k in range(p if v > 1 else p - 1)]
     link_use: dict[int, int] = {}
     for a_i, b_i in pairs:
@@ -314,22 +318,32 @@ def _boundary_costs(fleet: Fleet, groups: list[NodeGroup], model: ModelArch, cfg
     for k, (a_i, b_i) in enumerate(pairs):
         path = fleet.path(groups[a_i], groups[b_i])
         crossings = link_use.get(id(path.link), 1) if path is not None and path.link is not None else 1
-        busy, latency, path = p2p_seconds(fleet, groups[a_i], groups[b_i], cfg, msg_bytes=msg, crossings=crossings)
-        busy += pipeline_gather_s(groups[b_i], model, cfg, train)
+        ca, cb = plan.stage_config(a_i), plan.stage_config(b_i)
+        if (ca.tp, ca.dp) == (cb.tp, cb.dp):
+            msg = p2p_message_bytes(model, ca, train)
+            busy, latency, path = p2p_seconds(fleet, groups[a_i], groups[b_i], ca, msg_bytes=msg,
+                                              crossings=crossings)
+            busy += pipeline_gather_s(groups[b_i], model, ca, train)
+        else:
+            msg = max(rank_slice_bytes(model, ca, train), rank_slice_bytes(model, cb, train))
+            busy, latency, path = mesh_boundary_s(fleet, groups[a_i], groups[b_i], model, ca, cb, train,
+                                                  crossings=crossings)
         send[k], lat[k] = busy, latency
         described.append({"from_stage": a_i, "to_stage": b_i, "path": path.kind if path else "none",
                           "transport": path.transport.value if path else None, "send_s": busy, "latency_s": latency,
-                          "message_mib": msg / 2 ** 20})
+                          "message_mib": msg / 2 ** 20, **({"reshard": True} if (ca.tp, ca.dp) != (cb.tp, cb.dp)
+                                                            else {})})
     return send, lat, described
 
 
 def _recomputed_flops(plan: Plan, work: list[_StageWork], m: int) -> float:
     """Hardware FLOPs that recomputation adds over the iteration (for HFU)."""
     extra = 0.0
-    for st, w in zip(plan.stages, work):
+    for i, (st, w) in enumerate(zip(plan.stages, work)):
+        cfg = plan.stage_config(i)
         recomputed = {Recompute.FULL: w.layer.fwd_flops, Recompute.SELECTIVE: w.layer.attention_fwd_flops,
-                      Recompute.NONE: 0.0}[plan.config.recompute]
-        extra += recomputed * st.num_layers * m * plan.config.gpus_per_stage
+                      Recompute.NONE: 0.0}[cfg.recompute]
+        extra += recomputed * st.num_layers * m * cfg.gpus_per_stage
     return extra
 
 
@@ -346,7 +360,7 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     groups = [fleet.group(st.node_group) for st in plan.stages]
     work = _stage_work(plan, fleet, groups, model, train)
     fwd, bwd = [w.fwd_s for w in work], [w.bwd_s for w in work]
-    xf, lat, boundaries = _boundary_costs(fleet, groups, model, cfg, train)
+    xf, lat, boundaries = _boundary_costs(fleet, groups, model, plan, train)
     xb = list(xf)
     ops: list[Op] = []
     if use_simulator:
@@ -356,23 +370,24 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     # data-parallel sync and optimizer, after each stage's last backward
     per_chunk = chunk_sends(p, v, xf, xb)
     stages, ends = [], []
-    tied_sync = tied_embedding_sync_s(fleet, groups[0], groups[-1], model, cfg, train)
+    tied_sync = tied_embedding_sync_s(fleet, groups[0], groups[-1], model, plan.stage_config(0), train)
     for i, (st, g, w) in enumerate(zip(plan.stages, groups, work)):
-        exposed, opt = dp_tail(fleet, g, cfg, train, params=w.memory.params, layers=st.num_layers, fwd_s=fwd[i],
-                               bwd_s=bwd[i])
+        exposed, opt = dp_tail(fleet, g, plan.stage_config(i), train, params=w.memory.params, layers=st.num_layers,
+                               fwd_s=fwd[i], bwd_s=bwd[i])
         if i in (0, p - 1):
             exposed += tied_sync
         ends.append(pipe.finish_s[i] + exposed + opt)
         stages.append(StagePrediction(
-            index=i, node_group=g.key, site=g.site, gpu=g.gpu.id, gpus=cfg.gpus_per_stage, layers=st.num_layers,
+            index=i, node_group=g.key, site=g.site, gpu=g.gpu.id, gpus=plan.stage_gpus(i), layers=st.num_layers,
             fwd_s=fwd[i], bwd_s=bwd[i], compute_s=m * (fwd[i] + bwd[i]), p2p_s=m * v * per_chunk[i],
             dp_sync_s=exposed, optimizer_s=opt, memory=w.memory, memory_capacity_gib=g.gpu.hbm_gib))
     iteration = max(max(ends), pipe.iteration_s)
     model_flops = megatron_model_flops(model, global_batch_size=train.global_batch_size, seq_length=train.seq_length)
     extra = _recomputed_flops(plan, work, m)
-    world = cfg.world_size
+    world = plan.world_size
     # MFU against the bf16 peak under fp8 too, so plans of either precision compare on one scale
-    peak_sum = sum(g.gpu.peak_tflops(compute_precision(train)) for g in groups) * cfg.gpus_per_stage * 1e12
+    peak_sum = sum(g.gpu.peak_tflops(compute_precision(train)) * plan.stage_gpus(i)
+                   for i, g in enumerate(groups)) * 1e12
     return Prediction(
         iteration_time_s=iteration, pipeline_s=pipe.iteration_s,
         tokens_per_s=train.global_batch_size * train.seq_length / iteration,

@@ -55,14 +55,18 @@ class Layout:
 
 
 def build_layout(plan: Plan, fleet: Fleet) -> Layout:
-    """Nodes and ranks of the plan: stage p owns ranks [p G, (p+1) G), G = tp cp dp, on its node group's hosts."""
-    cfg = plan.config
-    size = cfg.gpus_per_stage
+    """Nodes and ranks of the plan: each stage owns the next tp x cp x dp ranks (its own degrees in an asymmetric
+    plan), on its node group's hosts."""
     cursor: dict[str, int] = {}  # next free GPU (flat index) per group
     node_of_rank: list[tuple[NodeGroup, int, int]] = []  # (group, node index, local gpu)
-    for st in plan.stages:
+    stage_of_rank: list[int] = []
+    first_of: list[int] = []
+    for s, st in enumerate(plan.stages):
+        first_of.append(len(stage_of_rank))
         g = fleet.group(st.node_group)
         start = cursor.get(g.key, 0)
+        size = plan.stage_gpus(s)
+        stage_of_rank += [s] * size
         for i in range(size):
             flat = start + i
             node_of_rank.append((g, flat // g.gpus_per_node, flat % g.gpus_per_node))
@@ -82,9 +86,11 @@ def build_layout(plan: Plan, fleet: Fleet) -> Layout:
         if rank - node.first_rank >= node.local_gpus:
             raise PlanningError(f"node {node.host} would hold non-consecutive ranks: stages on {g.key} are not contiguous "
                                 "in the pipeline; reorder --stage-groups so each node group's stages are adjacent")
-        t, c = cfg.tp, cfg.cp
+        stage = stage_of_rank[rank]
+        cfg = plan.stage_config(stage)
+        t, c, local = cfg.tp, cfg.cp, rank - first_of[stage]
         ranks.append(RankInfo(rank=rank, host=node.host, node_rank=node.node_rank, local_rank=rank - node.first_rank,
-                              stage=rank // size, tp=rank % t, cp=(rank // t) % c, dp=(rank // (t * c)) % cfg.dp))
+                              stage=stage, tp=local % t, cp=(local // t) % c, dp=(local // (t * c)) % cfg.dp))
     return Layout(nodes=tuple(nodes), ranks=tuple(ranks))
 
 

@@ -5,6 +5,7 @@ Returns a typed SearchReport (hgplan/documents.py); the CLI prints it, writes pl
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Callable
 
@@ -13,12 +14,14 @@ import ortools
 from hgplan import __version__
 from hgplan.costmodel.evaluate import Prediction, evaluate
 from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB, state_bytes_per_param
-from hgplan.documents import (BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus, ModelInput,
+from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus, ModelInput,
                               PlanEntry, SearchInputs, SearchReport, SearchStats, SolverRecord)
-from hgplan.domain import Fleet, ModelArch, TrainingSettings
+from hgplan.domain import Fleet, ModelArch, Target, TrainingSettings
 from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
+from hgplan.planner.costs import CostSource
+from hgplan.planner.mesh_search import MeshResult, mesh_search
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.search import Found, SearchResult, seeded_search, solve_params
 from hgplan.planner.tables import eligible
@@ -35,19 +38,20 @@ def plan_entry(rank: int, plan: Plan, pred: Prediction, *, objective_s: float | 
     """One ranked plan as a document part."""
     extra = {} if objective_s is None else {"solver": EntrySolver(objective_s=rounded(objective_s), status=status)}
     return PlanEntry(rank=rank, plan=plan_record(plan), prediction=prediction_record(pred),
-                     stages=stage_results(pred), gpus_used=plan.config.world_size,
+                     stages=stage_results(pred), gpus_used=plan.world_size,
                      worst_headroom_gib=rounded(min(s.headroom_gib for s in pred.stages), 4), origin=origin, **extra)
 
 
 def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[IdleGpus]:
     """The GPUs the plan leaves idle, per node group, with the reason."""
-    cfg = plan.config
-    size = cfg.gpus_per_stage
     out = []
     for g in fleet.groups:
-        idle = g.num_gpus - sum(size for s in plan.stages if s.node_group == g.key)
+        idle = g.num_gpus - sum(plan.stage_gpus(i) for i, s in enumerate(plan.stages) if s.node_group == g.key)
         if idle <= 0:
             continue
+        on = [i for i, s in enumerate(plan.stages) if s.node_group == g.key]
+        cfg = plan.stage_config(on[0]) if on else plan.config
+        size = cfg.gpus_per_stage
         if not g.gpu.supports(train.precision):
             why = f"{g.gpu.id} does not support {train.precision.value}"
         elif not eligible(g, cfg, train):
@@ -108,18 +112,20 @@ def _solver_record(result: SearchResult, opts: SearchOptions) -> SolverRecord:
                         max_gap=opts.max_gap, solver_params=opts.solver_params)
 
 
-def _search_stats(result: SearchResult, best: Prediction) -> SearchStats:
+def _search_stats(result: SearchResult, best: Prediction, mesh: MeshResult | None = None) -> SearchStats:
     reported = best.iteration_time_s
+    best_us = result.best_us if mesh is None else min(result.best_us, mesh.best_us or math.inf)
+    bound_us = result.bound_us if mesh is None else min(mesh.bound_us, best_us)
     return SearchStats(
-        iteration_time_s=rounded(reported), gap_on_reported=rounded((reported - result.bound_us / 1e6) / reported, 4),
+        iteration_time_s=rounded(reported), gap_on_reported=rounded((reported - bound_us / 1e6) / reported, 4),
         gap_proven=False, gap_note=GAP_NOTE,
         stopped_by=result.stopped_by,
         candidates=CandidateCounts(total=result.candidates_total, solved=result.candidates_solved,
                                    pruned_by_bound=result.candidates_pruned,
                                    skipped_by_budget=result.candidates_skipped,
                                    infeasible=result.candidates_infeasible),
-        solver_statuses=dict(sorted(result.statuses.items())), best_objective_s=rounded(result.best_us / 1e6),
-        bound_s=rounded(result.bound_us / 1e6), relative_gap=rounded(result.gap, 4),
+        solver_statuses=dict(sorted(result.statuses.items())), best_objective_s=rounded(best_us / 1e6),
+        bound_s=rounded(bound_us / 1e6), relative_gap=rounded(max(0.0, (best_us - bound_us) / best_us), 4),
         deterministic_time=rounded(result.deterministic_time, 4), wall_time_s=round(result.wall_time_s, 3))
 
 
@@ -160,6 +166,34 @@ def _with_faster_baselines(ranked: list, baselines: list[bl.Baseline], warnings:
     return sorted(ranked + extra, key=lambda e: e[1].iteration_time_s)
 
 
+def _asymmetric_record(mesh: MeshResult, stock: tuple, best: tuple, best_us: float) -> AsymmetricRecord:
+    """The two families side by side (both by the reported model) and what the mesh search proved."""
+    bound = min(mesh.bound_us, best_us)
+    return AsymmetricRecord(
+        stock_iteration_time_s=rounded(stock[1].iteration_time_s), stock_plan=plan_record(stock[0]),
+        best_is_asymmetric=best[0].asymmetric,
+        speedup_over_stock=rounded(stock[1].iteration_time_s / best[1].iteration_time_s, 4),
+        best_objective_s=rounded(best_us / 1e6), bound_s=rounded(bound / 1e6),
+        relative_gap=rounded(max(0.0, (best_us - bound) / best_us), 4),
+        candidates=CandidateCounts(total=mesh.candidates_total, solved=mesh.candidates_solved,
+                                   pruned_by_bound=mesh.candidates_pruned, skipped_by_budget=mesh.candidates_skipped,
+                                   infeasible=0),
+        solver_statuses=dict(sorted(mesh.statuses.items())), deterministic_time=rounded(mesh.deterministic_time, 4),
+        stopped_by=mesh.stopped_by)
+
+
+def _mesh_family(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, result: SearchResult,
+                 log: Callable[[str], None] | None) -> MeshResult | None:
+    """With --target flagscale, the asymmetric family, from the stock best as the incumbent, in what the stock search
+    left of the time limit (deterministic time, so runs stay reproducible)."""
+    if opts.target != Target.FLAGSCALE or not result.found:
+        return None
+    groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
+    left = max(0.1, opts.budget_s - result.deterministic_time / DTIME_PER_WALL)
+    return mesh_search(CostSource(fleet, model, train), groups, replace(opts, budget_s=left),
+                       incumbent_us=result.best_us, log=log)
+
+
 def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
                   cluster: ClusterInput, model_ref: str, progress: Callable[[int, int], None] | None = None,
                   log: Callable[[str], None] | None = None, with_baselines: bool = True) -> tuple[SearchReport, SearchResult]:
@@ -167,15 +201,20 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
 
     Raises PlanningError (nothing fits) or NoAnswerError (timeout)."""
     # the search hands over at least RERANKED plans, whatever --top shows, for the ranking by the reported model
-    result, seeds = seeded_search(fleet, model, train, replace(opts, top_k=max(opts.top_k, RERANKED)),
-                                  progress=progress, log=log)
+    # with --target flagscale the stock family gets half the time limit and the asymmetric family the rest
+    stock_opts = replace(opts, top_k=max(opts.top_k, RERANKED),
+                         budget_s=opts.budget_s / 2 if opts.target == Target.FLAGSCALE else opts.budget_s)
+    result, seeds = seeded_search(fleet, model, train, stock_opts, progress=progress, log=log)
     if not result.found:
         if result.stopped_by != "complete" and result.candidates_skipped:
             raise NoAnswerError(f"the time limit ended before any plan was found ({result.candidates_solved} of "
                                 f"{result.candidates_total} configurations solved); raise --time-limit")
         raise PlanningError(explain_infeasible(fleet, model, train, result))
     warnings: list[str] = []
-    ranked = [(plan, pred, f, "search") for plan, pred, f in _checked(result.found, fleet, model, train, warnings)]
+    mesh = _mesh_family(fleet, model, train, opts, result, log)
+    stock_best = _checked(result.found, fleet, model, train, warnings)[0]
+    found = list(result.found) + (mesh.found[:RERANKED] if mesh else [])
+    ranked = [(plan, pred, f, "search") for plan, pred, f in _checked(found, fleet, model, train, warnings)]
     baselines = _baselines(fleet, model, train, opts, seeds) if with_baselines else []
     ranked = _with_faster_baselines(ranked, baselines, warnings)
     entries = [plan_entry(rank, plan, pred, origin=origin,
@@ -183,10 +222,13 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                for rank, (plan, pred, f, origin) in enumerate(ranked[:opts.top_k], start=1)]
     best_plan, best_pred = ranked[0][0], ranked[0][1]
     extra = {"baselines": _baseline_records(baselines, best_pred)} if with_baselines else {}
+    if mesh is not None:
+        best_us = min(result.best_us, mesh.best_us or math.inf)
+        extra["asymmetric"] = _asymmetric_record(mesh, stock_best, ranked[0], best_us)
     report = SearchReport(
         hgplan_version=__version__, ortools_version=ortools.__version__,
         inputs=SearchInputs(cluster=cluster, model=ModelInput(ref=model_ref, name=model.name),
                             training=training_record(train), target=opts.target),
-        solver=_solver_record(result, opts), search=_search_stats(result, best_pred), plans=entries,
+        solver=_solver_record(result, opts), search=_search_stats(result, best_pred, mesh), plans=entries,
         idle_gpus=idle_gpus(fleet, best_plan, train), warnings=warnings, **extra)
     return report, result

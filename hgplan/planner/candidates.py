@@ -51,9 +51,9 @@ def _tp_options(model: ModelArch, groups: list[NodeGroup], opts: SearchOptions) 
             and any(g.gpus_per_node % t == 0 for g in groups)]
 
 
-def _cp_options(train: TrainingSettings, tp: int, groups: list[NodeGroup]) -> list[int]:
+def _cp_options(train: TrainingSettings, tp: int, groups: list[NodeGroup], target: Target) -> list[int]:
     out = [1]
-    if train.seq_length >= CP_MIN_SEQ_LENGTH:
+    if train.seq_length >= CP_MIN_SEQ_LENGTH and target != Target.FLAGSCALE:  # FlagScale's hetero mode: cp = 1
         max_gpn = max(g.gpus_per_node for g in groups)
         out += [c for c in (2, 4, 8) if train.seq_length % (2 * c) == 0 and tp * c <= max_gpn]
     return out
@@ -81,7 +81,7 @@ def base_configs(model: ModelArch, train: TrainingSettings, opts: SearchOptions,
     Sequence parallelism whenever TP > 1 and the distributed optimizer (ZeRO-1) always (docs/planner.md).
     """
     for tp in _tp_options(model, groups, opts):
-        for cp in _cp_options(train, tp, groups):
+        for cp in _cp_options(train, tp, groups, opts.target):
             for size in _stage_sizes(tp, cp, groups):
                 dp = size // (tp * cp)
                 for mbs in opts.mbs_options or _powers_of_two(MAX_MICRO_BATCH):

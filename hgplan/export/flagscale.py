@@ -1,0 +1,176 @@
+"""FlagScale export: the experiment and train YAML of FlagScale's heterogeneous mode, the hostfile with node types,
+the per-type environment and the launch command.
+
+Keys, rules and rank order: shared/reference/flagscale-hetero.md, read from FlagScale at commit
+da4935ec60193e735bc70b81e259ed04eefd0132 (FLAGSCALE_COMMIT); docs/export.md explains every value. Every rule
+R1-R15 of that sheet is checked on the files about to be written (flagscale_violations); a plan that breaks one is
+refused (exit 1) naming the rule.
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from hgplan.domain import Fleet, ModelArch, TrainingSettings
+from hgplan.errors import PlanningError
+from hgplan.export.common import Export, nccl_env, node_record
+from hgplan.export.layout import build_layout
+from hgplan.export.megatron import model_args, unsupported_features
+from hgplan.plan import Plan, Recompute
+
+FLAGSCALE_COMMIT = "da4935ec60193e735bc70b81e259ed04eefd0132"
+"""The FlagScale commit the rules and key names were read at."""
+TRAIN_NAME = "hgplan"
+"""conf/train/<TRAIN_NAME>.yaml."""
+
+
+def argv_to_keys(argv: list[str]) -> dict:
+    """Megatron flags as FlagScale YAML keys (what its runner flattens back): '--a-b v' -> a_b: v, a bare flag ->
+    True, several values -> a list."""
+    out: dict = {}
+    i = 0
+    while i < len(argv):
+        key = argv[i][2:].replace("-", "_")
+        vals = []
+        i += 1
+        while i < len(argv) and not argv[i].startswith("--"):
+            vals.append(_scalar(argv[i]))
+            i += 1
+        out[key] = True if not vals else vals[0] if len(vals) == 1 else vals
+    return out
+
+
+def _scalar(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def device_labels(plan: Plan, fleet: Fleet) -> list[str]:
+    """One device-type label per mesh: the GPU model, or the GPU model and node group when two meshes of one model
+    are not adjacent (FlagScale orders ranks by each label's first occurrence, so a label's meshes must be
+    adjacent)."""
+    meshes = plan.meshes()
+    gpus = [fleet.group(plan.stages[first].node_group).gpu.id for first, _ in meshes]
+    labels = []
+    for i, (first, _) in enumerate(meshes):
+        runs = [j for j, g in enumerate(gpus) if g == gpus[i]]
+        adjacent = runs == list(range(runs[0], runs[0] + len(runs)))
+        name = gpus[i] if adjacent else f"{gpus[i]}_{plan.stages[first].node_group.split('/')[-1]}"
+        labels.append(re.sub(r"[^A-Za-z0-9_.-]", "_", name))
+    return labels
+
+
+def _recompute_keys(plan: Plan, m: int) -> dict:
+    """Recomputation: one global setting when every stage agrees, else FlagScale's per-stage rows (full or none per
+    stage; rows [1, m, value]: one stage, all m micro-batches)."""
+    kinds = [plan.stage_config(i).recompute for i in range(len(plan.stages))]
+    if len(set(kinds)) == 1:
+        if kinds[0] is Recompute.NONE:
+            return {}
+        if kinds[0] is Recompute.SELECTIVE:
+            return {"recompute_granularity": "selective"}
+        return {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    if Recompute.SELECTIVE in kinds:
+        raise PlanningError("rule R13: FlagScale's per-stage recomputation is full or none per stage; this plan mixes "
+                            "selective recomputation with others; search again with --target flagscale")
+    full = [int(k is Recompute.FULL) for k in kinds]
+    return {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1,
+            "recompute_granularity_per_stage_micro_batch": [[1, m, f] for f in full],
+            "recompute_method_per_stage_micro_batch": [[1, m, 0] for _ in full],
+            "recompute_num_layers_per_stage_micro_batch": [[1, m, f] for f in full]}
+
+
+def train_config(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> dict:
+    """conf/train/hgplan.yaml as a dict: system (parallelism, hetero, recompute, precision), model, data."""
+    c, meshes = plan.config, plan.meshes()
+    m = c.num_microbatches(train.global_batch_size)
+    flat = []
+    for first, count in meshes:
+        sc = plan.stage_config(first)
+        flat += [sc.tp, sc.cp, 1, sc.dp, count]
+    labels = device_labels(plan, fleet)
+    hetero = {"enable_hetero": True, "hetero_process_meshes": flat,
+              "hetero_pipeline_layer_split": [s.num_layers for s in plan.stages], "hetero_device_types": labels,
+              "hetero_current_device_type": labels[0], "standalone_embedding_stage": False}
+    if len({fleet.group(s.node_group).gpu.vendor for s in plan.stages}) > 1:
+        hetero["hetero_use_cpu_communication"] = True
+    first, last = plan.stage_config(0), plan.stage_config(len(plan.stages) - 1)
+    if not model.untie_embeddings_and_output_weights and first.dp != last.dp:
+        hetero["use_partial_reduce_for_shared_embedding"] = True
+    tps = [plan.stage_config(i).tp for i in range(len(plan.stages))]
+    system = {"tensor_model_parallel_size": max(tps), "pipeline_model_parallel_size": c.pp,
+              "sequence_parallel": max(tps) > 1, "use_distributed_optimizer": c.zero_stage >= 1,
+              "hetero": hetero, "recompute": _recompute_keys(plan, m),
+              "precision": {"fp16": True} if train.precision.value == "fp16" else {"bf16": True}}
+    if not system["recompute"]:
+        del system["recompute"]
+    mkeys = argv_to_keys(model_args(model, train))
+    mkeys.update(micro_batch_size=c.micro_batch_size, global_batch_size=train.global_batch_size)
+    return {"system": system, "model": mkeys, "data": {"data_path": "<your data path>", "split": "1"}}
+
+
+def _hostfile(plan: Plan, fleet: Fleet) -> tuple[list[str], list[str]]:
+    """Hostfile lines in mesh order ('host slots=N type=T') and the type of every node."""
+    layout = build_layout(plan, fleet)
+    labels = device_labels(plan, fleet)
+    label_of_stage = {}
+    for (first, count), lab in zip(plan.meshes(), labels):
+        for s in range(first, first + count):
+            label_of_stage[s] = lab
+    types = [label_of_stage[layout.ranks[n.first_rank].stage] for n in layout.nodes]
+    return [f"{n.host} slots={n.local_gpus} type={t}" for n, t in zip(layout.nodes, types)], types
+
+
+def experiment_config(plan: Plan, fleet: Fleet, types: list[str], nnodes: int) -> dict:
+    """The experiment file: runner with the hostfile and static rendezvous, environment per device type."""
+    per_type: dict[str, dict] = {}
+    layout = build_layout(plan, fleet)
+    for node, t in zip(layout.nodes, types):
+        per_type.setdefault(t, nccl_env(fleet.group(node.group)))
+    return {"defaults": [{"train": TRAIN_NAME}, "_self_"],
+            "experiment": {"exp_name": "hgplan", "exp_dir": "./outputs_hgplan",
+                           "task": {"type": "train", "backend": "megatron",
+                                    "entrypoint": "./flagscale/train/train_gpt.py"},
+                           "runner": {"backend": "torchrun", "nnodes": nnodes, "hostfile": "hostfile",
+                                      "rdzv_backend": "static"},
+                           "envs": {"CUDA_DEVICE_MAX_CONNECTIONS": 1, "device_type_specific": per_type}},
+            "action": "run", "hydra": {"run": {"dir": "${experiment.exp_dir}/hydra"}}}
+
+
+def export_flagscale(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
+                     script: str = "./flagscale/train/train_gpt.py") -> Export:
+    """FlagScale's heterogeneous mode: conf/<experiment>.yaml, conf/train/hgplan.yaml, hostfile, launch.sh."""
+    from hgplan.export.flagscale_rules import flagscale_violations
+
+    bad = unsupported_features(model)
+    if bad:
+        raise PlanningError(f"FlagScale (Megatron-LM) cannot express {'; '.join(bad)}; export refused")
+    cfg = train_config(plan, fleet, model, train)
+    lines, types = _hostfile(plan, fleet)
+    exp = experiment_config(plan, fleet, types, len(lines))
+    exp["experiment"]["task"]["entrypoint"] = script
+    problems = flagscale_violations(cfg, exp, lines, world_size=plan.world_size, num_layers=model.num_layers)
+    if problems:
+        raise PlanningError(f"rule {problems[0][0]}: {problems[0][1]}; export refused")
+    ex = Export(format="flagscale")
+    ex.files[f"conf/train/{TRAIN_NAME}.yaml"] = yaml.safe_dump(cfg, sort_keys=False)
+    ex.files["conf/train_hgplan.yaml"] = yaml.safe_dump(exp, sort_keys=False)
+    ex.files["hostfile"] = "\n".join(lines) + "\n"
+    cmd = ["python", "run.py", "--config-path", "./conf", "--config-name", "train_hgplan", "action=run"]
+    ex.files["launch.sh"] = ("#!/usr/bin/env bash\n# run from the FlagScale checkout (commit " + FLAGSCALE_COMMIT[:12]
+                             + " or later), with conf/ copied into it\nset -euo pipefail\n" + " ".join(cmd) + "\n")
+    ex.argv = cmd
+    layout = build_layout(plan, fleet)
+    ex.nodes = [node_record(n) for n in layout.nodes]
+    ex.notes.append(f"meshes [tp, cp, ep, dp, pp]: {cfg['system']['hetero']['hetero_process_meshes']}; launch "
+                    "from the first host; FlagScale sets each node's hetero_current_device_type from its hostfile type")
+    if "hetero_use_cpu_communication" in cfg["system"]["hetero"]:
+        ex.notes.append("GPUs of two vendors: boundary sends go through host memory over gloo "
+                        "(hetero_use_cpu_communication); FlagCX (distributed_backend: flagcx) is the alternative")
+    return ex

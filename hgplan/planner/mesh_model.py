@@ -1,0 +1,225 @@
+"""CP-SAT model of the asymmetric (process-mesh) family for one (B, P) candidate: which node groups host a mesh,
+each mesh's option (tp, dp, recompute), the mesh order and the layers of every stage.
+
+Laid out like planner/model.py (variables, one function per constraint group, objective, hint, solve); it reads
+only the integer MeshTables. Variables: w[h][o] host h runs option o; x[s][h] stage s on host h; y[s][h] the
+layers of stage s if it is on h (else 0); z[b][h][h2] boundary b (stage b -> b+1) joins h and h2; work[s], send[b]
+and lat[b] the stage and boundary costs (lower-bounded by the chosen option's entries, tight at the optimum).
+Objective (us): (m - 1) cycle + sum_s work_s + sum_b 2 (send_b + lat_b) + tail, as MeshTables.objective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ortools.sat.python import cp_model
+
+from hgplan.planner.costs import tail_class
+from hgplan.planner.mesh_tables import MeshTables
+from hgplan.planner.model import SolverParams, _configure
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeshSolution:
+    """One solve: the host of every stage, the option of every used host, the layers of every stage."""
+
+    status: str
+    objective: int | None
+    bound: float
+    assign: tuple[int, ...]
+    choice: tuple[tuple[int, int], ...]
+    """(host, option) of every used host, in host order."""
+    layers: tuple[int, ...]
+    deterministic_time: float
+    wall_time_s: float
+
+
+@dataclass(slots=True)
+class _Vars:
+    w: list[list[cp_model.IntVar]]
+    x: list[list[cp_model.IntVar]]
+    y: list[list[cp_model.IntVar]]
+    n: list[cp_model.IntVar]
+    z: dict[tuple[int, int, int], cp_model.IntVar]
+
+
+def _horizon(t: MeshTables) -> int:
+    biggest = max(max(r) for r in t.layer_us) * t.num_layers + max(max(r) for r in t.first_us) + max(
+        max(r) for r in t.last_us)
+    sends = [v for r in t.intra_send_us for v in r] + [v for rows in (t.snd_us, t.rcv_us) for row in rows
+                                                         for cell in row if cell for v in cell]
+    return biggest + 2 * max(sends, default=0) + 1
+
+
+def _variables(md: cp_model.CpModel, t: MeshTables) -> _Vars:
+    P, H, L = t.pp, len(t.hosts), t.num_layers
+    w = [[md.new_bool_var(f"w{h}_{o}") for o in range(len(t.options[h]))] for h in range(H)]
+    x = [[md.new_bool_var(f"x{s}_{h}") for h in range(H)] for s in range(P)]
+    y = [[md.new_int_var(0, L, f"y{s}_{h}") for h in range(H)] for s in range(P)]
+    n = [md.new_int_var(1, L, f"n{s}") for s in range(P)]
+    z = {}
+    for b in range(P - 1):
+        for h in range(H):
+            for h2 in range(H):
+                if h == h2 or t.snd_us[h][h2] is not None:
+                    z[(b, h, h2)] = md.new_bool_var(f"z{b}_{h}_{h2}")
+    return _Vars(w=w, x=x, y=y, n=n, z=z)
+
+
+def _add_placement(md: cp_model.CpModel, t: MeshTables, v: _Vars) -> None:
+    """One option per used host, one host per stage, whole layers summing to L, each host's stages within its
+    option's slots and each stage within its GPUs' memory. Why: the family's definition and the memory rule."""
+    P, H = t.pp, len(t.hosts)
+    for h in range(H):
+        md.add_at_most_one(v.w[h])
+        used = sum(v.w[h])
+        md.add(sum(v.x[s][h] for s in range(P)) <= sum(t.slots[h][o] * v.w[h][o] for o in range(len(v.w[h]))))
+        for s in range(P):
+            md.add(v.x[s][h] <= used)
+    for s in range(P):
+        md.add_exactly_one(v.x[s])
+        md.add(sum(v.y[s]) == v.n[s])
+        for h in range(H):
+            md.add(v.y[s][h] == 0).only_enforce_if(~v.x[s][h])
+            md.add(v.y[s][h] <= t.num_layers * v.x[s][h])
+            for o in range(len(t.options[h])):
+                cap = t.cap_mib[h] - t.mem_a_mib[s][h][o]
+                if cap < 0:
+                    md.add_bool_or([~v.x[s][h], ~v.w[h][o]])
+                elif t.mem_b_mib[s][h][o] > 0:
+                    md.add(t.mem_b_mib[s][h][o] * v.y[s][h] <= cap).only_enforce_if([v.x[s][h], v.w[h][o]])
+    md.add(sum(v.n) == t.num_layers)
+
+
+def _add_boundaries(md: cp_model.CpModel, t: MeshTables, v: _Vars) -> None:
+    """z links the hosts at both ends of each boundary; each host is entered once (its stages are one block, so it
+    is one mesh). Why: the boundary costs are priced per host pair, and FlagScale's meshes are contiguous."""
+    P, H = t.pp, len(t.hosts)
+    for b in range(P - 1):
+        for h in range(H):
+            md.add(sum(v.z[(b, h, h2)] for h2 in range(H) if (b, h, h2) in v.z) == v.x[b][h])
+            md.add(sum(v.z[(b, h2, h)] for h2 in range(H) if (b, h2, h) in v.z) == v.x[b + 1][h])
+    for h in range(H):
+        md.add(v.x[0][h] + sum(v.z[(b, h2, h)] for b in range(P - 1) for h2 in range(H)
+                               if h2 != h and (b, h2, h) in v.z) <= 1)
+
+
+def _add_tied_tp(md: cp_model.CpModel, t: MeshTables, v: _Vars) -> None:
+    """With tied embeddings the first and last stage have one tp. Why: FlagScale asserts it (R7)."""
+    if not t.tied or t.pp == 1:
+        return
+    top = max(c.tp for opts in t.options for c in opts)
+    first, last = md.new_int_var(1, top, "tp_first"), md.new_int_var(1, top, "tp_last")
+    for h in range(len(t.hosts)):
+        for o, c in enumerate(t.options[h]):
+            md.add(first == c.tp).only_enforce_if([v.x[0][h], v.w[h][o]])
+            md.add(last == c.tp).only_enforce_if([v.x[t.pp - 1][h], v.w[h][o]])
+    md.add(first == last)
+
+
+def _costs(md: cp_model.CpModel, t: MeshTables, v: _Vars):
+    """Stage work, boundary sends and latencies, each at least the chosen option's table entry. Why: the
+    objective's terms; minimisation makes every lower bound tight."""
+    P, H, hz = t.pp, len(t.hosts), _horizon(t)
+    work = [md.new_int_var(0, hz, f"work{s}") for s in range(P)]
+    for s in range(P):
+        for h in range(H):
+            for o in range(len(t.options[h])):
+                expr = t.layer_us[h][o] * v.y[s][h]
+                expr += (t.first_us[h][o] if s == 0 else 0) + (t.last_us[h][o] if s == P - 1 else 0)
+                md.add(work[s] >= expr).only_enforce_if([v.x[s][h], v.w[h][o]])
+    send = [md.new_int_var(0, hz, f"send{b}") for b in range(P - 1)]
+    lat = [md.new_int_var(0, hz, f"lat{b}") for b in range(P - 1)]
+    for (b, h, h2), zv in v.z.items():
+        if h == h2:
+            for o in range(len(t.options[h])):
+                md.add(send[b] >= t.intra_send_us[h][o]).only_enforce_if([zv, v.w[h][o]])
+                md.add(lat[b] >= t.intra_lat_us[h][o]).only_enforce_if([zv, v.w[h][o]])
+            continue
+        md.add(lat[b] >= t.lat_us[h][h2]).only_enforce_if(zv)
+        for o, val in enumerate(t.snd_us[h][h2]):
+            md.add(send[b] >= val).only_enforce_if([zv, v.w[h][o]])
+        for o2, val in enumerate(t.rcv_us[h][h2]):
+            md.add(send[b] >= val).only_enforce_if([zv, v.w[h2][o2]])
+    return work, send, lat
+
+
+def _tail(md: cp_model.CpModel, t: MeshTables, v: _Vars, hz: int) -> cp_model.IntVar:
+    """The slowest stage's data-parallel tail after the flush, the tied-embedding sync on the first and last
+    stage included. Why: it ends every iteration."""
+    P, H = t.pp, len(t.hosts)
+    tail, tied = md.new_int_var(0, hz, "tail"), md.new_int_var(0, hz, "tied")
+    if P > 1:
+        for h in range(H):
+            for o in range(len(t.options[h])):
+                for h2 in range(H):
+                    if t.tied_us[h][o][h2]:
+                        md.add(tied >= t.tied_us[h][o][h2]).only_enforce_if([v.x[0][h], v.w[h][o], v.x[P - 1][h2]])
+    for s in range(P):
+        c = tail_class(s, P)
+        extra = tied if s in (0, P - 1) else 0
+        for h in range(H):
+            for o in range(len(t.options[h])):
+                md.add(tail >= t.tail_a_us[c][h][o] + t.tail_b_us[c][h][o] * v.y[s][h] + extra).only_enforce_if(
+                    [v.x[s][h], v.w[h][o]])
+    return tail
+
+
+def build_mesh_model(t: MeshTables, *, upper_bound: int | None = None) -> tuple[cp_model.CpModel, _Vars]:
+    """The whole model; with upper_bound only strictly better plans are feasible."""
+    md = cp_model.CpModel()
+    v = _variables(md, t)
+    _add_placement(md, t, v)
+    _add_boundaries(md, t, v)
+    _add_tied_tp(md, t, v)
+    work, send, lat = _costs(md, t, v)
+    hz = _horizon(t)
+    cycle = md.new_int_var(0, hz, "cycle")
+    for s in range(t.pp):
+        md.add(cycle >= work[s] + sum(send[b] for b in (s - 1, s) if 0 <= b < t.pp - 1))
+    fill = sum(work) + sum(2 * send[b] + 2 * lat[b] for b in range(t.pp - 1))
+    tail_hz = (max(max(r) for rows in t.tail_a_us for r in rows) + max(max(r) for rows in t.tail_b_us for r in rows)
+               * t.num_layers + max(max(r) for rows in t.tied_us for r in rows) + 1)
+    objective = (t.microbatches - 1) * cycle + fill + _tail(md, t, v, tail_hz)
+    if upper_bound is not None:
+        md.add(objective <= upper_bound - 1)
+    md.minimize(objective)
+    return md, v
+
+
+def _hint(md: cp_model.CpModel, t: MeshTables, v: _Vars, hint) -> None:
+    assign, choice, layers = hint
+    for h in range(len(t.hosts)):
+        for o in range(len(t.options[h])):
+            md.add_hint(v.w[h][o], int(choice.get(h) == o))
+    for s in range(t.pp):
+        md.add_hint(v.n[s], layers[s])
+        for h in range(len(t.hosts)):
+            md.add_hint(v.x[s][h], int(assign[s] == h))
+            md.add_hint(v.y[s][h], layers[s] if assign[s] == h else 0)
+
+
+def solve_mesh(t: MeshTables, params: SolverParams, *, hint=None, upper_bound: int | None = None,
+               log: Callable[[str], None] | None = None) -> MeshSolution:
+    """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists."""
+    md, v = build_mesh_model(t, upper_bound=upper_bound)
+    if hint is not None:
+        _hint(md, t, v, hint)
+    solver = cp_model.CpSolver()
+    _configure(solver, params, log)
+    status = solver.solve(md)
+    name = solver.status_name(status)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        H = len(t.hosts)
+        assign = tuple(next(h for h in range(H) if solver.boolean_value(v.x[s][h])) for s in range(t.pp))
+        choice = tuple((h, o) for h in range(H) for o in range(len(t.options[h])) if solver.boolean_value(v.w[h][o])
+                       and h in assign)
+        return MeshSolution(status=name, objective=int(solver.objective_value),
+                            bound=float(solver.best_objective_bound), assign=assign, choice=choice,
+                            layers=tuple(solver.value(n) for n in v.n), deterministic_time=solver.deterministic_time,
+                            wall_time_s=solver.wall_time)
+    bound = float("inf") if status == cp_model.INFEASIBLE else (
+        float(solver.best_objective_bound) if status == cp_model.UNKNOWN else 0.0)
+    return MeshSolution(status=name, objective=None, bound=bound, assign=(), choice=(), layers=(),
+                        deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time)

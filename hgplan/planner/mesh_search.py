@@ -1,0 +1,204 @@
+"""Search of the asymmetric (FlagScale process-mesh) family: best-first over outer candidates (B, P), each solved
+with CP-SAT (planner/mesh_model.py) against the incumbent, pruned and certified by a capacity lower bound.
+
+B is the samples of one micro-batch step (dp x micro-batch of every mesh), P the pipeline stages. The stock family
+with cp = 1 and no interleaving is the special case where every mesh takes the same option, so starting from the
+stock search's best plan as the incumbent the asymmetric best is never worse under the tables.
+
+Lower bound of a candidate (us): with m = global batch / B micro-batches, every stage's work is at most the cycle,
+so host h, running option o with slots_o stages of per-layer time tau_o, holds at most cycle x j / tau_o layers on
+j <= slots_o stages; P stages in all hold at most cycle x cap(P) layers, cap(P) the best such choice over hosts
+(a knapsack over stage counts). Hence cycle >= L / cap(P), and the objective is at least (m - 1) L / cap(P)
+plus the work of L layers at the fastest per-layer time (the fill).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from hgplan.costmodel.memory import GIB
+from hgplan.domain import NodeGroup
+from hgplan.plan import Plan, StageAssignment
+from hgplan.planner.costs import MIB, CostSource
+from hgplan.planner.mesh_model import MeshSolution, solve_mesh
+from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables, host_options
+from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
+from hgplan.planner.search import solve_params
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeshFound:
+    """A plan one solve found, with its tables."""
+
+    tables: MeshTables
+    solution: MeshSolution
+
+    @property
+    def time_us(self) -> float:
+        """The tables' iteration time (us)."""
+        return float(self.solution.objective)
+
+    def plan(self) -> Plan:
+        """The plan as the cost model and the validator see it: the first mesh's degrees as the plan's, every
+        stage's own when the meshes differ."""
+        t, sol = self.tables, self.solution
+        choice = dict(sol.choice)
+        cfgs = [t.options[h][choice[h]] for h in sol.assign]
+        first = cfgs[0]
+        same = all((c.tp, c.dp, c.recompute) == (first.tp, first.dp, first.recompute) for c in cfgs)
+        stages = tuple(StageAssignment(node_group=t.hosts[h], num_layers=n,
+                                       **({} if same else {"tp": c.tp, "dp": c.dp, "recompute": c.recompute}))
+                       for h, n, c in zip(sol.assign, sol.layers, cfgs))
+        return Plan(config=first, stages=stages)
+
+
+@dataclass(slots=True, kw_only=True)
+class MeshResult:
+    """What the mesh search found and proved (tables' microseconds)."""
+
+    found: list[MeshFound]
+    candidates_total: int
+    candidates_solved: int = 0
+    candidates_pruned: int = 0
+    candidates_skipped: int = 0
+    bound_us: float = math.inf
+    deterministic_time: float = 0.0
+    wall_time_s: float = 0.0
+    stopped_by: str = "complete"
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def best_us(self) -> float | None:
+        """Best plan's tables objective."""
+        return self.found[0].time_us if self.found else None
+
+
+def _capacity(rows: list[list[tuple[int, float]]], P: int) -> float:
+    """Most layers per microsecond of cycle that P stages can hold: rows[h] = (slots, 1 / tau) per option; a
+    knapsack over how many stages each host takes (-inf when the hosts cannot take P stages)."""
+    best = [0.0] + [-math.inf] * P
+    for opts in rows:
+        gain = [0.0] + [max((min(j, s) * r for s, r in opts), default=-math.inf) for j in range(1, P + 1)]
+        limit = max((s for s, _ in opts), default=0)
+        nxt = list(best)
+        for total in range(1, P + 1):
+            for j in range(1, min(total, limit) + 1):
+                if best[total - j] > -math.inf:
+                    nxt[total] = max(nxt[total], best[total - j] + gain[j])
+        best = nxt
+    return best[P]
+
+
+def _fill_us(costs: CostSource, groups: list[NodeGroup], B: int, opts: SearchOptions) -> float:
+    """Least work of L layers plus the embedding and the LM head at the fastest option's rates."""
+    per = [costs.group(g, c) for g in groups for c in host_options(costs, g, B, 1, opts)]
+    if not per:
+        return math.inf
+    return (costs.model.num_layers * min(x.layer_us for x in per) + min(x.first_us for x in per)
+            + min(x.last_us for x in per))
+
+
+def _candidates(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions) -> list[tuple]:
+    """(lower bound us, B, P, 0) of every outer candidate, in the order the search takes them."""
+    L, gbs = costs.model.num_layers, costs.train.global_batch_size
+    out = []
+    for B in (b for b in range(1, gbs + 1) if gbs % b == 0):
+        fill = _fill_us(costs, groups, B, opts)
+        if not math.isfinite(fill):
+            continue
+        rows = [[(g.num_gpus // c.gpus_per_stage, 1.0 / costs.group(g, c).layer_us)
+                 for c in host_options(costs, g, B, 1, opts)] for g in groups]
+        m = gbs // B
+        for P in range(1, min(L, opts.max_pp or L) + 1):
+            cap = _capacity(rows, P)
+            if cap > 0:
+                out.append(((m - 1) * L / cap + fill, B, P, 0))
+    return sorted(out)
+
+
+def _memory_bound_us(costs: CostSource, groups: list[NodeGroup], B: int, P: int, opts: SearchOptions) -> float:
+    """The capacity bound with memory: a stage of option o holds at most min(cycle / tau_o, M_o) layers, M_o the
+    most any stage position of P fits in its GPUs; the least cycle at which P stages hold L layers, by bisection
+    (inf when they never do)."""
+    L, m = costs.model.num_layers, costs.train.global_batch_size // B
+    hosts = []
+    for g in groups:
+        cap = math.floor(g.gpu.hbm_gib * GIB / MIB)
+        per = []
+        for c in host_options(costs, g, B, P, opts):
+            most = max(((cap - a) // b if b > 0 else (L if cap >= a else -1)) for a, b in costs.memory(c, g))
+            if most >= 1:
+                per.append((g.num_gpus // c.gpus_per_stage, costs.group(g, c).layer_us, min(most, L)))
+        hosts.append(per)
+
+    def holds(cycle: float) -> bool:
+        rows = [[(s, min(cycle / tau, most) / max(cycle, 1e-9)) for s, tau, most in per] for per in hosts]
+        return _capacity(rows, P) * cycle >= L
+
+    hi = max((tau * L for per in hosts for _, tau, _ in per), default=math.inf)
+    if not math.isfinite(hi) or not holds(hi):
+        return math.inf
+    lo = 0.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+    return (m - 1) * lo + _fill_us(costs, groups, B, opts)
+
+
+def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions, *, incumbent_us: float,
+                log: Callable[[str], None] | None = None) -> MeshResult:
+    """Best-first over (B, P) with the stock family's best (tables us) as the incumbent. The result's bound holds
+    for every plan of the family: closed candidates give CP-SAT's bound (or the incumbent when nothing better
+    exists), the rest their lower bound."""
+    start = time.perf_counter()
+    heap = _candidates(costs, groups, opts)
+    heapq.heapify(heap)
+    res = MeshResult(found=[], candidates_total=len(heap))
+    best, closed = incumbent_us, []
+    while heap:
+        lb, B, P, refined = heapq.heappop(heap)
+        if lb >= best * (1 - opts.max_gap):
+            res.candidates_pruned = len(heap) + 1
+            closed.append(lb)
+            break
+        remaining = DTIME_PER_WALL * opts.budget_s - res.deterministic_time
+        if remaining <= 0 or time.perf_counter() - start > opts.budget_s:
+            res.stopped_by = "budget" if remaining <= 0 else "wall"
+            res.candidates_skipped = len(heap) + 1
+            closed.append(lb)
+            break
+        if not refined:
+            better = max(lb, _memory_bound_us(costs, groups, B, P, opts))
+            if math.isfinite(better):
+                heapq.heappush(heap, (better, B, P, 1))
+            continue
+        t = build_mesh_tables(costs, B, P, groups, opts)
+        if t is None:
+            continue
+        upper = math.ceil(best) if math.isfinite(best) else None
+        sol = solve_mesh(t, solve_params(opts, 0, remaining), upper_bound=upper, log=log)
+        res.candidates_solved += 1
+        res.deterministic_time += sol.deterministic_time
+        res.statuses[sol.status] = res.statuses.get(sol.status, 0) + 1
+        if sol.objective is not None:
+            res.found.append(MeshFound(tables=t, solution=sol))
+            best = min(best, sol.objective)
+        if sol.status == "INFEASIBLE":
+            closed.append(upper if upper is not None else math.inf)
+        elif sol.status == "OPTIMAL":
+            closed.append(max(lb, sol.objective))
+        else:
+            closed.append(max(lb, min(sol.bound, upper if upper is not None else math.inf)))
+    res.found.sort(key=lambda f: f.time_us)
+    res.bound_us = min([best] + closed)
+    res.wall_time_s = time.perf_counter() - start
+    return res
+
+
+def with_budget(opts: SearchOptions, budget_s: float) -> SearchOptions:
+    """The options with another time limit."""
+    return replace(opts, budget_s=budget_s)

@@ -1,0 +1,254 @@
+"""Integer cost tables of the asymmetric (FlagScale process-mesh) family, for one outer candidate (B, P).
+
+A mesh plan is a pipeline of P stages in which every node group ("host" h) that takes part runs one process mesh
+with its own option o = (tp, dp, recompute); all meshes see B = dp x micro-batch samples per micro-batch step, so
+every option of h trains micro-batches of B / dp samples and the iteration has m = global batch / B micro-batches.
+Every value comes from planner/costs.py, so the stock family's tables and these agree term for term.
+
+Legend: H hosts (h), O_h options of host h (o), P stages (s), L layers, m micro-batches. Times are integer
+microseconds, memory integer MiB (demand rounded up, capacity down), as in planner/tables.py.
+
+A boundary between stages on two hosts costs max(snd[h][h2][o], rcv[h][h2][o2]): its busy time is a monotone
+function of the larger of the two ranks' activation slices (costmodel/reshard.py), so it separates into one term
+per end, which is what keeps the CP-SAT model linear in the options.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hgplan.costmodel.evaluate import tied_embedding_sync_s
+from hgplan.costmodel.memory import GIB
+from hgplan.costmodel.reshard import mesh_boundary_s
+from hgplan.domain import NodeGroup
+from hgplan.plan import ParallelConfig
+from hgplan.planner.costs import MIB, TAIL_CLASSES, CostSource, tail_class, to_us
+from hgplan.planner.options import MAX_MICRO_BATCH, SearchOptions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeshTables:
+    """Integer tables of one (B, P) candidate over its hosts and their options."""
+
+    samples_per_step: int
+    """B = dp x micro-batch of every mesh."""
+    pp: int
+    microbatches: int
+    num_layers: int
+    tied: bool
+    """Whether the first and last stage share the embedding (then they need one tp)."""
+    hosts: tuple[str, ...]
+    options: tuple[tuple[ParallelConfig, ...], ...]
+    """options[h][o]: the degrees of host h's mesh under option o (pp = P)."""
+    slots: tuple[tuple[int, ...], ...]
+    layer_us: tuple[tuple[int, ...], ...]
+    first_us: tuple[tuple[int, ...], ...]
+    last_us: tuple[tuple[int, ...], ...]
+    cap_mib: tuple[int, ...]
+    mem_a_mib: tuple[tuple[tuple[int, ...], ...], ...]
+    """mem_a_mib[s][h][o] + mem_b_mib[s][h][o] x layers: memory of stage s on host h under option o."""
+    mem_b_mib: tuple[tuple[tuple[int, ...], ...], ...]
+    intra_send_us: tuple[tuple[int, ...], ...]
+    """Boundary between two stages of one mesh: sender busy time, per host and option."""
+    intra_lat_us: tuple[tuple[int, ...], ...]
+    snd_us: tuple[tuple[tuple[int, ...] | None, ...], ...]
+    """snd_us[h][h2][o]: a boundary h -> h2 costs at least this for option o of the sender (None: unreachable)."""
+    rcv_us: tuple[tuple[tuple[int, ...] | None, ...], ...]
+    """rcv_us[h][h2][o2]: ... and at least this for option o2 of the receiver."""
+    lat_us: tuple[tuple[int, ...], ...]
+    tail_a_us: tuple[tuple[tuple[int, ...], ...], ...]
+    """tail_a_us[c][h][o] + tail_b_us[c][h][o] x layers, c = tail_class(s, P)."""
+    tail_b_us: tuple[tuple[tuple[int, ...], ...], ...]
+    tied_us: tuple[tuple[tuple[int, ...], ...], ...]
+    """tied_us[h][o][h2]: tied-embedding sync of a first stage on h (option o) with a last stage on h2."""
+
+    def send(self, h: int, o: int, h2: int, o2: int) -> int | None:
+        """Sender busy time of one boundary between stage on (h, o) and stage on (h2, o2); None when unreachable."""
+        if h == h2:
+            return self.intra_send_us[h][o] if o == o2 else None
+        if self.snd_us[h][h2] is None:
+            return None
+        return max(self.snd_us[h][h2][o], self.rcv_us[h][h2][o2])
+
+    def latency(self, h: int, o: int, h2: int) -> int:
+        """Latency of a boundary from host h (option o) to host h2."""
+        return self.intra_lat_us[h][o] if h == h2 else self.lat_us[h][h2]
+
+    def memory_layers(self, s: int, h: int, o: int) -> int:
+        """Most layers stage s holds on host h under option o (negative when none fit)."""
+        room = self.cap_mib[h] - self.mem_a_mib[s][h][o]
+        b = self.mem_b_mib[s][h][o]
+        return room // b if b > 0 else (self.num_layers if room >= 0 else -1)
+
+    def objective(self, assign: list[int], choice: dict[int, int], layers: list[int]) -> int | None:
+        """Closed-form iteration time (us) of a placement (host of each stage, option of each used host, layers of
+        each stage), or None when it breaks a rule. Mirrors mesh_model.py."""
+        P, m = self.pp, self.microbatches
+        if len(assign) != P or len(layers) != P or sum(layers) != self.num_layers or min(layers) < 1:
+            return None
+        if set(choice) != set(assign):
+            return None
+        blocks = [h for i, h in enumerate(assign) if i == 0 or assign[i - 1] != h]
+        if len(blocks) != len(set(blocks)) or any(assign.count(h) > self.slots[h][choice[h]] for h in choice):
+            return None
+        if any(n > self.memory_layers(s, h, choice[h]) for s, (h, n) in enumerate(zip(assign, layers))):
+            return None
+        if self.tied and self.options[assign[0]][choice[assign[0]]].tp != self.options[assign[-1]][choice[assign[-1]]].tp:
+            return None
+        work = [n * self.layer_us[h][choice[h]] for h, n in zip(assign, layers)]
+        work[0] += self.first_us[assign[0]][choice[assign[0]]]
+        work[-1] += self.last_us[assign[-1]][choice[assign[-1]]]
+        sends = []
+        for s in range(P - 1):
+            h, h2 = assign[s], assign[s + 1]
+            x = self.send(h, choice[h], h2, choice[h2])
+            if x is None:
+                return None
+            sends.append((x, self.latency(h, choice[h], h2)))
+        cycle = max(work[s] + sum(x for b, (x, _) in enumerate(sends) if s in (b, b + 1)) for s in range(P))
+        fill = sum(work) + sum(2 * x + 2 * lat for x, lat in sends)
+        tied = self.tied_us[assign[0]][choice[assign[0]]][assign[-1]] if P > 1 else 0
+        tail = 0
+        for s, (h, n) in enumerate(zip(assign, layers)):
+            c = tail_class(s, P)
+            tail = max(tail, self.tail_a_us[c][h][choice[h]] + self.tail_b_us[c][h][choice[h]] * n
+                       + (tied if s in (0, P - 1) else 0))
+        return (m - 1) * cycle + fill + tail
+
+
+def _tp_options(costs: CostSource, g: NodeGroup, opts: SearchOptions) -> list[int]:
+    model, seq = costs.model, costs.train.seq_length
+    return [t for t in (opts.tp_options or (1, 2, 4, 8, 16, 32, 64)) if g.gpus_per_node % t == 0
+            and model.num_attention_heads % t == 0 and model.num_query_groups % t == 0 and seq % t == 0]
+
+
+def host_options(costs: CostSource, g: NodeGroup, B: int, P: int, opts: SearchOptions) -> list[ParallelConfig]:
+    """Every mesh option of host g: tp inside a node, dp dividing B with micro-batches of at most MAX_MICRO_BATCH,
+    tp x dp tiling the nodes and fitting the group, each recomputation choice."""
+    if not g.gpu.supports(costs.train.precision):
+        return []
+    out = []
+    for tp in _tp_options(costs, g, opts):
+        for dp in (d for d in range(1, B + 1) if B % d == 0 and B // d <= MAX_MICRO_BATCH):
+            size = tp * dp
+            if size > g.num_gpus or (size % g.gpus_per_node and g.gpus_per_node % size):
+                continue
+            for rc in opts.recompute_options:
+                out.append(ParallelConfig(tp=tp, pp=P, dp=dp, micro_batch_size=B // dp, recompute=rc,
+                                          sequence_parallel=tp > 1, zero_stage=1))
+    return out
+
+
+def _boundary(costs: CostSource, a: NodeGroup, b: NodeGroup, c: ParallelConfig) -> int | None:
+    busy, _, path = mesh_boundary_s(costs.fleet, a, b, costs.model, c, c, costs.train, crossings=1)
+    return None if path is None else to_us(busy)
+
+
+@dataclass(slots=True)
+class _HostRows:
+    """One host's options and their per-option rows, before they are frozen into MeshTables."""
+
+    group: NodeGroup
+    options: list[ParallelConfig]
+    rows: dict
+
+
+def _host_rows(costs: CostSource, g: NodeGroup, options: list[ParallelConfig], P: int) -> _HostRows:
+    per = [costs.group(g, c) for c in options]
+    links = [costs.link(g, g, c) for c in options]
+    mem = [list(costs.memory(c, g)) for c in options]
+    tails = [costs.tail(g, c).by_class for c in options]
+    rows = {"slots": [g.num_gpus // c.gpus_per_stage for c in options], "layer": [x.layer_us for x in per],
+            "first": [x.first_us for x in per], "last": [x.last_us for x in per],
+            "isend": [lk.send_us if lk else 10 ** 12 for lk in links], "ilat": [lk.lat_us if lk else 0 for lk in links],
+            "mem": mem, "tail": tails}
+    return _HostRows(group=g, options=options, rows=rows)
+
+
+def _dominated(hr: _HostRows, o: int, o2: int, cross: list[list[int] | None], tied: bool, P: int) -> bool:
+    """Whether option o2 of a host is at least as good as option o in every table entry (then o can go: replacing
+    it by o2 in any plan keeps the plan valid and its objective no larger)."""
+    r, a, b = hr.rows, hr.options[o], hr.options[o2]
+    if tied and a.tp != b.tp:
+        return False
+    if r["slots"][o2] < r["slots"][o]:
+        return False
+    for key in ("layer", "first", "last", "isend", "ilat"):
+        if r[key][o2] > r[key][o]:
+            return False
+    if any(r["mem"][o2][s][0] > r["mem"][o][s][0] or r["mem"][o2][s][1] > r["mem"][o][s][1] for s in range(P)):
+        return False
+    if any(r["tail"][o2][c][i] > r["tail"][o][c][i] for c in range(len(TAIL_CLASSES)) for i in (0, 1)):
+        return False
+    return all(row is None or row[o2] <= row[o] for row in cross)
+
+
+def _prune(hr: _HostRows, cross: list[list[int] | None], tied: bool, P: int) -> list[int]:
+    """Indices of the options no other option dominates (ties keep the first)."""
+    n = len(hr.options)
+    keep = []
+    for o in range(n):
+        if not any(o2 != o and _dominated(hr, o, o2, cross, tied, P)
+                   and (not _dominated(hr, o2, o, cross, tied, P) or o2 < o) for o2 in range(n)):
+            keep.append(o)
+    return keep
+
+
+def build_mesh_tables(costs: CostSource, B: int, P: int, groups: list[NodeGroup],
+                      opts: SearchOptions) -> MeshTables | None:
+    """Tables of candidate (B, P) over the groups with at least one option; dominated options are left out."""
+    hosts = []
+    for g in groups:
+        options = host_options(costs, g, B, P, opts)
+        if options:
+            hosts.append(_host_rows(costs, g, options, P))
+    if not hosts:
+        return None
+    H = len(hosts)
+    tied = not costs.model.untie_embeddings_and_output_weights
+    cross = [[[_boundary(costs, a.group, b.group, c) for c in a.options] if h != h2 else None
+              for h2, b in enumerate(hosts)] for h, a in enumerate(hosts)]
+    # as a receiver, an option of h2 costs what it would as a sender on the same path (one slice size decides)
+    recv = [[[_boundary(costs, a.group, b.group, c) for c in b.options] if h != h2 else None
+             for h2, b in enumerate(hosts)] for h, a in enumerate(hosts)]
+    for h, hr in enumerate(hosts):
+        rows = [r for h2 in range(H) for r in (cross[h][h2], recv[h2][h])]
+        keep = _prune(hr, rows, tied, P)
+        hosts[h] = _HostRows(group=hr.group, options=[hr.options[o] for o in keep],
+                             rows={k: [v[o] for o in keep] for k, v in hr.rows.items()})
+        for h2 in range(H):
+            cross[h][h2] = None if cross[h][h2] is None else [cross[h][h2][o] for o in keep]
+            recv[h2][h] = None if recv[h2][h] is None else [recv[h2][h][o] for o in keep]
+    return _freeze(costs, B, P, hosts, cross, recv, tied)
+
+
+def _freeze(costs: CostSource, B: int, P: int, hosts: list[_HostRows], cross, recv, tied: bool) -> MeshTables:
+    H = len(hosts)
+    fleet, model, train = costs.fleet, costs.model, costs.train
+
+    def unreachable(h: int, h2: int) -> bool:
+        """No path, or a path whose cost is infinite."""
+        return h != h2 and (cross[h][h2] is None or None in cross[h][h2])
+
+    lat = [[0 if h == h2 or unreachable(h, h2) else to_us(fleet.path(a.group, b.group).latency_s)
+            for h2, b in enumerate(hosts)] for h, a in enumerate(hosts)]
+    tied_rows = [[[to_us(tied_embedding_sync_s(fleet, a.group, b.group, model, c, train)) if P > 1 else 0
+                   for b in hosts] for c in a.options] for a in hosts]
+    col = lambda key: tuple(tuple(hr.rows[key]) for hr in hosts)  # noqa: E731 - one row per host
+    return MeshTables(
+        samples_per_step=B, pp=P, microbatches=train.global_batch_size // B, num_layers=model.num_layers, tied=tied,
+        hosts=tuple(hr.group.key for hr in hosts), options=tuple(tuple(hr.options) for hr in hosts),
+        slots=col("slots"), layer_us=col("layer"), first_us=col("first"), last_us=col("last"),
+        cap_mib=tuple(math.floor(hr.group.gpu.hbm_gib * GIB / MIB) for hr in hosts),
+        mem_a_mib=tuple(tuple(tuple(r[s][0] for r in hr.rows["mem"]) for hr in hosts) for s in range(P)),
+        mem_b_mib=tuple(tuple(tuple(r[s][1] for r in hr.rows["mem"]) for hr in hosts) for s in range(P)),
+        intra_send_us=col("isend"), intra_lat_us=col("ilat"),
+        snd_us=tuple(tuple(None if unreachable(h, h2) or h == h2 else tuple(cross[h][h2]) for h2 in range(H))
+                     for h in range(H)),
+        rcv_us=tuple(tuple(None if unreachable(h, h2) or h == h2 else tuple(recv[h][h2]) for h2 in range(H))
+                     for h in range(H)),
+        lat_us=tuple(tuple(r) for r in lat),
+        tail_a_us=tuple(tuple(tuple(t[c][0] for t in hr.rows["tail"]) for hr in hosts) for c in range(len(TAIL_CLASSES))),
+        tail_b_us=tuple(tuple(tuple(t[c][1] for t in hr.rows["tail"]) for hr in hosts) for c in range(len(TAIL_CLASSES))),
+        tied_us=tuple(tuple(tuple(r) for r in rows) for rows in tied_rows))

@@ -1,0 +1,189 @@
+"""The asymmetric (FlagScale process-mesh) family: plan objects, cost model, search, validator, export round trip."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from omegaconf import OmegaConf
+from typer.testing import CliRunner
+
+from hgplan.cli import app
+from hgplan.costmodel.evaluate import evaluate
+from hgplan.costmodel.reshard import messages_per_rank, rank_slice_bytes
+from hgplan.domain import Target
+from hgplan.errors import PlanningError
+from hgplan.export.flagscale import export_flagscale
+from hgplan.export.flagscale_rules import flagscale_violations, read_back
+from hgplan.inputs import make_training
+from hgplan.io import catalog, resolve_cluster, resolve_model
+from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
+from hgplan.planner.costs import CostSource
+from hgplan.planner.mesh_search import mesh_search
+from hgplan.planner.options import SearchOptions
+from hgplan.planner.search import seeded_search
+from hgplan.validate import check_plan
+
+A100_T4 = """name: a100-t4
+description: 4 A100 + 28 T4
+sites:
+  - name: dc
+    node_groups:
+      - {name: a100, count: 1, gpu: A100-SXM4-40GB, gpus_per_node: 4, nics: {transport: infiniband, gbps: 200, count: 4}}
+      - {name: t4, count: 7, gpu: T4, gpus_per_node: 4, nics: {transport: ethernet, gbps: 100, count: 1}}
+    links:
+      - {between: [a100, t4], gbps: 100, latency_ms: 0.05, transport: ethernet}
+"""
+
+
+@pytest.fixture(scope="module")
+def a100_t4(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fleet") / "a100-t4.yaml"
+    path.write_text(A100_T4)
+    fleet, _, _ = resolve_cluster(str(path), catalog())
+    model, _ = resolve_model("gpt-1.7b")
+    train = make_training({"seq_length": 2048, "global_batch_size": 128, "precision": "fp16"}, model)
+    return path, fleet, model, train
+
+
+def _mesh_plan() -> Plan:
+    """A100 mesh dp 4 (16 layers), T4 mesh dp 8 over three stages, micro-batch 2 on the first mesh."""
+    cfg = ParallelConfig(tp=1, pp=4, dp=4, micro_batch_size=2, zero_stage=1)
+    t4 = {"tp": 1, "dp": 8, "recompute": Recompute.NONE}
+    return Plan(config=cfg, stages=(StageAssignment(node_group="dc/a100", num_layers=16, tp=1, dp=4,
+                                                    recompute=Recompute.NONE),
+                                    *(StageAssignment(node_group="dc/t4", num_layers=n, **t4) for n in (3, 3, 2))))
+
+
+def test_stage_config_keeps_samples_per_step():
+    plan = _mesh_plan()
+    assert plan.asymmetric and plan.world_size == 4 + 3 * 8
+    t4 = plan.stage_config(1)
+    assert (t4.dp, t4.micro_batch_size) == (8, 1)  # 4 x 2 samples per step over dp 8
+    assert t4.num_microbatches(128) == plan.config.num_microbatches(128) == 16
+    assert plan.meshes() == [(0, 1), (1, 3)]
+
+
+def test_reshard_slices_and_messages():
+    model, _ = resolve_model("gpt-1.7b")
+    train = make_training({"seq_length": 2048, "global_batch_size": 128}, model)
+    a = ParallelConfig(tp=2, pp=2, dp=4, micro_batch_size=2, sequence_parallel=True)
+    b = ParallelConfig(tp=4, pp=2, dp=2, micro_batch_size=4, sequence_parallel=True)
+    whole = 8 * 2048 * model.hidden_size * 2
+    assert rank_slice_bytes(model, a, train) == whole / 8 == rank_slice_bytes(model, b, train)
+    assert messages_per_rank(a, b) == 2 * 1 and messages_per_rank(b, a) == 1 * 2
+
+
+def test_mesh_plan_is_valid_and_beats_stock(a100_t4):
+    _, fleet, model, train = a100_t4
+    plan = _mesh_plan()
+    assert check_plan(plan, fleet, model, train) == []
+    pred = evaluate(plan, fleet, model, train)
+    assert pred.fits and any(b.get("reshard") for b in pred.boundaries)
+    stock = Plan(config=ParallelConfig(tp=1, pp=6, dp=4, micro_batch_size=1, zero_stage=1),
+                 stages=(StageAssignment(node_group="dc/a100", num_layers=17),
+                         *(StageAssignment(node_group="dc/t4", num_layers=n) for n in (2, 2, 1, 1, 1))))
+    assert pred.iteration_time_s < evaluate(stock, fleet, model, train).iteration_time_s
+
+
+@pytest.mark.parametrize("change,rule", [
+    ({"dp": 3}, "mesh_dp"), ({"tp": 2}, "mesh_tied_tp"), ({"dp": 16}, "capacity")])
+def test_validator_refuses_broken_meshes(a100_t4, change, rule):
+    _, fleet, model, train = a100_t4
+    plan = _mesh_plan()
+    last = replace(plan.stages[-1], **change)
+    rules = {v.rule for v in check_plan(replace(plan, stages=plan.stages[:-1] + (last,)), fleet, model, train)}
+    assert rule in rules
+
+
+def test_mesh_search_never_slower_than_stock(a100_t4):
+    _, fleet, model, train = a100_t4
+    opts = SearchOptions(target=Target.FLAGSCALE, budget_s=60)
+    stock, _ = seeded_search(fleet, model, train, opts)
+    res = mesh_search(CostSource(fleet, model, train), list(fleet.groups), opts, incumbent_us=stock.best_us)
+    assert res.found and res.best_us < stock.best_us
+    best = res.found[0].plan()
+    assert best.asymmetric and check_plan(best, fleet, model, train) == []
+    assert res.bound_us <= res.best_us
+    assert res.found[0].tables.objective(list(res.found[0].solution.assign), dict(res.found[0].solution.choice),
+                                         list(res.found[0].solution.layers)) == res.found[0].solution.objective
+
+
+def test_export_round_trips_through_omegaconf(a100_t4):
+    _, fleet, model, train = a100_t4
+    plan = _mesh_plan()
+    ex = export_flagscale(plan, fleet, model, train)
+    cfg = OmegaConf.to_container(OmegaConf.create(ex.files["conf/train/hgplan.yaml"]))
+    back = read_back(cfg, ex.files["hostfile"].splitlines())
+    assert back.meshes == [(1, 1, 1, 4, 1), (1, 1, 1, 8, 3)]
+    assert back.layer_split == [16, 3, 3, 2]
+    assert back.rank_blocks == [("A100-SXM4-40GB", 0, 3), ("T4", 4, 27)]
+    exp = OmegaConf.to_container(OmegaConf.create(ex.files["conf/train_hgplan.yaml"]))
+    assert exp["experiment"]["runner"]["rdzv_backend"] == "static"
+    assert flagscale_violations(cfg, exp, ex.files["hostfile"].splitlines(), world_size=28, num_layers=24) == []
+
+
+def test_llama3_8b_reference_example_round_trips(tmp_path):
+    """flagscale-hetero.md section 7: two meshes (tp 2 dp 4, tp 4 dp 2) of A800 and A100, split 18/14."""
+    (tmp_path / "f.yaml").write_text("""name: ref
+description: A800 + A100
+sites:
+  - name: dc
+    node_groups:
+      - {name: a800, count: 1, gpu: A800-SXM4-80GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 200, count: 8}}
+      - {name: a100, count: 1, gpu: A100-SXM4-80GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 200, count: 8}}
+""")
+    fleet, _, _ = resolve_cluster(str(tmp_path / "f.yaml"), catalog())
+    model, _ = resolve_model("llama3.1-8b")
+    train = make_training({"seq_length": 4096, "global_batch_size": 16}, model)
+    plan = Plan(config=ParallelConfig(tp=2, pp=2, dp=4, micro_batch_size=1, sequence_parallel=True, zero_stage=1),
+                stages=(StageAssignment(node_group="dc/a800", num_layers=18, tp=2, dp=4, recompute=Recompute.NONE),
+                        StageAssignment(node_group="dc/a100", num_layers=14, tp=4, dp=2, recompute=Recompute.NONE)))
+    assert check_plan(plan, fleet, model, train) == []
+    assert plan.stage_config(1).micro_batch_size == 2 and plan.config.num_microbatches(16) == 4
+    ex = export_flagscale(plan, fleet, model, train)
+    cfg = OmegaConf.to_container(OmegaConf.create(ex.files["conf/train/hgplan.yaml"]))
+    h = cfg["system"]["hetero"]
+    assert h["hetero_process_meshes"] == [2, 1, 1, 4, 1, 4, 1, 1, 2, 1]
+    assert h["hetero_pipeline_layer_split"] == [18, 14]
+    assert cfg["system"]["tensor_model_parallel_size"] == 4 and cfg["system"]["sequence_parallel"] is True
+    back = read_back(cfg, ex.files["hostfile"].splitlines())
+    assert [(s, e) for _, s, e in back.rank_blocks] == [(0, 7), (8, 15)]
+
+
+def test_violations_name_the_rule():
+    cfg = {"system": {"pipeline_model_parallel_size": 3, "hetero": {
+        "hetero_process_meshes": [2, 1, 1, 4, 1, 4, 2, 1, 3, 1], "hetero_pipeline_layer_split": [10, 10],
+        "hetero_device_types": ["A", "B"], "hetero_current_device_type": "A"}},
+        "model": {"micro_batch_size": 1, "global_batch_size": 16}}
+    exp = {"experiment": {"runner": {}}}
+    rules = {r for r, _ in flagscale_violations(cfg, exp, ["h1 slots=8 type=A", "h1 slots=8"], world_size=16,
+                                                num_layers=32)}
+    assert {"R2", "R3", "R5", "R7", "R9", "R11", "R14", "R15"} <= rules
+
+
+def test_cli_search_and_export_flagscale(a100_t4, tmp_path):
+    path = a100_t4[0]
+    runner = CliRunner()
+    r = runner.invoke(app, ["search", "-c", str(path), "-m", "gpt-1.7b", "--seq-len", "2048", "--global-batch", "128",
+                            "--precision", "fp16", "--target", "flagscale", "--time-limit", "60", "--json",
+                            "-o", str(tmp_path / "plan.json")])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["asymmetric"]["speedup_over_stock"] >= 1.0
+    assert doc["plans"][0]["prediction"]["iteration_time_s"] <= doc["asymmetric"]["stock_iteration_time_s"]
+    r = runner.invoke(app, ["export", str(tmp_path / "plan.json"), "-f", "flagscale", "-o", str(tmp_path / "fs")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "fs" / "conf" / "train" / "hgplan.yaml").exists()
+    if doc["asymmetric"]["best_is_asymmetric"]:
+        r = runner.invoke(app, ["export", str(tmp_path / "plan.json"), "-f", "megatron"])
+        assert r.exit_code == 1 and "flagscale" in r.output
+
+
+def test_export_refuses_a_plan_breaking_a_rule(a100_t4):
+    _, fleet, model, train = a100_t4
+    plan = _mesh_plan()
+    mixed = replace(plan, stages=(replace(plan.stages[0], recompute=Recompute.SELECTIVE),) + plan.stages[1:])
+    with pytest.raises(PlanningError, match="R13"):
+        export_flagscale(mixed, fleet, model, train)
