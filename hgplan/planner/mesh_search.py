@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 from hgplan.costmodel.memory import GIB
@@ -197,8 +197,3 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     res.bound_us = min([best] + closed)
     res.wall_time_s = time.perf_counter() - start
     return res
-
-
-def with_budget(opts: SearchOptions, budget_s: float) -> SearchOptions:
-    """The options with another time limit."""
-    return replace(opts, budget_s=budget_s)
