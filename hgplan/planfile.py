@@ -142,9 +142,10 @@ def load_plan(doc: Any, source: str, catalog, *, verify_prediction: bool = False
     if violations:
         raise InputError([InputIssue(source=source, line=None, path=f"plan ({v.rule})", message=v.message)
                           for v in violations])
+    lp = LoadedPlan(plan=plan, fleet=fleet, model=model, train=train, file=pf)
     if verify_prediction:
-        _verify_prediction(pf, plan, fleet, model, train, source)
-    return LoadedPlan(plan=plan, fleet=fleet, model=model, train=train, file=pf)
+        _verify_prediction(lp, source)
+    return lp
 
 
 def _verify_digests(pf: PlanFile, source: str) -> None:
@@ -169,16 +170,13 @@ VERIFIED_FIELDS = ("iteration_time_s", "tokens_per_s", "mfu", "num_microbatches"
 """Stored prediction fields a plan file must reproduce from its embedded inputs (same hgplan version)."""
 
 
-def _verify_prediction(pf: PlanFile, plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
-                       source: str) -> None:
+def _verify_prediction(lp: LoadedPlan, source: str) -> None:
     """The stored prediction must be what the embedded inputs give. Only checked when the file was written by this
     hgplan version: another version's cost model may predict otherwise, and that is not tampering."""
+    pf = lp.file
     if pf.hgplan_version != __version__:
         return
-    from hgplan.costmodel.evaluate import evaluate
-    from hgplan.report import prediction_record
-
-    fresh = prediction_record(evaluate(plan, fleet, model, train))
+    fresh = lp.recomputed().prediction
     issues = [InputIssue(source=source, line=None, path=f"prediction.{name}",
                          message=f"the plan file says {getattr(pf.prediction, name)!r} but its embedded inputs give "
                                  f"{getattr(fresh, name)!r} with hgplan {__version__}: the prediction was edited; "

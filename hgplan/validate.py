@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
-from hgplan.plan import Plan
+from hgplan.plan import ParallelConfig, Plan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,22 +97,22 @@ def _asymmetric_rules(plan: Plan, model: ModelArch) -> list[Violation]:
         out.append(Violation(rule="mesh_zero", message=(
             f"an asymmetric plan uses Megatron's distributed optimizer or none (zero_stage 0 or 1, got "
             f"{c.zero_stage})")))
+    cfgs = [plan.stage_config(i) for i in range(len(plan.stages))]
     step = c.dp * c.micro_batch_size
-    for i in range(len(plan.stages)):
-        dp = plan.stage_config(i).dp
+    for i, dp in enumerate(sc.dp for sc in cfgs):
         if step % dp:
             out.append(Violation(rule="mesh_dp", message=(
                 f"stage {i}: dp = {dp} must divide the first stage's dp x micro-batch = {c.dp} x "
                 f"{c.micro_batch_size} = {step} (each stage splits the same samples per micro-batch step over its dp; "
                 f"FlagScale asserts it); choose a dp that divides {step}")))
     seen: dict[str, tuple[int, int]] = {}
-    for i, st in enumerate(plan.stages):
-        deg = (plan.stage_config(i).tp, plan.stage_config(i).dp)
+    for i, (st, sc) in enumerate(zip(plan.stages, cfgs)):
+        deg = (sc.tp, sc.dp)
         if seen.setdefault(st.node_group, deg) != deg:
             out.append(Violation(rule="mesh_group", message=(
-                f"stage {i} on {st.node_group} has tp, dp = {deg} but an earlier stage there has {seen[st.node_group]}; "
-                "a node group hosts one process mesh: give its stages one tp and dp")))
-    first, last = plan.stage_config(0), plan.stage_config(len(plan.stages) - 1)
+                f"stage {i} on {st.node_group} has tp, dp = {deg} but an earlier stage there has "
+                f"{seen[st.node_group]}; a node group hosts one process mesh: give its stages one tp and dp")))
+    first, last = cfgs[0], cfgs[-1]
     if not model.untie_embeddings_and_output_weights and first.tp != last.tp:
         out.append(Violation(rule="mesh_tied_tp", message=(
             f"with tied embeddings the first and last stage need one tp (got {first.tp} and {last.tp}; FlagScale "
@@ -133,7 +133,7 @@ def _placement_rules(plan: Plan, fleet: Fleet, train: TrainingSettings) -> list[
         out.append(Violation(rule=rule, message=message))
 
     used: dict[str, int] = {}
-    cfg_of: dict[str, object] = {}
+    cfg_of: dict[str, ParallelConfig] = {}
     keys = {g.key for g in fleet.groups}
     for i, st in enumerate(plan.stages):
         if st.node_group not in keys:

@@ -91,12 +91,21 @@ def _duplicate_keys(node: yaml.Node, path: Path_, source: str, out: list[InputIs
 
 def parse_yaml(text: str, source: str) -> tuple[Any, dict[Path_, int]]:
     """Parse YAML text with the safe loader; return (data, {key path: 1-based line}). Duplicate keys are an
-    error."""
+    error. The text is parsed once: its node graph is checked (size, duplicate keys, lines) before the data are
+    constructed from it (construction flattens merge keys in place, so it comes last)."""
+    loader = None
     try:
-        node = yaml.compose(text, Loader=_Loader)
+        loader = _Loader(text)  # its reader already refuses characters YAML does not allow
+        node = loader.get_single_node()
+        lines: dict[Path_, int] = {}
         if node is not None:
             _check_size(node, source)
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+            duplicates: list[InputIssue] = []
+            _duplicate_keys(node, (), source, duplicates)
+            if duplicates:
+                raise InputError(duplicates)
+            _walk(node, (), lines)
+        data = loader.construct_document(node) if node is not None else None
     except RecursionError:
         raise InputError([InputIssue(source=source, line=None, path="",
                                      message=f"input nests too deeply to parse (the limit is {MAX_DEPTH} levels)")]) \
@@ -107,13 +116,9 @@ def parse_yaml(text: str, source: str) -> tuple[Any, dict[Path_, int]]:
         problem = getattr(exc, "problem", None) or str(exc)
         raise InputError([InputIssue(source=source, line=line, path="",
                                      message=f"YAML syntax error: {problem}")]) from None
-    lines: dict[Path_, int] = {}
-    if node is not None:
-        duplicates: list[InputIssue] = []
-        _duplicate_keys(node, (), source, duplicates)
-        if duplicates:
-            raise InputError(duplicates)
-        _walk(node, (), lines)
+    finally:
+        if loader is not None:
+            loader.dispose()
     return data, lines
 
 

@@ -35,18 +35,13 @@ def export(
     """Write launch arguments, per-node scripts and NCCL settings for Megatron-LM, DeepSpeed or torchrun, or
     FlagScale's heterogeneous configuration (experiment and train YAML, typed hostfile)."""
     from hgplan import render
-    from hgplan.export import EXPORTERS
+    from hgplan.export import export_plan
     from hgplan.io import catalog, read_json, write_dir_atomic
     from hgplan.planfile import load_plan
 
     lp = load_plan(read_json(plan_file, "plan"), plan_file, catalog())
     _require_fit(lp)
-    if lp.plan.asymmetric and fmt is not ExportFormat.FLAGSCALE:
-        from hgplan.errors import PlanningError
-
-        raise PlanningError(f"the plan gives its stages their own tp, dp or recomputation (process meshes), which "
-                            f"{fmt.value} cannot run; export it with --format flagscale")
-    ex = EXPORTERS[fmt](lp.plan, lp.fleet, lp.model, lp.train, **({"script": script} if script else {}))
+    ex = export_plan(fmt, lp.plan, lp.fleet, lp.model, lp.train, **({"script": script} if script else {}))
     if output is not None:
         write_dir_atomic(output, ex.files)
         warn(f"wrote {len(ex.files)} files to {output}", "")

@@ -10,7 +10,7 @@ from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, attentio
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
 from hgplan.costmodel.pipeline import Op, chunk_sends, closed_form, simulate
-from hgplan.costmodel.reshard import crosses_vendors, host_copy_s, mesh_boundary_s, rank_slice_bytes
+from hgplan.costmodel.reshard import crosses_vendors, host_copy_s, rank_slice_bytes
 from hgplan.domain import (Attention, Fleet, ModelArch, NetPath, NodeGroup, PathKind, Precision, Runtime, TrainingSettings,
                            TransformerImpl)
 from hgplan.plan import ParallelConfig, Plan, Recompute
@@ -132,11 +132,13 @@ def pipeline_gather_s(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train
 
 
 def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *, msg_bytes: float,
-                crossings: int) -> tuple[float, float, NetPath | None]:
+                crossings: int, link_bytes: float | None = None) -> tuple[float, float, NetPath | None]:
     """(sender-busy seconds, latency seconds, path) for one activation message between two stages.
 
     Every GPU of a stage sends its 1/TP shard at once; on a shared link (between islands or sites) all
-    TP x CP x DP flows of the boundary, times the boundaries that cross the same link, share its bandwidth.
+    TP x CP x DP flows of the boundary, times the boundaries that cross the same link, share its bandwidth
+    (`link_bytes`: what they carry together, when it is not msg_bytes x those flows). Between GPUs of two vendors
+    each message is also copied through host memory at both ends.
     """
     path = fleet.path(a, b)
     if path is None:
@@ -147,11 +149,23 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
     per_gpu = path.profile.achieved_gbytes_per_s(path.per_gpu_gbps) * 1e9
     t = msg_bytes / per_gpu
     if path.shared:
-        flows = cfg.gpus_per_stage * crossings
-        t = max(t, msg_bytes * flows / (path.gbps / 8.0 * path.profile.efficiency * 1e9))
+        total = msg_bytes * cfg.gpus_per_stage * crossings if link_bytes is None else link_bytes
+        t = max(t, total / (path.gbps / 8.0 * path.profile.efficiency * 1e9))
     if crosses_vendors(a, b):
         t += host_copy_s(msg_bytes)
     return t, path.latency_s, path
+
+
+def mesh_boundary_s(fleet: Fleet, a: NodeGroup, b: NodeGroup, model: ModelArch, ca: ParallelConfig,
+                    cb: ParallelConfig, train: TrainingSettings, *,
+                    crossings: int) -> tuple[float, float, NetPath | None]:
+    """(sender-busy seconds, latency seconds, path) of one micro-batch's activation (or gradient) across a mesh
+    boundary (costmodel/reshard.py) from a stage of degrees ca on a to one of degrees cb on b: a rank is busy for the
+    larger of what it sends and what its counterpart receives; a shared link carries the whole step's activation
+    once per boundary crossing it; the messages are batched, so one latency is paid."""
+    send, recv = rank_slice_bytes(model, ca, train), rank_slice_bytes(model, cb, train)
+    return p2p_seconds(fleet, a, b, ca, msg_bytes=max(send, recv), crossings=crossings,
+                       link_bytes=send * ca.tp * ca.dp * crossings)
 
 
 def _tensors_per_layer(model: ModelArch) -> int:

@@ -15,8 +15,9 @@ import yaml
 
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.errors import PlanningError
-from hgplan.export.common import Export, nccl_env, node_record
-from hgplan.export.layout import build_layout
+from hgplan.export.common import Export, nccl_env, node_record, parallel_args
+from hgplan.export.flagscale_rules import flagscale_violations
+from hgplan.export.layout import Layout, build_layout
 from hgplan.export.megatron import model_args, unsupported_features
 from hgplan.plan import Plan, Recompute
 
@@ -86,15 +87,19 @@ def _recompute_keys(plan: Plan, m: int) -> dict:
             "recompute_num_layers_per_stage_micro_batch": [[1, m, f] for f in full]}
 
 
-def train_config(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> dict:
-    """conf/train/hgplan.yaml as a dict: system (parallelism, hetero, recompute, precision), model, data."""
+PRECISION_KEYS = ("fp16", "bf16", "fp8_format")
+"""The precision flags of export.common.parallel_args, as FlagScale keys."""
+
+
+def train_config(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, labels: list[str]) -> dict:
+    """conf/train/hgplan.yaml as a dict: system (parallelism, hetero, recompute, precision), model, data; labels:
+    the device type of each mesh (device_labels)."""
     c, meshes = plan.config, plan.meshes()
     m = c.num_microbatches(train.global_batch_size)
     flat = []
     for first, count in meshes:
         sc = plan.stage_config(first)
         flat += [sc.tp, sc.cp, 1, sc.dp, count]
-    labels = device_labels(plan, fleet)
     hetero = {"enable_hetero": True, "hetero_process_meshes": flat,
               "hetero_pipeline_layer_split": [s.num_layers for s in plan.stages], "hetero_device_types": labels,
               "hetero_current_device_type": labels[0], "standalone_embedding_stage": False}
@@ -107,7 +112,7 @@ def train_config(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSett
     system = {"tensor_model_parallel_size": max(tps), "pipeline_model_parallel_size": c.pp,
               "sequence_parallel": max(tps) > 1, "use_distributed_optimizer": c.zero_stage >= 1,
               "hetero": hetero, "recompute": _recompute_keys(plan, m),
-              "precision": {"fp16": True} if train.precision.value == "fp16" else {"bf16": True}}
+              "precision": {k: v for k, v in argv_to_keys(parallel_args(plan, train)).items() if k in PRECISION_KEYS}}
     if not system["recompute"]:
         del system["recompute"]
     mkeys = argv_to_keys(model_args(model, train))
@@ -115,10 +120,8 @@ def train_config(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSett
     return {"system": system, "model": mkeys, "data": {"data_path": "<your data path>", "split": "1"}}
 
 
-def _hostfile(plan: Plan, fleet: Fleet) -> tuple[list[str], list[str]]:
+def _hostfile(plan: Plan, layout: Layout, labels: list[str]) -> tuple[list[str], list[str]]:
     """Hostfile lines in mesh order ('host slots=N type=T') and the type of every node."""
-    layout = build_layout(plan, fleet)
-    labels = device_labels(plan, fleet)
     label_of_stage = {}
     for (first, count), lab in zip(plan.meshes(), labels):
         for s in range(first, first + count):
@@ -127,17 +130,16 @@ def _hostfile(plan: Plan, fleet: Fleet) -> tuple[list[str], list[str]]:
     return [f"{n.host} slots={n.local_gpus} type={t}" for n, t in zip(layout.nodes, types)], types
 
 
-def experiment_config(plan: Plan, fleet: Fleet, types: list[str], nnodes: int) -> dict:
+def experiment_config(fleet: Fleet, layout: Layout, types: list[str], script: str) -> dict:
     """The experiment file: runner with the hostfile and static rendezvous, environment per device type."""
     per_type: dict[str, dict] = {}
-    layout = build_layout(plan, fleet)
     for node, t in zip(layout.nodes, types):
         per_type.setdefault(t, nccl_env(fleet.group(node.group)))
     return {"defaults": [{"train": TRAIN_NAME}, "_self_"],
             "experiment": {"exp_name": "hgplan", "exp_dir": "./outputs_hgplan",
                            "task": {"type": "train", "backend": "megatron",
-                                    "entrypoint": "./flagscale/train/train_gpt.py"},
-                           "runner": {"backend": "torchrun", "nnodes": nnodes, "hostfile": "hostfile",
+                                    "entrypoint": script},
+                           "runner": {"backend": "torchrun", "nnodes": len(layout.nodes), "hostfile": "hostfile",
                                       "rdzv_backend": "static"},
                            "envs": {"CUDA_DEVICE_MAX_CONNECTIONS": 1, "device_type_specific": per_type}},
             "action": "run", "hydra": {"run": {"dir": "${experiment.exp_dir}/hydra"}}}
@@ -146,15 +148,13 @@ def experiment_config(plan: Plan, fleet: Fleet, types: list[str], nnodes: int) -
 def export_flagscale(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
                      script: str = "./flagscale/train/train_gpt.py") -> Export:
     """FlagScale's heterogeneous mode: conf/<experiment>.yaml, conf/train/hgplan.yaml, hostfile, launch.sh."""
-    from hgplan.export.flagscale_rules import flagscale_violations
-
     bad = unsupported_features(model)
     if bad:
         raise PlanningError(f"FlagScale (Megatron-LM) cannot express {'; '.join(bad)}; export refused")
-    cfg = train_config(plan, fleet, model, train)
-    lines, types = _hostfile(plan, fleet)
-    exp = experiment_config(plan, fleet, types, len(lines))
-    exp["experiment"]["task"]["entrypoint"] = script
+    layout, labels = build_layout(plan, fleet), device_labels(plan, fleet)
+    cfg = train_config(plan, fleet, model, train, labels)
+    lines, types = _hostfile(plan, layout, labels)
+    exp = experiment_config(fleet, layout, types, script)
     problems = flagscale_violations(cfg, exp, lines, world_size=plan.world_size, num_layers=model.num_layers)
     if problems:
         raise PlanningError(f"rule {problems[0][0]}: {problems[0][1]}; export refused")
@@ -166,7 +166,6 @@ def export_flagscale(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
     ex.files["launch.sh"] = ("#!/usr/bin/env bash\n# run from the FlagScale checkout (commit " + FLAGSCALE_COMMIT[:12]
                              + " or later), with conf/ copied into it\nset -euo pipefail\n" + " ".join(cmd) + "\n")
     ex.argv = cmd
-    layout = build_layout(plan, fleet)
     ex.nodes = [node_record(n) for n in layout.nodes]
     ex.notes.append(f"meshes [tp, cp, ep, dp, pp]: {cfg['system']['hetero']['hetero_process_meshes']}; launch "
                     "from the first host; FlagScale sets each node's hetero_current_device_type from its hostfile type")

@@ -77,12 +77,9 @@ def _recompute_rows(rows, name: str, m: int, pp: int) -> list[tuple[str, str]]:
     return out
 
 
-def _mesh_rules(h: dict, system: dict, model: dict) -> list[tuple[str, str]]:
+def _mesh_rules(meshes: list[list[int]], h: dict, system: dict, model: dict) -> list[tuple[str, str]]:
+    """R2-R5, R7 and R11's cp part: what the meshes' degrees must satisfy."""
     out: list[tuple[str, str]] = []
-    flat = h.get("hetero_process_meshes") or []
-    if not flat or len(flat) % 5:
-        return [("R1", f"hetero_process_meshes has {len(flat)} entries, not a positive multiple of 5")]
-    meshes = [flat[i:i + 5] for i in range(0, len(flat), 5)]
     step = meshes[0][3] * model["micro_batch_size"]
     if any(step % mesh[3] for mesh in meshes):
         out.append(("R2", f"dp_0 x micro_batch_size = {step} is not divisible by every mesh's dp "
@@ -113,11 +110,11 @@ def flagscale_violations(cfg: dict, exp: dict, hostfile_lines: list[str], *, wor
     """(rule, message) for every rule of the reference sheet the configuration breaks (empty when it runs)."""
     system, model = cfg["system"], cfg["model"]
     h = system.get("hetero", {})
-    out = _mesh_rules(h, system, model)
-    if out and out[0][0] == "R1":
-        return out
-    flat = h["hetero_process_meshes"]
+    flat = h.get("hetero_process_meshes") or []
+    if not flat or len(flat) % 5:
+        return [("R1", f"hetero_process_meshes has {len(flat)} entries, not a positive multiple of 5")]
     meshes = [flat[i:i + 5] for i in range(0, len(flat), 5)]
+    out = _mesh_rules(meshes, h, system, model)
     if h.get("standalone_embedding_stage"):
         out.append(("R6", "standalone_embedding_stage must be False"))
     if "virtual_pipeline_model_parallel_size" in system or "num_layers_per_virtual_pipeline_stage" in system:

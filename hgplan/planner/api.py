@@ -14,8 +14,8 @@ import ortools
 from hgplan import __version__
 from hgplan.costmodel.evaluate import Prediction, evaluate
 from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB, state_bytes_per_param
-from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus, ModelInput,
-                              PlanEntry, SearchInputs, SearchReport, SearchStats, SolverRecord)
+from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus,
+                              ModelInput, PlanEntry, SearchInputs, SearchReport, SearchStats, SolverRecord)
 from hgplan.domain import Fleet, ModelArch, Target, TrainingSettings
 from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
@@ -46,10 +46,10 @@ def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[IdleGpu
     """The GPUs the plan leaves idle, per node group, with the reason."""
     out = []
     for g in fleet.groups:
-        idle = g.num_gpus - sum(plan.stage_gpus(i) for i, s in enumerate(plan.stages) if s.node_group == g.key)
+        on = [i for i, s in enumerate(plan.stages) if s.node_group == g.key]
+        idle = g.num_gpus - sum(plan.stage_gpus(i) for i in on)
         if idle <= 0:
             continue
-        on = [i for i, s in enumerate(plan.stages) if s.node_group == g.key]
         cfg = plan.stage_config(on[0]) if on else plan.config
         size = cfg.gpus_per_stage
         if not g.gpu.supports(train.precision):
@@ -112,10 +112,18 @@ def _solver_record(result: SearchResult, opts: SearchOptions) -> SolverRecord:
                         max_gap=opts.max_gap, solver_params=opts.solver_params)
 
 
+def _best_and_bound_us(result: SearchResult, mesh: MeshResult | None) -> tuple[float, float]:
+    """The best tables objective and the proven bound over everything searched: with the mesh family, the smaller of
+    the stock search's bound (it alone covers selective recomputation) and the mesh search's."""
+    if mesh is None:
+        return result.best_us, result.bound_us
+    best = min(result.best_us, mesh.best_us or math.inf)
+    return best, min(result.bound_us, mesh.bound_us, best)
+
+
 def _search_stats(result: SearchResult, best: Prediction, mesh: MeshResult | None = None) -> SearchStats:
     reported = best.iteration_time_s
-    best_us = result.best_us if mesh is None else min(result.best_us, mesh.best_us or math.inf)
-    bound_us = result.bound_us if mesh is None else min(mesh.bound_us, best_us)
+    best_us, bound_us = _best_and_bound_us(result, mesh)
     return SearchStats(
         iteration_time_s=rounded(reported), gap_on_reported=rounded((reported - bound_us / 1e6) / reported, 4),
         gap_proven=False, gap_note=GAP_NOTE,
@@ -166,9 +174,9 @@ def _with_faster_baselines(ranked: list, baselines: list[bl.Baseline], warnings:
     return sorted(ranked + extra, key=lambda e: e[1].iteration_time_s)
 
 
-def _asymmetric_record(mesh: MeshResult, stock: tuple, best: tuple, best_us: float) -> AsymmetricRecord:
-    """The two families side by side (both by the reported model) and what the mesh search proved."""
-    bound = min(mesh.bound_us, best_us)
+def _asymmetric_record(result: SearchResult, mesh: MeshResult, stock: tuple, best: tuple) -> AsymmetricRecord:
+    """The two families side by side (both by the reported model) and what the two searches proved."""
+    best_us, bound = _best_and_bound_us(result, mesh)
     return AsymmetricRecord(
         stock_iteration_time_s=rounded(stock[1].iteration_time_s), stock_plan=plan_record(stock[0]),
         best_is_asymmetric=best[0].asymmetric,
@@ -212,9 +220,10 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
         raise PlanningError(explain_infeasible(fleet, model, train, result))
     warnings: list[str] = []
     mesh = _mesh_family(fleet, model, train, opts, result, log)
-    stock_best = _checked(result.found, fleet, model, train, warnings)[0]
     found = list(result.found) + (mesh.found[:RERANKED] if mesh else [])
-    ranked = [(plan, pred, f, "search") for plan, pred, f in _checked(found, fleet, model, train, warnings)]
+    checked = _checked(found, fleet, model, train, warnings)
+    stock_best = next((e for e in checked if isinstance(e[2], Found)), None)
+    ranked = [(plan, pred, f, "search") for plan, pred, f in checked]
     baselines = _baselines(fleet, model, train, opts, seeds) if with_baselines else []
     ranked = _with_faster_baselines(ranked, baselines, warnings)
     entries = [plan_entry(rank, plan, pred, origin=origin,
@@ -222,9 +231,8 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                for rank, (plan, pred, f, origin) in enumerate(ranked[:opts.top_k], start=1)]
     best_plan, best_pred = ranked[0][0], ranked[0][1]
     extra = {"baselines": _baseline_records(baselines, best_pred)} if with_baselines else {}
-    if mesh is not None:
-        best_us = min(result.best_us, mesh.best_us or math.inf)
-        extra["asymmetric"] = _asymmetric_record(mesh, stock_best, ranked[0], best_us)
+    if mesh is not None and stock_best is not None:
+        extra["asymmetric"] = _asymmetric_record(result, mesh, stock_best, ranked[0])
     report = SearchReport(
         hgplan_version=__version__, ortools_version=ortools.__version__,
         inputs=SearchInputs(cluster=cluster, model=ModelInput(ref=model_ref, name=model.name),

@@ -17,7 +17,7 @@ from ortools.sat.python import cp_model
 
 from hgplan.planner.costs import tail_class
 from hgplan.planner.mesh_tables import MeshTables
-from hgplan.planner.model import SolverParams, _configure
+from hgplan.planner.model import SolverParams, configure_solver
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,7 +207,7 @@ def solve_mesh(t: MeshTables, params: SolverParams, *, hint=None, upper_bound: i
     if hint is not None:
         _hint(md, t, v, hint)
     solver = cp_model.CpSolver()
-    _configure(solver, params, log)
+    configure_solver(solver, params, log)
     status = solver.solve(md)
     name = solver.status_name(status)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

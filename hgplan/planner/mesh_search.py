@@ -102,12 +102,13 @@ def _fill_us(costs: CostSource, groups: list[NodeGroup], B: int, opts: SearchOpt
             + min(x.last_us for x in per))
 
 
-def _candidates(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions) -> list[tuple]:
-    """(lower bound us, B, P, 0) of every outer candidate, in the order the search takes them."""
+def _candidates(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions) -> tuple[list[tuple], dict]:
+    """(lower bound us, B, P, 0) of every outer candidate, in the order the search takes them, and the fill bound
+    of each B."""
     L, gbs = costs.model.num_layers, costs.train.global_batch_size
-    out = []
+    out, fills = [], {}
     for B in (b for b in range(1, gbs + 1) if gbs % b == 0):
-        fill = _fill_us(costs, groups, B, opts)
+        fill = fills[B] = _fill_us(costs, groups, B, opts)
         if not math.isfinite(fill):
             continue
         rows = [[(g.num_gpus // c.gpus_per_stage, 1.0 / costs.group(g, c).layer_us)
@@ -117,10 +118,11 @@ def _candidates(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions)
             cap = _capacity(rows, P)
             if cap > 0:
                 out.append(((m - 1) * L / cap + fill, B, P, 0))
-    return sorted(out)
+    return sorted(out), fills
 
 
-def _memory_bound_us(costs: CostSource, groups: list[NodeGroup], B: int, P: int, opts: SearchOptions) -> float:
+def _memory_bound_us(costs: CostSource, groups: list[NodeGroup], B: int, P: int, opts: SearchOptions,
+                     fill_us: float) -> float:
     """The capacity bound with memory: a stage of option o holds at most min(cycle / tau_o, M_o) layers, M_o the
     most any stage position of P fits in its GPUs; the least cycle at which P stages hold L layers, by bisection
     (inf when they never do)."""
@@ -146,7 +148,7 @@ def _memory_bound_us(costs: CostSource, groups: list[NodeGroup], B: int, P: int,
     for _ in range(40):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if holds(mid) else (mid, hi)
-    return (m - 1) * lo + _fill_us(costs, groups, B, opts)
+    return (m - 1) * lo + fill_us
 
 
 def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions, *, incumbent_us: float,
@@ -155,7 +157,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     for every plan of the family: closed candidates give CP-SAT's bound (or the incumbent when nothing better
     exists), the rest their lower bound."""
     start = time.perf_counter()
-    heap = _candidates(costs, groups, opts)
+    heap, fills = _candidates(costs, groups, opts)
     heapq.heapify(heap)
     res = MeshResult(found=[], candidates_total=len(heap))
     best, closed = incumbent_us, []
@@ -172,7 +174,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             closed.append(lb)
             break
         if not refined:
-            better = max(lb, _memory_bound_us(costs, groups, B, P, opts))
+            better = max(lb, _memory_bound_us(costs, groups, B, P, opts, fills[B]))
             if math.isfinite(better):
                 heapq.heappush(heap, (better, B, P, 1))
             continue

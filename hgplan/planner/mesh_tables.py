@@ -18,9 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hgplan.costmodel.evaluate import tied_embedding_sync_s
+from hgplan.costmodel.evaluate import mesh_boundary_s, tied_embedding_sync_s
 from hgplan.costmodel.memory import GIB
-from hgplan.costmodel.reshard import mesh_boundary_s
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
 from hgplan.planner.costs import MIB, TAIL_CLASSES, CostSource, tail_class, to_us
@@ -94,7 +93,8 @@ class MeshTables:
             return None
         if any(n > self.memory_layers(s, h, choice[h]) for s, (h, n) in enumerate(zip(assign, layers))):
             return None
-        if self.tied and self.options[assign[0]][choice[assign[0]]].tp != self.options[assign[-1]][choice[assign[-1]]].tp:
+        ends = [self.options[h][choice[h]] for h in (assign[0], assign[-1])]
+        if self.tied and ends[0].tp != ends[1].tp:
             return None
         work = [n * self.layer_us[h][choice[h]] for h, n in zip(assign, layers)]
         work[0] += self.first_us[assign[0]][choice[assign[0]]]
@@ -154,14 +154,14 @@ class _HostRows:
     rows: dict
 
 
-def _host_rows(costs: CostSource, g: NodeGroup, options: list[ParallelConfig], P: int) -> _HostRows:
+def _host_rows(costs: CostSource, g: NodeGroup, options: list[ParallelConfig]) -> _HostRows:
     per = [costs.group(g, c) for c in options]
     links = [costs.link(g, g, c) for c in options]
     mem = [list(costs.memory(c, g)) for c in options]
     tails = [costs.tail(g, c).by_class for c in options]
     rows = {"slots": [g.num_gpus // c.gpus_per_stage for c in options], "layer": [x.layer_us for x in per],
             "first": [x.first_us for x in per], "last": [x.last_us for x in per],
-            "isend": [lk.send_us if lk else 10 ** 12 for lk in links], "ilat": [lk.lat_us if lk else 0 for lk in links],
+            "isend": [lk.send_us for lk in links], "ilat": [lk.lat_us for lk in links],  # a group reaches itself
             "mem": mem, "tail": tails}
     return _HostRows(group=g, options=options, rows=rows)
 
@@ -202,7 +202,7 @@ def build_mesh_tables(costs: CostSource, B: int, P: int, groups: list[NodeGroup]
     for g in groups:
         options = host_options(costs, g, B, P, opts)
         if options:
-            hosts.append(_host_rows(costs, g, options, P))
+            hosts.append(_host_rows(costs, g, options))
     if not hosts:
         return None
     H = len(hosts)
@@ -235,7 +235,11 @@ def _freeze(costs: CostSource, B: int, P: int, hosts: list[_HostRows], cross, re
             for h2, b in enumerate(hosts)] for h, a in enumerate(hosts)]
     tied_rows = [[[to_us(tied_embedding_sync_s(fleet, a.group, b.group, model, c, train)) if P > 1 else 0
                    for b in hosts] for c in a.options] for a in hosts]
-    col = lambda key: tuple(tuple(hr.rows[key]) for hr in hosts)  # noqa: E731 - one row per host
+
+    def col(key: str) -> tuple[tuple[int, ...], ...]:
+        """One row per host of a per-option entry."""
+        return tuple(tuple(hr.rows[key]) for hr in hosts)
+
     return MeshTables(
         samples_per_step=B, pp=P, microbatches=train.global_batch_size // B, num_layers=model.num_layers, tied=tied,
         hosts=tuple(hr.group.key for hr in hosts), options=tuple(tuple(hr.options) for hr in hosts),
@@ -249,6 +253,8 @@ def _freeze(costs: CostSource, B: int, P: int, hosts: list[_HostRows], cross, re
         rcv_us=tuple(tuple(None if unreachable(h, h2) or h == h2 else tuple(recv[h][h2]) for h2 in range(H))
                      for h in range(H)),
         lat_us=tuple(tuple(r) for r in lat),
-        tail_a_us=tuple(tuple(tuple(t[c][0] for t in hr.rows["tail"]) for hr in hosts) for c in range(len(TAIL_CLASSES))),
-        tail_b_us=tuple(tuple(tuple(t[c][1] for t in hr.rows["tail"]) for hr in hosts) for c in range(len(TAIL_CLASSES))),
+        tail_a_us=tuple(tuple(tuple(t[c][0] for t in hr.rows["tail"]) for hr in hosts)
+                        for c in range(len(TAIL_CLASSES))),
+        tail_b_us=tuple(tuple(tuple(t[c][1] for t in hr.rows["tail"]) for hr in hosts)
+                        for c in range(len(TAIL_CLASSES))),
         tied_us=tuple(tuple(tuple(r) for r in rows) for rows in tied_rows))

@@ -264,7 +264,8 @@ def build_model(t: CostTables, *, upper_bound: int | None = None,
     return md, xv
 
 
-def _configure(solver: cp_model.CpSolver, params: SolverParams, log: Callable[[str], None] | None) -> None:
+def configure_solver(solver: cp_model.CpSolver, params: SolverParams, log: Callable[[str], None] | None) -> None:
+    """Apply one solve's parameters (and the log callback) to a solver; shared with planner/mesh_model.py."""
     sp = solver.parameters
     sp.num_workers = params.num_workers
     sp.random_seed = params.random_seed
@@ -291,7 +292,7 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
     if hint is not None:  # relabelled into the order _add_group_order keeps
         add_hint(md, t, xv, (canonical_assign(classes, hint[0]), list(hint[1])))
     solver = cp_model.CpSolver()
-    _configure(solver, params, log)
+    configure_solver(solver, params, log)
     status = solver.solve(md)
     name = solver.status_name(status)
     text = str(md.proto) if keep_model else None
