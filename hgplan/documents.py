@@ -324,6 +324,15 @@ class PlanFile(Doc):
     baselines: dict[str, BaselineRecord] = {}
 
 
+class ReshardRecord(Doc):
+    """An asymmetric plan's mesh boundary: the sending and the receiving stage's degrees (costmodel/reshard.py)."""
+
+    from_tp: int
+    from_dp: int
+    to_tp: int
+    to_dp: int
+
+
 class BoundaryRecord(Doc):
     """One pipeline boundary of a plan: where it runs and what one message costs."""
 
@@ -334,6 +343,8 @@ class BoundaryRecord(Doc):
     send_s: float
     latency_s: float
     message_mib: float
+    reshard: ReshardRecord | None = Field(None, description="a mesh boundary: the degrees it re-shards between")
+    host_copy: bool | None = Field(None, description="GPUs of two vendors: every message goes through host memory")
 
 
 class WhatIf(Doc):

@@ -113,6 +113,26 @@ def findings(pred: Prediction, fleet: Fleet) -> list[str]:
     return out
 
 
+def mesh_findings(plan: Plan, pred: Prediction) -> list[str]:
+    """An asymmetric plan's mesh boundaries: what re-sharding the activations between two meshes costs (each way,
+    every micro-batch), and the host-memory hop between vendors."""
+    if not plan.asymmetric:
+        return []
+    out = []
+    total = pred.iteration_time_s
+    for b in pred.boundaries:
+        r = b.get("reshard")
+        if r is None:
+            continue
+        busy = 2 * pred.num_microbatches * b["send_s"]  # forward activations and backward gradients
+        via = " through host memory (two vendors)" if b.get("host_copy") else ""
+        out.append(f"mesh boundary: stage {b['from_stage']} (tp {r['from_tp']}, dp {r['from_dp']}) -> stage "
+                   f"{b['to_stage']} (tp {r['to_tp']}, dp {r['to_dp']}) re-shards each micro-batch's activation"
+                   f"{via}: {b['send_s'] * 1e3:.2f} ms per message each way, {busy:.2f} s of sender time over "
+                   f"{pred.num_microbatches} micro-batches ({busy / total:.0%} of the iteration)")
+    return out
+
+
 def timeline_text(ops: tuple[Op, ...], num_stages: int, *, width: int = 100) -> str:
     """One iteration as a text Gantt chart: F = forward, B = backward, '.' = idle."""
     if not ops:
@@ -222,7 +242,8 @@ def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
     require_valid(plan, fleet, model, train)
     pred = evaluate(plan, fleet, model, train, keep_ops=timeline)
     ifs = what_ifs(plan, fleet, model, train, pred)
-    notes = findings(pred, fleet) + attention_findings(plan, fleet, train) + [w.text for w in ifs]
+    notes = (findings(pred, fleet) + mesh_findings(plan, pred) + attention_findings(plan, fleet, train)
+             + [w.text for w in ifs])
     upper = fleet_upper_bound(fleet, model, train)
     notes.append(f"{pred.tokens_per_s / upper:.0%} of the fleet's upper bound "
                  f"({upper:,.0f} tokens/s with every GPU at its achievable matmul rate)")

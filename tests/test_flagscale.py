@@ -178,6 +178,16 @@ def test_cli_search_and_export_flagscale(a100_t4, tmp_path):
     assert doc["asymmetric"]["best_is_asymmetric"]
     r = runner.invoke(app, ["export", str(tmp_path / "plan.json"), "-f", "megatron"])
     assert r.exit_code == 1 and "flagscale" in r.output
+    # explain: the mesh boundary's re-sharding and the speedup over the stock best, both from the plan file
+    r = runner.invoke(app, ["explain", str(tmp_path / "plan.json"), "--json"])
+    assert r.exit_code == 0, r.output
+    ex = json.loads(r.stdout)
+    assert ex["prediction"]["iteration_time_s"] == doc["plans"][0]["prediction"]["iteration_time_s"]
+    meshes = [b for b in ex["boundaries"] if "reshard" in b]
+    assert meshes and all((b["reshard"]["from_tp"], b["reshard"]["from_dp"])
+                          != (b["reshard"]["to_tp"], b["reshard"]["to_dp"]) for b in meshes)
+    assert any(f.startswith("mesh boundary: stage") for f in ex["findings"])
+    assert ex["baselines"]["stock"]["speedup"] == pytest.approx(doc["asymmetric"]["speedup_over_stock"], abs=1e-3)
 
 
 def test_export_refuses_a_plan_breaking_a_rule(a100_t4):

@@ -343,11 +343,23 @@ def _boundary_costs(fleet: Fleet, groups: list[NodeGroup], model: ModelArch, pla
             busy, latency, path = mesh_boundary_s(fleet, groups[a_i], groups[b_i], model, ca, cb, train,
                                                   crossings=crossings)
         send[k], lat[k] = busy, latency
-        described.append({"from_stage": a_i, "to_stage": b_i, "path": path.kind if path else "none",
-                          "transport": path.transport.value if path else None, "send_s": busy, "latency_s": latency,
-                          "message_mib": msg / 2 ** 20, **({"reshard": True} if (ca.tp, ca.dp) != (cb.tp, cb.dp)
-                                                            else {})})
+        described.append(_boundary_description(a_i, b_i, path, busy, latency, msg, ca, cb,
+                                               host_copy=crosses_vendors(groups[a_i], groups[b_i])))
     return send, lat, described
+
+
+def _boundary_description(a_i: int, b_i: int, path: NetPath | None, busy: float, latency: float, msg: float,
+                          ca: ParallelConfig, cb: ParallelConfig, *, host_copy: bool) -> dict:
+    """What explain reports of one boundary; a mesh boundary names the degrees it re-shards between, and a boundary
+    between two vendors says that it goes through host memory."""
+    out = {"from_stage": a_i, "to_stage": b_i, "path": path.kind if path else "none",
+           "transport": path.transport.value if path else None, "send_s": busy, "latency_s": latency,
+           "message_mib": msg / 2 ** 20}
+    if (ca.tp, ca.dp) != (cb.tp, cb.dp):
+        out["reshard"] = {"from_tp": ca.tp, "from_dp": ca.dp, "to_tp": cb.tp, "to_dp": cb.dp}
+    if host_copy:
+        out["host_copy"] = True
+    return out
 
 
 def _recomputed_flops(plan: Plan, work: list[_StageWork], m: int) -> float:

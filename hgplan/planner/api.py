@@ -190,6 +190,10 @@ def _asymmetric_record(result: SearchResult, mesh: MeshResult, stock: tuple, bes
         stopped_by=mesh.stopped_by)
 
 
+STOCK_DESCRIPTION = ("the best stock plan of the same search: one tp and dp for every stage, what Megatron-LM runs; "
+                     "--target flagscale only")
+
+
 def _mesh_family(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, result: SearchResult,
                  log: Callable[[str], None] | None) -> MeshResult | None:
     """With --target flagscale, the asymmetric family, from the stock best as the incumbent, in what the stock search
@@ -230,7 +234,10 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                           **({} if f is None else {"objective_s": f.time_us / 1e6, "status": f.solution.status}))
                for rank, (plan, pred, f, origin) in enumerate(ranked[:opts.top_k], start=1)]
     best_plan, best_pred = ranked[0][0], ranked[0][1]
-    extra = {"baselines": _baseline_records(baselines, best_pred)} if with_baselines else {}
+    if mesh is not None and stock_best is not None:  # explain reads the speedup over it from the plan file
+        baselines.append(bl.Baseline(name="stock", description=STOCK_DESCRIPTION, plan=stock_best[0],
+                                     prediction=stock_best[1]))
+    extra = {"baselines": _baseline_records(baselines, best_pred)} if baselines else {}
     if mesh is not None and stock_best is not None:
         extra["asymmetric"] = _asymmetric_record(result, mesh, stock_best, ranked[0])
     report = SearchReport(

@@ -2,9 +2,12 @@
 each mesh's option (tp, dp, recompute), the mesh order and the layers of every stage.
 
 Laid out like planner/model.py (variables, one function per constraint group, objective, hint, solve); it reads
-only the integer MeshTables. Variables: w[h][o] host h runs option o; x[s][h] stage s on host h; y[s][h] the
-layers of stage s if it is on h (else 0); z[b][h][h2] boundary b (stage b -> b+1) joins h and h2; work[s], send[b]
-and lat[b] the stage and boundary costs (lower-bounded by the chosen option's entries, tight at the optimum).
+only the integer MeshTables. Variables: w[h][o] host h runs option o; x[s][h] stage s on host h; u[s,h,o] stage s
+on host h under option o (x and w together); y[s][h] and q[s,h,o] the layers of stage s if it is on h (under o; else
+0); z[b][h][h2] boundary b (stage b -> b+1) joins h and h2; work[s], send[b] and lat[b] the stage and boundary costs
+(lower-bounded by the chosen option's entries, tight at the optimum). Stage work, memory and the tail are linear in
+u and q, not enforced by literals, so the LP relaxation bounds them by the options' own rates (it proves small
+instances in milliseconds where the enforced form took a minute).
 Objective (us): (m - 1) cycle + sum_s work_s + sum_b 2 (send_b + lat_b) + tail, as MeshTables.objective.
 """
 
@@ -42,6 +45,8 @@ class _Vars:
     y: list[list[cp_model.IntVar]]
     n: list[cp_model.IntVar]
     z: dict[tuple[int, int, int], cp_model.IntVar]
+    u: dict[tuple[int, int, int], cp_model.IntVar]
+    q: dict[tuple[int, int, int], cp_model.IntVar]
 
 
 def _horizon(t: MeshTables) -> int:
@@ -64,31 +69,38 @@ def _variables(md: cp_model.CpModel, t: MeshTables) -> _Vars:
             for h2 in range(H):
                 if h == h2 or t.snd_us[h][h2] is not None:
                     z[(b, h, h2)] = md.new_bool_var(f"z{b}_{h}_{h2}")
-    return _Vars(w=w, x=x, y=y, n=n, z=z)
+    u, q = {}, {}
+    for s in range(P):
+        for h in range(H):
+            for o in range(len(t.options[h])):
+                most = min(L, t.memory_layers(s, h, o))
+                if most >= 1:  # a stage holds at least one layer
+                    u[(s, h, o)] = md.new_bool_var(f"u{s}_{h}_{o}")
+                    q[(s, h, o)] = md.new_int_var(0, most, f"q{s}_{h}_{o}")
+    return _Vars(w=w, x=x, y=y, n=n, z=z, u=u, q=q)
 
 
 def _add_placement(md: cp_model.CpModel, t: MeshTables, v: _Vars) -> None:
-    """One option per used host, one host per stage, whole layers summing to L, each host's stages within its
-    option's slots and each stage within its GPUs' memory. Why: the family's definition and the memory rule."""
+    """One option per used host, one host and option per stage, whole layers summing to L, each option's stages
+    within its slots and each stage within its GPUs' memory (q's upper bound). Why: the family's definition and the
+    memory rule."""
     P, H = t.pp, len(t.hosts)
     for h in range(H):
         md.add_at_most_one(v.w[h])
-        used = sum(v.w[h])
-        md.add(sum(v.x[s][h] for s in range(P)) <= sum(t.slots[h][o] * v.w[h][o] for o in range(len(v.w[h]))))
-        for s in range(P):
-            md.add(v.x[s][h] <= used)
+        for o in range(len(v.w[h])):
+            on = [v.u[(s, h, o)] for s in range(P) if (s, h, o) in v.u]
+            md.add(sum(on) <= t.slots[h][o] * v.w[h][o])
     for s in range(P):
         md.add_exactly_one(v.x[s])
         md.add(sum(v.y[s]) == v.n[s])
         for h in range(H):
-            md.add(v.y[s][h] == 0).only_enforce_if(~v.x[s][h])
-            md.add(v.y[s][h] <= t.num_layers * v.x[s][h])
-            for o in range(len(t.options[h])):
-                cap = t.cap_mib[h] - t.mem_a_mib[s][h][o]
-                if cap < 0:
-                    md.add_bool_or([~v.x[s][h], ~v.w[h][o]])
-                elif t.mem_b_mib[s][h][o] > 0:
-                    md.add(t.mem_b_mib[s][h][o] * v.y[s][h] <= cap).only_enforce_if([v.x[s][h], v.w[h][o]])
+            keys = [(s, h, o) for o in range(len(t.options[h])) if (s, h, o) in v.u]
+            md.add(sum(v.u[k] for k in keys) == v.x[s][h])
+            md.add(sum(v.q[k] for k in keys) == v.y[s][h])
+            for k in keys:
+                md.add_implication(v.u[k], v.w[h][k[2]])
+                md.add(v.q[k] >= v.u[k])
+                md.add(v.q[k] <= v.q[k].proto.domain[1] * v.u[k])
     md.add(sum(v.n) == t.num_layers)
 
 
@@ -109,26 +121,21 @@ def _add_tied_tp(md: cp_model.CpModel, t: MeshTables, v: _Vars) -> None:
     """With tied embeddings the first and last stage have one tp. Why: FlagScale asserts it (R7)."""
     if not t.tied or t.pp == 1:
         return
-    top = max(c.tp for opts in t.options for c in opts)
-    first, last = md.new_int_var(1, top, "tp_first"), md.new_int_var(1, top, "tp_last")
-    for h in range(len(t.hosts)):
-        for o, c in enumerate(t.options[h]):
-            md.add(first == c.tp).only_enforce_if([v.x[0][h], v.w[h][o]])
-            md.add(last == c.tp).only_enforce_if([v.x[t.pp - 1][h], v.w[h][o]])
-    md.add(first == last)
+    def tp_of(s: int):
+        return sum(t.options[h][o].tp * var for (s2, h, o), var in v.u.items() if s2 == s)
+
+    md.add(tp_of(0) == tp_of(t.pp - 1))
 
 
 def _costs(md: cp_model.CpModel, t: MeshTables, v: _Vars):
     """Stage work, boundary sends and latencies, each at least the chosen option's table entry. Why: the
     objective's terms; minimisation makes every lower bound tight."""
-    P, H, hz = t.pp, len(t.hosts), _horizon(t)
+    P, hz = t.pp, _horizon(t)
     work = [md.new_int_var(0, hz, f"work{s}") for s in range(P)]
     for s in range(P):
-        for h in range(H):
-            for o in range(len(t.options[h])):
-                expr = t.layer_us[h][o] * v.y[s][h]
-                expr += (t.first_us[h][o] if s == 0 else 0) + (t.last_us[h][o] if s == P - 1 else 0)
-                md.add(work[s] >= expr).only_enforce_if([v.x[s][h], v.w[h][o]])
+        md.add(work[s] >= sum(t.layer_us[h][o] * v.q[(s2, h, o)] + ((t.first_us[h][o] if s == 0 else 0)
+                                                                      + (t.last_us[h][o] if s == P - 1 else 0)) * u
+                              for (s2, h, o), u in v.u.items() if s2 == s))
     send = [md.new_int_var(0, hz, f"send{b}") for b in range(P - 1)]
     lat = [md.new_int_var(0, hz, f"lat{b}") for b in range(P - 1)]
     for (b, h, h2), zv in v.z.items():
@@ -159,10 +166,8 @@ def _tail(md: cp_model.CpModel, t: MeshTables, v: _Vars, hz: int) -> cp_model.In
     for s in range(P):
         c = tail_class(s, P)
         extra = tied if s in (0, P - 1) else 0
-        for h in range(H):
-            for o in range(len(t.options[h])):
-                md.add(tail >= t.tail_a_us[c][h][o] + t.tail_b_us[c][h][o] * v.y[s][h] + extra).only_enforce_if(
-                    [v.x[s][h], v.w[h][o]])
+        md.add(tail >= sum(t.tail_a_us[c][h][o] * u + t.tail_b_us[c][h][o] * v.q[(s2, h, o)]
+                           for (s2, h, o), u in v.u.items() if s2 == s) + extra)
     return tail
 
 
@@ -198,6 +203,10 @@ def _hint(md: cp_model.CpModel, t: MeshTables, v: _Vars, hint) -> None:
         for h in range(len(t.hosts)):
             md.add_hint(v.x[s][h], int(assign[s] == h))
             md.add_hint(v.y[s][h], layers[s] if assign[s] == h else 0)
+    for (s, h, o), u in v.u.items():
+        on = assign[s] == h and choice.get(h) == o
+        md.add_hint(u, int(on))
+        md.add_hint(v.q[(s, h, o)], layers[s] if on else 0)
 
 
 def solve_mesh(t: MeshTables, params: SolverParams, *, hint=None, upper_bound: int | None = None,

@@ -30,6 +30,10 @@ from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
 from hgplan.planner.search import solve_params
 
 
+LAYER_SLACK = 1e-6
+"""Layers the memory bound's float arithmetic may lose; counting them as held keeps the bound a lower bound."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MeshFound:
     """A plan one solve found, with its tables."""
@@ -139,7 +143,7 @@ def _memory_bound_us(costs: CostSource, groups: list[NodeGroup], B: int, P: int,
 
     def holds(cycle: float) -> bool:
         rows = [[(s, min(cycle / tau, most) / max(cycle, 1e-9)) for s, tau, most in per] for per in hosts]
-        return _capacity(rows, P) * cycle >= L
+        return _capacity(rows, P) * cycle >= L - LAYER_SLACK  # (most / cycle) x cycle can round below most
 
     hi = max((tau * L for per in hosts for _, tau, _ in per), default=math.inf)
     if not math.isfinite(hi) or not holds(hi):

@@ -1,0 +1,93 @@
+"""Reference exhaustive search of the asymmetric (FlagScale process-mesh) family on small fleets.
+
+Test-only. For every outer candidate (B samples per micro-batch step, P stages) it builds the mesh tables with
+every option of every host (dominance pruning switched off, so the pruning is checked too), then tries every
+ordered choice of hosts with their stage counts, every option of each used host and every split of the layers
+(numpy-vectorised), and scores each plan by the tables' closed form (MeshTables.objective, mirrored here).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from unittest import mock
+
+import numpy as np
+from exhaustive import compositions
+
+from hgplan.domain import NodeGroup
+from hgplan.planner import mesh_tables
+from hgplan.planner.costs import CostSource, tail_class
+from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables
+from hgplan.planner.options import SearchOptions
+
+
+def unpruned_tables(costs: CostSource, B: int, P: int, groups: list[NodeGroup], opts: SearchOptions):
+    """build_mesh_tables with every option of every host kept."""
+    with mock.patch.object(mesh_tables, "_prune", lambda hr, *a: list(range(len(hr.options)))):
+        return build_mesh_tables(costs, B, P, groups, opts)
+
+
+def _placements(t: MeshTables):
+    """(stage hosts, option per used host): ordered distinct hosts, each a positive number of stages within the
+    slots of its option, the tied first and last stage on one tp."""
+    H, P = len(t.hosts), t.pp
+    for n in range(1, min(H, P) + 1):
+        for order in itertools.permutations(range(H), n):
+            for counts in compositions(P, n):
+                for opts in itertools.product(*(range(len(t.options[h])) for h in order)):
+                    if any(c > t.slots[h][o] for c, h, o in zip(counts, order, opts)):
+                        continue
+                    if t.tied and t.options[order[0]][opts[0]].tp != t.options[order[-1]][opts[-1]].tp:
+                        continue
+                    assign = [h for h, c in zip(order, counts) for _ in range(int(c))]
+                    yield assign, dict(zip(order, opts))
+
+
+def _objectives(t: MeshTables, assign: list[int], choice: dict[int, int], splits: np.ndarray) -> np.ndarray | None:
+    """The closed form of every layer split of one placement (inf where memory breaks; None when unreachable)."""
+    P, m = t.pp, t.microbatches
+    sends = []
+    for s in range(P - 1):
+        h, h2 = assign[s], assign[s + 1]
+        x = t.send(h, choice[h], h2, choice[h2])
+        if x is None:
+            return None
+        sends.append((x, t.latency(h, choice[h], h2)))
+    opt = [choice[h] for h in assign]
+    work = splits * np.array([t.layer_us[h][o] for h, o in zip(assign, opt)])
+    work[:, 0] += t.first_us[assign[0]][opt[0]]
+    work[:, -1] += t.last_us[assign[-1]][opt[-1]]
+    busy = np.array([sum(x for b, (x, _) in enumerate(sends) if s in (b, b + 1)) for s in range(P)])
+    cycle = (work + busy).max(axis=1)
+    fill = work.sum(axis=1) + sum(2 * x + 2 * lat for x, lat in sends)
+    tied = t.tied_us[assign[0]][opt[0]][assign[-1]] if P > 1 else 0
+    cls = [tail_class(s, P) for s in range(P)]
+    tails = (np.array([t.tail_a_us[c][h][o] for c, h, o in zip(cls, assign, opt)])
+             + splits * np.array([t.tail_b_us[c][h][o] for c, h, o in zip(cls, assign, opt)]))
+    tails[:, 0] += tied
+    if P > 1:
+        tails[:, -1] += tied
+    room = np.array([t.memory_layers(s, h, o) for s, (h, o) in enumerate(zip(assign, opt))])
+    ok = (splits <= room).all(axis=1)
+    return np.where(ok, (m - 1) * cycle + fill + tails.max(axis=1), np.inf)
+
+
+def exhaustive_mesh_best(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions):
+    """(objective us, (tables, assign, choice, layers)) of the best mesh plan, or (inf, None)."""
+    L, gbs = costs.model.num_layers, costs.train.global_batch_size
+    best_us, best = math.inf, None
+    for B in (b for b in range(1, gbs + 1) if gbs % b == 0):
+        for P in range(1, min(L, opts.max_pp or L) + 1):
+            t = unpruned_tables(costs, B, P, groups, opts)
+            if t is None:
+                continue
+            splits = compositions(L, P)
+            for assign, choice in _placements(t):
+                obj = _objectives(t, assign, choice, splits)
+                if obj is None:
+                    continue
+                i = int(np.argmin(obj))
+                if obj[i] < best_us:
+                    best_us, best = float(obj[i]), (t, assign, choice, [int(x) for x in splits[i]])
+    return best_us, best
