@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -25,16 +26,8 @@ from hgplan.planner.options import SearchOptions
 from hgplan.planner.search import seeded_search
 from hgplan.validate import check_plan
 
-A100_T4 = """name: a100-t4
-description: 4 A100 + 28 T4
-sites:
-  - name: dc
-    node_groups:
-      - {name: a100, count: 1, gpu: A100-SXM4-40GB, gpus_per_node: 4, nics: {transport: infiniband, gbps: 200, count: 4}}
-      - {name: t4, count: 7, gpu: T4, gpus_per_node: 4, nics: {transport: ethernet, gbps: 100, count: 1}}
-    links:
-      - {between: [a100, t4], gbps: 100, latency_ms: 0.05, transport: ethernet}
-"""
+ROOT = Path(__file__).resolve().parent.parent
+A100_T4 = (ROOT / "benchmarks" / "data" / "a100-t4.yaml").read_text()  # 4 A100 + 28 T4
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ The bounds work in seconds: they divide these integers by US and so see exactly 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hgplan.costmodel.evaluate import (dp_tail, edge_costs, layer_cost, p2p_message_bytes, p2p_seconds,
                                        pipeline_gather_s, tied_embedding_sync_s)
@@ -123,6 +123,7 @@ class CostSource:
         self._link: dict[tuple, LinkCosts | None] = {}
         self._tail: dict[tuple, TailCosts] = {}
         self._memory: dict[tuple, tuple[tuple[int, int], ...]] = {}
+        self._rows: dict[tuple, tuple[int, int]] = {}
 
     def group(self, g: NodeGroup, cfg: ParallelConfig) -> GroupCosts:
         """Layer and edge work of one micro-batch on g."""
@@ -148,8 +149,9 @@ class CostSource:
         return self._link[key]
 
     def tail(self, g: NodeGroup, cfg: ParallelConfig) -> TailCosts:
-        """The data-parallel tail of a stage on g, per stage class, for this configuration's pipeline shape."""
-        key = (g.key, cfg)
+        """The data-parallel tail of a stage on g, per stage class, for this configuration's pipeline shape (the
+        same for every depth from 2 on: the edge stages' parameters and the reduction do not depend on it)."""
+        key = (g.key, cfg if cfg.pp <= 2 else replace(cfg, pp=2))
         if key not in self._tail:
             gc = self.group(g, cfg)
             m = cfg.num_microbatches(self.train.global_batch_size)
@@ -168,15 +170,24 @@ class CostSource:
         flash = attention_kernel(self.train, g.gpu) is not Attention.UNFUSED
         key = (cfg, flash)
         if key not in self._memory:
-            train, m = self.train, cfg.num_microbatches(self.train.global_batch_size)
-            rows = []
-            for s in range(cfg.pp):
-                one, two = (stage_memory(self.model, cfg, precision=train.precision, seq_length=train.seq_length,
-                                         num_microbatches=m, stage=s, layers=n * cfg.vpp, flash=flash,
-                                         local=train.transformer_impl is TransformerImpl.LOCAL).total_gib * GIB / MIB
-                            for n in (1, 2))
-                slope = (two - one) / cfg.vpp
-                rows.append((math.ceil(one - slope * cfg.vpp) + 1, math.ceil(slope)))
-            self._memory[key] = tuple(rows)
+            m = cfg.num_microbatches(self.train.global_batch_size)
+            shape = replace(cfg, pp=1)
+            self._memory[key] = tuple(self._memory_row(cfg, shape, s, m, flash) for s in range(cfg.pp))
         return self._memory[key]
+
+    def _memory_row(self, cfg: ParallelConfig, shape: ParallelConfig, s: int, m: int, flash: bool) -> tuple[int, int]:
+        """(a, b) of stage s. Without interleaving a stage's demand depends on the pipeline only through whether it
+        is first or last, whether there is more than one stage, and its in-flight micro-batches (costmodel/memory.py),
+        so rows are shared across pipeline depths (the mesh search asks for many)."""
+        train = self.train
+        key = ((shape, flash, s == 0, s == cfg.pp - 1, cfg.pp > 1, min(cfg.pp - s, m))
+               if cfg.vpp == 1 else (cfg, flash, s))
+        if key not in self._rows:
+            one, two = (stage_memory(self.model, cfg, precision=train.precision, seq_length=train.seq_length,
+                                     num_microbatches=m, stage=s, layers=n * cfg.vpp, flash=flash,
+                                     local=train.transformer_impl is TransformerImpl.LOCAL).total_gib * GIB / MIB
+                        for n in (1, 2))
+            slope = (two - one) / cfg.vpp
+            self._rows[key] = (math.ceil(one - slope * cfg.vpp) + 1, math.ceil(slope))
+        return self._rows[key]
 

@@ -57,6 +57,11 @@ def _horizon(t: MeshTables) -> int:
     return biggest + 2 * max(sends, default=0) + 1
 
 
+def _most_layers(t: MeshTables, s: int, h: int, o: int) -> int:
+    """Most layers stage s holds on host h under option o: its memory's limit, at most L."""
+    return min(t.num_layers, t.memory_layers(s, h, o))
+
+
 def _variables(md: cp_model.CpModel, t: MeshTables) -> _Vars:
     P, H, L = t.pp, len(t.hosts), t.num_layers
     w = [[md.new_bool_var(f"w{h}_{o}") for o in range(len(t.options[h]))] for h in range(H)]
@@ -73,7 +78,7 @@ def _variables(md: cp_model.CpModel, t: MeshTables) -> _Vars:
     for s in range(P):
         for h in range(H):
             for o in range(len(t.options[h])):
-                most = min(L, t.memory_layers(s, h, o))
+                most = _most_layers(t, s, h, o)
                 if most >= 1:  # a stage holds at least one layer
                     u[(s, h, o)] = md.new_bool_var(f"u{s}_{h}_{o}")
                     q[(s, h, o)] = md.new_int_var(0, most, f"q{s}_{h}_{o}")
@@ -100,7 +105,7 @@ def _add_placement(md: cp_model.CpModel, t: MeshTables, v: _Vars) -> None:
             for k in keys:
                 md.add_implication(v.u[k], v.w[h][k[2]])
                 md.add(v.q[k] >= v.u[k])
-                md.add(v.q[k] <= v.q[k].proto.domain[1] * v.u[k])
+                md.add(v.q[k] <= _most_layers(t, *k) * v.u[k])
     md.add(sum(v.n) == t.num_layers)
 
 

@@ -5,11 +5,11 @@ B is the samples of one micro-batch step (dp x micro-batch of every mesh), P the
 with cp = 1 and no interleaving is the special case where every mesh takes the same option, so starting from the
 stock search's best plan as the incumbent the asymmetric best is never worse under the tables.
 
-Lower bound of a candidate (us): with m = global batch / B micro-batches, every stage's work is at most the cycle,
-so host h, running option o with slots_o stages of per-layer time tau_o, holds at most cycle x j / tau_o layers on
-j <= slots_o stages; P stages in all hold at most cycle x cap(P) layers, cap(P) the best such choice over hosts
-(a knapsack over stage counts). Hence cycle >= L / cap(P), and the objective is at least (m - 1) L / cap(P)
-plus the work of L layers at the fastest per-layer time (the fill).
+Two lower bounds per candidate (us): a cheap one over all candidates up front (every stage's work is at most the
+cycle, so host h under option o holds at most cycle / tau_o layers on each of j <= slots_o stages; a knapsack over
+stage counts gives cycle >= L / cap(P), and the objective is at least (m - 1) L / cap(P) plus the work of L layers
+at the fastest per-layer time), and a tighter one from the candidate's tables when it is first taken
+(planner/mesh_bound.py: whole layers, memory, boundaries, the embedding and the head, the tail).
 """
 
 from __future__ import annotations
@@ -17,21 +17,17 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from hgplan.costmodel.memory import GIB
 from hgplan.domain import NodeGroup
 from hgplan.plan import Plan, StageAssignment
-from hgplan.planner.costs import MIB, CostSource
+from hgplan.planner.costs import CostSource
+from hgplan.planner.mesh_bound import tables_bound_us
 from hgplan.planner.mesh_model import MeshSolution, solve_mesh
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables, host_options
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
 from hgplan.planner.search import solve_params
-
-
-LAYER_SLACK = 1e-6
-"""Layers the memory bound's float arithmetic may lose; counting them as held keeps the bound a lower bound."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,11 +78,12 @@ class MeshResult:
 
 
 def _capacity(rows: list[list[tuple[int, float]]], P: int) -> float:
-    """Most layers per microsecond of cycle that P stages can hold: rows[h] = (slots, 1 / tau) per option; a
-    knapsack over how many stages each host takes (-inf when the hosts cannot take P stages)."""
+    """Most that P stages can hold: rows[h] = (slots, what one stage holds) per option of host h (layers per
+    microsecond of cycle, or layers); a knapsack over how many stages each host takes, j stages of one host
+    needing an option with at least j slots (-inf when the hosts cannot take P stages)."""
     best = [0.0] + [-math.inf] * P
     for opts in rows:
-        gain = [0.0] + [max((min(j, s) * r for s, r in opts), default=-math.inf) for j in range(1, P + 1)]
+        gain = [0.0] + [max((j * r for s, r in opts if s >= j), default=-math.inf) for j in range(1, P + 1)]
         limit = max((s for s, _ in opts), default=0)
         nxt = list(best)
         for total in range(1, P + 1):
@@ -125,36 +122,6 @@ def _candidates(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions)
     return sorted(out), fills
 
 
-def _memory_bound_us(costs: CostSource, groups: list[NodeGroup], B: int, P: int, opts: SearchOptions,
-                     fill_us: float) -> float:
-    """The capacity bound with memory: a stage of option o holds at most min(cycle / tau_o, M_o) layers, M_o the
-    most any stage position of P fits in its GPUs; the least cycle at which P stages hold L layers, by bisection
-    (inf when they never do)."""
-    L, m = costs.model.num_layers, costs.train.global_batch_size // B
-    hosts = []
-    for g in groups:
-        cap = math.floor(g.gpu.hbm_gib * GIB / MIB)
-        per = []
-        for c in host_options(costs, g, B, P, opts):
-            most = max(((cap - a) // b if b > 0 else (L if cap >= a else -1)) for a, b in costs.memory(c, g))
-            if most >= 1:
-                per.append((g.num_gpus // c.gpus_per_stage, costs.group(g, c).layer_us, min(most, L)))
-        hosts.append(per)
-
-    def holds(cycle: float) -> bool:
-        rows = [[(s, min(cycle / tau, most) / max(cycle, 1e-9)) for s, tau, most in per] for per in hosts]
-        return _capacity(rows, P) * cycle >= L - LAYER_SLACK  # (most / cycle) x cycle can round below most
-
-    hi = max((tau * L for per in hosts for _, tau, _ in per), default=math.inf)
-    if not math.isfinite(hi) or not holds(hi):
-        return math.inf
-    lo = 0.0
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
-    return (m - 1) * lo + fill_us
-
-
 def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions, *, incumbent_us: float,
                 log: Callable[[str], None] | None = None) -> MeshResult:
     """Best-first over (B, P) with the stock family's best (tables us) as the incumbent. The result's bound holds
@@ -177,16 +144,21 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             res.candidates_skipped = len(heap) + 1
             closed.append(lb)
             break
-        if not refined:
-            better = max(lb, _memory_bound_us(costs, groups, B, P, opts, fills[B]))
-            if math.isfinite(better):
-                heapq.heappush(heap, (better, B, P, 1))
-            continue
         t = build_mesh_tables(costs, B, P, groups, opts)
         if t is None:
             continue
+        if not refined:
+            m = costs.train.global_batch_size // B
+            cycle_lo = (lb - fills[B]) / (m - 1) if m > 1 else 0.0  # the capacity bound's cycle
+            better = max(lb, tables_bound_us(t, fills[B], cycle_lo_us=cycle_lo, enough_us=best))
+            if math.isfinite(better):
+                heapq.heappush(heap, (better, B, P, 1))
+            continue
         upper = math.ceil(best) if math.isfinite(best) else None
-        sol = solve_mesh(t, solve_params(opts, 0, remaining), upper_bound=upper, log=log)
+        wall_left = max(0.05, opts.budget_s - (time.perf_counter() - start))  # the limit covers the solve too
+        params = solve_params(opts, 0, remaining)
+        params = replace(params, max_time_in_seconds=min(params.max_time_in_seconds, wall_left))
+        sol = solve_mesh(t, params, upper_bound=upper, log=log)
         res.candidates_solved += 1
         res.deterministic_time += sol.deterministic_time
         res.statuses[sol.status] = res.statuses.get(sol.status, 0) + 1

@@ -1,0 +1,107 @@
+"""The asymmetric family (`search --target flagscale`) on the example fleets, the issue's mixed fleets and the
+synthetic scaling grid up to 1024 GPUs: speedup over the stock best (both by the reported simulator), whether the
+best is asymmetric, GPUs used, the mesh search's proven gap (on the search objective), and the wall time of the
+whole search (stock half + mesh half, baselines excluded).
+
+Usage: python benchmarks/mesh_search.py [--repeat 1] [--quick] [--json]
+Targets (issue 12): never slower than the stock best; gap <= 1% within the stock family's time targets (10 s up to
+1024 GPUs, measured on the 2-core CI machine). Times are wall-clock medians over --repeat runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from search_scaling import model_for, synthetic
+
+from hgplan.documents import ClusterInput, text_sha256
+from hgplan.domain import Precision, Target, TrainingSettings
+from hgplan.inputs import load_cluster, load_model
+from hgplan.io import catalog
+from hgplan.planner.api import plan_training
+from hgplan.planner.options import SearchOptions
+
+DATA = Path(__file__).resolve().parent / "data"
+"""The issue's mixed fleets as cluster files (tests/test_flagscale.py uses a100-t4.yaml too)."""
+
+# fleet -> (model, seq, global batch, precision); the examples as benchmarks/search_scaling.py runs them
+CASES = {
+    "example:two-site": ("llama3.1-70b", 4096, 512, "bf16"),
+    "example:mixed-nic": ("gpt-7.5b", 2048, 512, "bf16"),
+    "example:three-generations": ("llama2-13b", 4096, 512, "fp16"),
+    "example:mixed-vendor": ("llama3.1-8b", 4096, 512, "bf16"),
+    "example:large": ("llama3.1-405b", 4096, 1024, "bf16"),
+    "a100-t4": ("gpt-1.7b", 2048, 128, "fp16"),
+    "v100-a100-t4": ("llama3.1-8b", 2048, 256, "fp16"),
+}
+GRID = [(64, 1, 1), (64, 2, 3), (256, 2, 2), (512, 2, 3), (1024, 1, 1), (1024, 3, 4), (1024, 4, 5)]
+
+
+def run(fleet, model, train: TrainingSettings, repeat: int) -> dict:
+    times, report = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        report, _ = plan_training(fleet, model, train, SearchOptions(target=Target.FLAGSCALE, budget_s=60),
+                                  cluster=ClusterInput(ref=fleet.name, sha256=""), model_ref=model.name,
+                                  with_baselines=False)
+        times.append(time.perf_counter() - t0)
+    a, best = report.asymmetric, report.plans[0]
+    return {"fleet": fleet.name, "gpus": fleet.num_gpus, "model": model.name, "median_s": statistics.median(times),
+            "stock_s": a.stock_iteration_time_s, "best_s": best.prediction.iteration_time_s,
+            "speedup": a.speedup_over_stock, "asymmetric": a.best_is_asymmetric,
+            "stock_gpus": sum(st.get("gpus", 0) for st in _stages(a.stock_plan)),
+            "best_gpus": sum(st.get("gpus", 0) for st in _stages(best.plan)),
+            "gap": a.relative_gap, "stopped_by": a.stopped_by, "solved": a.candidates.solved,
+            "candidates": a.candidates.total}
+
+
+def _stages(record) -> list[dict]:
+    """GPUs of each stage of a plan record (its own tp x dp, or the plan's)."""
+    d = record.to_json_dict()
+    tp, cp, dp = d["tp"], d.get("cp", 1), d["dp"]
+    return [{"gpus": s.get("tp", tp) * cp * s.get("dp", dp)} for s in d["stages"]]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="skip the fleets over 1024 GPUs")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    cat = catalog()
+    rows = []
+    for name, (mname, seq, gbs, prec) in CASES.items():
+        text = cat.cluster_texts[name.split(":", 1)[1]] if name.startswith("example:") else \
+            (DATA / f"{name}.yaml").read_text()
+        fleet, _ = load_cluster(text, name, cat)
+        if args.quick and fleet.num_gpus > 1024:
+            continue
+        model = load_model(cat.model_texts[mname], mname)
+        train = TrainingSettings(seq_length=seq, global_batch_size=gbs, precision=Precision(prec))
+        rows.append(run(fleet, model, train, args.repeat) | {"fleet": name, "sha256": text_sha256(text)[:12]})
+    for n, s, k in GRID:
+        fleet = synthetic(n, s, k)
+        _, model = model_for(n)
+        rows.append(run(fleet, model, TrainingSettings(seq_length=4096, global_batch_size=max(512, n // 2)),
+                        args.repeat))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{'fleet':28} {'GPUs':>5} {'model':14} {'stock s':>8} {'best s':>8} {'speedup':>7} {'asym':>4} "
+              f"{'GPUs used':>10} {'gap':>7} {'solved':>9} {'stop':>8} {'wall s':>7}")
+        for r in rows:
+            print(f"{r['fleet']:28} {r['gpus']:5} {r['model']:14} {r['stock_s']:8.3f} {r['best_s']:8.3f} "
+                  f"{r['speedup']:7.3f} {'yes' if r['asymmetric'] else 'no':>4} "
+                  f"{r['stock_gpus']:>4}->{r['best_gpus']:<5} {r['gap']:7.2%} "
+                  f"{r['solved']:>4}/{r['candidates']:<4} {r['stopped_by']:>8} {r['median_s']:7.1f}")
+    ok = all(r["speedup"] >= 1.0 and r["gap"] <= 0.01 and r["median_s"] <= 10 for r in rows if r["gpus"] <= 1024)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
