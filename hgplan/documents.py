@@ -70,6 +70,11 @@ class PlanRecord(Doc):
     overlap_grad_reduce: bool = True
     stages: list[StageRecord] = Field(min_length=1)
 
+    @property
+    def asymmetric(self) -> bool:
+        """Whether the stages carry their own degrees (an asymmetric plan writes them on every stage)."""
+        return self.stages[0].tp is not None
+
 
 class PredictionRecord(Doc):
     """The cost model's prediction for one plan: iteration time from the pipeline simulator (method), the one number

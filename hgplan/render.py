@@ -48,7 +48,7 @@ def rows_table(out: Console, rows: list[dict[str, Any]]) -> None:
 def explanation(out: Console, report: ExplainReport, timeline: str | None) -> None:
     """`hgplan explain`: headline, per-stage table, findings and the optional timeline."""
     p, plan = report.prediction, report.plan
-    asym = plan.stages[0].tp is not None
+    asym = plan.asymmetric
     head = ("process meshes (per-stage TP, DP and recompute below)" if asym else
             f"TP {plan.tp} CP {plan.cp} PP {plan.pp} DP {plan.dp}")
     out.print(f"[bold]{report.inputs.model_name}[/] on {report.inputs.cluster}: {head}, micro-batch "
@@ -87,7 +87,7 @@ def stage_summary(stages: list[StageRecord]) -> str:
 
 def degrees(pl) -> str:
     """TP/CP/PP/DP of a plan record; 'per mesh' when its stages carry their own."""
-    return f"{pl.tp}/{pl.cp}/{pl.pp}/{pl.dp}" if pl.stages[0].tp is None else f"per mesh/{pl.cp}/{pl.pp}/per mesh"
+    return f"per mesh/{pl.cp}/{pl.pp}/per mesh" if pl.asymmetric else f"{pl.tp}/{pl.cp}/{pl.pp}/{pl.dp}"
 
 
 def search_report(out: Console, report: SearchReport) -> None:

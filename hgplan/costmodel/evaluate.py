@@ -333,7 +333,8 @@ def _boundary_costs(fleet: Fleet, groups: list[NodeGroup], model: ModelArch, pla
         path = fleet.path(groups[a_i], groups[b_i])
         crossings = link_use.get(id(path.link), 1) if path is not None and path.link is not None else 1
         ca, cb = plan.stage_config(a_i), plan.stage_config(b_i)
-        if (ca.tp, ca.dp) == (cb.tp, cb.dp):
+        reshard = (ca.tp, ca.dp) != (cb.tp, cb.dp)
+        if not reshard:
             msg = p2p_message_bytes(model, ca, train)
             busy, latency, path = p2p_seconds(fleet, groups[a_i], groups[b_i], ca, msg_bytes=msg,
                                               crossings=crossings)
@@ -343,19 +344,20 @@ def _boundary_costs(fleet: Fleet, groups: list[NodeGroup], model: ModelArch, pla
             busy, latency, path = mesh_boundary_s(fleet, groups[a_i], groups[b_i], model, ca, cb, train,
                                                   crossings=crossings)
         send[k], lat[k] = busy, latency
-        described.append(_boundary_description(a_i, b_i, path, busy, latency, msg, ca, cb,
+        described.append(_boundary_description(a_i, b_i, path, busy, latency, msg, (ca, cb) if reshard else None,
                                                host_copy=crosses_vendors(groups[a_i], groups[b_i])))
     return send, lat, described
 
 
 def _boundary_description(a_i: int, b_i: int, path: NetPath | None, busy: float, latency: float, msg: float,
-                          ca: ParallelConfig, cb: ParallelConfig, *, host_copy: bool) -> dict:
-    """What explain reports of one boundary; a mesh boundary names the degrees it re-shards between, and a boundary
-    between two vendors says that it goes through host memory."""
+                          reshard: tuple[ParallelConfig, ParallelConfig] | None, *, host_copy: bool) -> dict:
+    """What explain reports of one boundary; a mesh boundary (reshard: the two stages' degrees) names the degrees it
+    re-shards between, and a boundary between two vendors says that it goes through host memory."""
     out = {"from_stage": a_i, "to_stage": b_i, "path": path.kind if path else "none",
            "transport": path.transport.value if path else None, "send_s": busy, "latency_s": latency,
            "message_mib": msg / 2 ** 20}
-    if (ca.tp, ca.dp) != (cb.tp, cb.dp):
+    if reshard is not None:
+        ca, cb = reshard
         out["reshard"] = {"from_tp": ca.tp, "from_dp": ca.dp, "to_tp": cb.tp, "to_dp": cb.dp}
     if host_copy:
         out["host_copy"] = True

@@ -234,12 +234,14 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                           **({} if f is None else {"objective_s": f.time_us / 1e6, "status": f.solution.status}))
                for rank, (plan, pred, f, origin) in enumerate(ranked[:opts.top_k], start=1)]
     best_plan, best_pred = ranked[0][0], ranked[0][1]
-    if mesh is not None and stock_best is not None:  # explain reads the speedup over it from the plan file
-        baselines.append(bl.Baseline(name="stock", description=STOCK_DESCRIPTION, plan=stock_best[0],
-                                     prediction=stock_best[1]))
-    extra = {"baselines": _baseline_records(baselines, best_pred)} if baselines else {}
+    extra: dict = {}
     if mesh is not None and stock_best is not None:
         extra["asymmetric"] = _asymmetric_record(result, mesh, stock_best, ranked[0])
+        # the plan file keeps the stock best as a baseline: explain reads the speedup over it from there
+        baselines.append(bl.Baseline(name="stock", description=STOCK_DESCRIPTION, plan=stock_best[0],
+                                     prediction=stock_best[1]))
+    if baselines:
+        extra["baselines"] = _baseline_records(baselines, best_pred)
     report = SearchReport(
         hgplan_version=__version__, ortools_version=ortools.__version__,
         inputs=SearchInputs(cluster=cluster, model=ModelInput(ref=model_ref, name=model.name),

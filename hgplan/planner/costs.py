@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from hgplan.costmodel.evaluate import (dp_tail, edge_costs, layer_cost, p2p_message_bytes, p2p_seconds,
-                                       pipeline_gather_s, tied_embedding_sync_s)
+from hgplan.costmodel.evaluate import (dp_tail, edge_costs, layer_cost, mesh_boundary_s, p2p_message_bytes,
+                                       p2p_seconds, pipeline_gather_s, tied_embedding_sync_s)
 from hgplan.costmodel.memory import GIB, stage_memory
 from hgplan.costmodel.compute import attention_kernel
 from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, TrainingSettings, TransformerImpl
@@ -124,6 +124,7 @@ class CostSource:
         self._tail: dict[tuple, TailCosts] = {}
         self._memory: dict[tuple, tuple[tuple[int, int], ...]] = {}
         self._rows: dict[tuple, tuple[int, int]] = {}
+        self._mesh_link: dict[tuple, int | None] = {}
 
     def group(self, g: NodeGroup, cfg: ParallelConfig) -> GroupCosts:
         """Layer and edge work of one micro-batch on g."""
@@ -147,6 +148,16 @@ class CostSource:
                 send_us=to_us(busy), lat_us=to_us(latency),
                 tied_us=to_us(tied_embedding_sync_s(self.fleet, a, b, self.model, cfg, self.train)))
         return self._link[key]
+
+    def mesh_link_us(self, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig) -> int | None:
+        """Sender-busy time of a mesh boundary from a stage of degrees cfg on a to another group b, as both ends'
+        term of the mesh tables (planner/mesh_tables.py; None when no path joins them). It depends on the rank's
+        slice (tp, cp, dp, micro-batch), not on the pipeline's depth, so one value serves every candidate P."""
+        key = (a.key, b.key, cfg.tp, cfg.cp, cfg.dp, cfg.micro_batch_size)
+        if key not in self._mesh_link:
+            busy, _, path = mesh_boundary_s(self.fleet, a, b, self.model, cfg, cfg, self.train, crossings=1)
+            self._mesh_link[key] = None if path is None else to_us(busy)
+        return self._mesh_link[key]
 
     def tail(self, g: NodeGroup, cfg: ParallelConfig) -> TailCosts:
         """The data-parallel tail of a stage on g, per stage class, for this configuration's pipeline shape (the

@@ -128,8 +128,7 @@ def _sends_fill_us(t: MeshTables) -> float:
     ways."""
     if t.pp == 1:
         return 0.0
-    sends = [v for r in t.intra_send_us for v in r] + [v for rows in (t.snd_us, t.rcv_us) for row in rows
-                                                         for cell in row if cell for v in cell]
+    sends = t.send_values()
     lats = [v for r in t.intra_lat_us for v in r] + [t.lat_us[h][h2] for h in range(len(t.hosts))
                                                        for h2 in range(len(t.hosts)) if t.snd_us[h][h2] is not None]
     return 2 * (t.pp - 1) * (min(sends) + min(lats))

@@ -1,10 +1,10 @@
 """CP-SAT model of the asymmetric (process-mesh) family for one (B, P) candidate: which node groups host a mesh,
 each mesh's option (tp, dp, recompute), the mesh order and the layers of every stage.
 
-Laid out like planner/model.py (variables, one function per constraint group, objective, hint, solve); it reads
-only the integer MeshTables. Variables: w[h][o] host h runs option o; x[s][h] stage s on host h; u[s,h,o] stage s
-on host h under option o (x and w together); y[s][h] and q[s,h,o] the layers of stage s if it is on h (under o; else
-0); z[b][h][h2] boundary b (stage b -> b+1) joins h and h2; work[s], send[b] and lat[b] the stage and boundary costs
+Laid out like planner/model.py (variables, one function per constraint group, objective, solve); it reads only
+the integer MeshTables. Variables: w[h][o] host h runs option o; x[s][h] stage s on host h; u[s,h,o] stage s on
+host h under option o (x and w together); q[s,h,o] the layers of stage s if it is on h under o (else 0), n[s] its
+layers; z[b][h][h2] boundary b (stage b -> b+1) joins h and h2; work[s], send[b] and lat[b] the stage and boundary costs
 (lower-bounded by the chosen option's entries, tight at the optimum). Stage work, memory and the tail are linear in
 u and q, not enforced by literals, so the LP relaxation bounds them by the options' own rates (it proves small
 instances in milliseconds where the enforced form took a minute).
@@ -42,7 +42,6 @@ class MeshSolution:
 class _Vars:
     w: list[list[cp_model.IntVar]]
     x: list[list[cp_model.IntVar]]
-    y: list[list[cp_model.IntVar]]
     n: list[cp_model.IntVar]
     z: dict[tuple[int, int, int], cp_model.IntVar]
     u: dict[tuple[int, int, int], cp_model.IntVar]
@@ -52,9 +51,7 @@ class _Vars:
 def _horizon(t: MeshTables) -> int:
     biggest = max(max(r) for r in t.layer_us) * t.num_layers + max(max(r) for r in t.first_us) + max(
         max(r) for r in t.last_us)
-    sends = [v for r in t.intra_send_us for v in r] + [v for rows in (t.snd_us, t.rcv_us) for row in rows
-                                                         for cell in row if cell for v in cell]
-    return biggest + 2 * max(sends, default=0) + 1
+    return biggest + 2 * max(t.send_values(), default=0) + 1
 
 
 def _most_layers(t: MeshTables, s: int, h: int, o: int) -> int:
@@ -66,7 +63,6 @@ def _variables(md: cp_model.CpModel, t: MeshTables) -> _Vars:
     P, H, L = t.pp, len(t.hosts), t.num_layers
     w = [[md.new_bool_var(f"w{h}_{o}") for o in range(len(t.options[h]))] for h in range(H)]
     x = [[md.new_bool_var(f"x{s}_{h}") for h in range(H)] for s in range(P)]
-    y = [[md.new_int_var(0, L, f"y{s}_{h}") for h in range(H)] for s in range(P)]
     n = [md.new_int_var(1, L, f"n{s}") for s in range(P)]
     z = {}
     for b in range(P - 1):
@@ -82,7 +78,7 @@ def _variables(md: cp_model.CpModel, t: MeshTables) -> _Vars:
                 if most >= 1:  # a stage holds at least one layer
                     u[(s, h, o)] = md.new_bool_var(f"u{s}_{h}_{o}")
                     q[(s, h, o)] = md.new_int_var(0, most, f"q{s}_{h}_{o}")
-    return _Vars(w=w, x=x, y=y, n=n, z=z, u=u, q=q)
+    return _Vars(w=w, x=x, n=n, z=z, u=u, q=q)
 
 
 def _add_placement(md: cp_model.CpModel, t: MeshTables, v: _Vars) -> None:
@@ -97,11 +93,10 @@ def _add_placement(md: cp_model.CpModel, t: MeshTables, v: _Vars) -> None:
             md.add(sum(on) <= t.slots[h][o] * v.w[h][o])
     for s in range(P):
         md.add_exactly_one(v.x[s])
-        md.add(sum(v.y[s]) == v.n[s])
+        md.add(sum(q for (s2, _, _), q in v.q.items() if s2 == s) == v.n[s])
         for h in range(H):
             keys = [(s, h, o) for o in range(len(t.options[h])) if (s, h, o) in v.u]
             md.add(sum(v.u[k] for k in keys) == v.x[s][h])
-            md.add(sum(v.q[k] for k in keys) == v.y[s][h])
             for k in keys:
                 md.add_implication(v.u[k], v.w[h][k[2]])
                 md.add(v.q[k] >= v.u[k])
@@ -198,28 +193,10 @@ def build_mesh_model(t: MeshTables, *, upper_bound: int | None = None) -> tuple[
     return md, v
 
 
-def _hint(md: cp_model.CpModel, t: MeshTables, v: _Vars, hint) -> None:
-    assign, choice, layers = hint
-    for h in range(len(t.hosts)):
-        for o in range(len(t.options[h])):
-            md.add_hint(v.w[h][o], int(choice.get(h) == o))
-    for s in range(t.pp):
-        md.add_hint(v.n[s], layers[s])
-        for h in range(len(t.hosts)):
-            md.add_hint(v.x[s][h], int(assign[s] == h))
-            md.add_hint(v.y[s][h], layers[s] if assign[s] == h else 0)
-    for (s, h, o), u in v.u.items():
-        on = assign[s] == h and choice.get(h) == o
-        md.add_hint(u, int(on))
-        md.add_hint(v.q[(s, h, o)], layers[s] if on else 0)
-
-
-def solve_mesh(t: MeshTables, params: SolverParams, *, hint=None, upper_bound: int | None = None,
+def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None = None,
                log: Callable[[str], None] | None = None) -> MeshSolution:
     """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists."""
     md, v = build_mesh_model(t, upper_bound=upper_bound)
-    if hint is not None:
-        _hint(md, t, v, hint)
     solver = cp_model.CpSolver()
     configure_solver(solver, params, log)
     status = solver.solve(md)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from hgplan.domain import NodeGroup
-from hgplan.plan import Plan, StageAssignment
+from hgplan.plan import ParallelConfig, Plan, StageAssignment
 from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_bound import tables_bound_us
 from hgplan.planner.mesh_model import MeshSolution, solve_mesh
@@ -94,9 +94,9 @@ def _capacity(rows: list[list[tuple[int, float]]], P: int) -> float:
     return best[P]
 
 
-def _fill_us(costs: CostSource, groups: list[NodeGroup], B: int, opts: SearchOptions) -> float:
+def _fill_us(costs: CostSource, per_group: list[list[tuple[NodeGroup, ParallelConfig]]]) -> float:
     """Least work of L layers plus the embedding and the LM head at the fastest option's rates."""
-    per = [costs.group(g, c) for g in groups for c in host_options(costs, g, B, 1, opts)]
+    per = [costs.group(g, c) for opts in per_group for g, c in opts]
     if not per:
         return math.inf
     return (costs.model.num_layers * min(x.layer_us for x in per) + min(x.first_us for x in per)
@@ -109,11 +109,12 @@ def _candidates(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions)
     L, gbs = costs.model.num_layers, costs.train.global_batch_size
     out, fills = [], {}
     for B in (b for b in range(1, gbs + 1) if gbs % b == 0):
-        fill = fills[B] = _fill_us(costs, groups, B, opts)
+        per_group = [[(g, c) for c in host_options(costs, g, B, 1, opts)] for g in groups]
+        fill = fills[B] = _fill_us(costs, per_group)
         if not math.isfinite(fill):
             continue
-        rows = [[(g.num_gpus // c.gpus_per_stage, 1.0 / costs.group(g, c).layer_us)
-                 for c in host_options(costs, g, B, 1, opts)] for g in groups]
+        rows = [[(g.num_gpus // c.gpus_per_stage, 1.0 / costs.group(g, c).layer_us) for g, c in row]
+                for row in per_group]
         m = gbs // B
         for P in range(1, min(L, opts.max_pp or L) + 1):
             cap = _capacity(rows, P)
@@ -132,6 +133,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     heapq.heapify(heap)
     res = MeshResult(found=[], candidates_total=len(heap))
     best, closed = incumbent_us, []
+    last: tuple[tuple[int, int] | None, MeshTables | None] = (None, None)
     while heap:
         lb, B, P, refined = heapq.heappop(heap)
         if lb >= best * (1 - opts.max_gap):
@@ -144,7 +146,9 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             res.candidates_skipped = len(heap) + 1
             closed.append(lb)
             break
-        t = build_mesh_tables(costs, B, P, groups, opts)
+        # a refined candidate is often taken right after its refinement: its tables are kept for that case
+        t = last[1] if last[0] == (B, P) else build_mesh_tables(costs, B, P, groups, opts)
+        last = ((B, P), t)
         if t is None:
             continue
         if not refined:

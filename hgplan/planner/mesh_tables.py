@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hgplan.costmodel.evaluate import mesh_boundary_s, tied_embedding_sync_s
+from hgplan.costmodel.evaluate import tied_embedding_sync_s
 from hgplan.costmodel.memory import GIB
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
@@ -61,6 +61,11 @@ class MeshTables:
     tail_b_us: tuple[tuple[tuple[int, ...], ...], ...]
     tied_us: tuple[tuple[tuple[int, ...], ...], ...]
     """tied_us[h][o][h2]: tied-embedding sync of a first stage on h (option o) with a last stage on h2."""
+
+    def send_values(self) -> list[int]:
+        """Every boundary entry: own-mesh sends and both ends' terms of boundaries between hosts."""
+        return [v for r in self.intra_send_us for v in r] + [v for rows in (self.snd_us, self.rcv_us) for row in rows
+                                                             for cell in row if cell for v in cell]
 
     def send(self, h: int, o: int, h2: int, o2: int) -> int | None:
         """Sender busy time of one boundary between stage on (h, o) and stage on (h2, o2); None when unreachable."""
@@ -140,11 +145,6 @@ def host_options(costs: CostSource, g: NodeGroup, B: int, P: int, opts: SearchOp
     return out
 
 
-def _boundary(costs: CostSource, a: NodeGroup, b: NodeGroup, c: ParallelConfig) -> int | None:
-    busy, _, path = mesh_boundary_s(costs.fleet, a, b, costs.model, c, c, costs.train, crossings=1)
-    return None if path is None else to_us(busy)
-
-
 @dataclass(slots=True)
 class _HostRows:
     """One host's options and their per-option rows, before they are frozen into MeshTables."""
@@ -207,10 +207,10 @@ def build_mesh_tables(costs: CostSource, B: int, P: int, groups: list[NodeGroup]
         return None
     H = len(hosts)
     tied = not costs.model.untie_embeddings_and_output_weights
-    cross = [[[_boundary(costs, a.group, b.group, c) for c in a.options] if h != h2 else None
+    cross = [[[costs.mesh_link_us(a.group, b.group, c) for c in a.options] if h != h2 else None
               for h2, b in enumerate(hosts)] for h, a in enumerate(hosts)]
     # as a receiver, an option of h2 costs what it would as a sender on the same path (one slice size decides)
-    recv = [[[_boundary(costs, a.group, b.group, c) for c in b.options] if h != h2 else None
+    recv = [[[costs.mesh_link_us(a.group, b.group, c) for c in b.options] if h != h2 else None
              for h2, b in enumerate(hosts)] for h, a in enumerate(hosts)]
     for h, hr in enumerate(hosts):
         rows = [r for h2 in range(H) for r in (cross[h][h2], recv[h2][h])]
