@@ -1,6 +1,6 @@
 """hgplan's predictions beside the real H100 measurements of megatron-core steps (shared/reference/h100-measured.json).
 
-Usage: python benchmarks/h100_measured.py [--json FILE] [--data PATH]
+Usage: python benchmarks/h100_measured.py [--json FILE] [--data PATH] [--profile FILE] [--as-bench FILE]
 
 Each measured configuration (one H100 80GB HBM3 SXM, megatron-core 0.16.1 local spec, bf16, TP = PP = DP = 1)
 becomes a one-GPU fleet, a Llama model of the measured depth and a plan, predicted with `transformer_impl: local`
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from hgplan.costmodel.evaluate import evaluate
 from hgplan.domain import Attention, Fleet, NodeGroup, TrainingSettings, TransformerImpl, Transport
-from hgplan.inputs import load_model
-from hgplan.io import catalog
+from hgplan.inputs import Catalog, load_model
+from hgplan.io import catalog, resolve_profile
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "h100-measured.json"
@@ -31,9 +31,9 @@ ATTENTION = {"flash": Attention.FLASH2, "cudnn": Attention.FUSED, "unfused": Att
 the fused attention Transformer Engine uses on Hopper, and the local spec's own DotProductAttention is unfused."""
 
 
-def one_gpu_fleet() -> Fleet:
-    """One H100 SXM in one node: the measured machine."""
-    cat = catalog()
+def one_gpu_fleet(cat: Catalog | None = None) -> Fleet:
+    """One H100 SXM in one node: the measured machine (with the catalog's constants, or a calibrated catalog's)."""
+    cat = cat or catalog()
     gpu = cat.gpu_type(cat.gpus["H100-SXM5-80GB"])
     group = NodeGroup(site="lab", name="h100", num_nodes=1, gpu=gpu, gpus_per_node=1, intra_node_kind="nvlink",
                       intra_node_gbytes_per_s=gpu.intra_node_gbytes_per_s, nic_transport=Transport.INFINIBAND,
@@ -48,9 +48,9 @@ def model_of(name: str, layers: int):
     return load_model("\n".join(lines + [f"num_layers: {layers}"]) + "\n", f"{name}-L{layers}")
 
 
-def predict(cfg: dict) -> dict:
+def predict(cfg: dict, cat: Catalog | None = None) -> dict:
     """hgplan's prediction of one measured configuration."""
-    fleet = one_gpu_fleet()
+    fleet = one_gpu_fleet(cat)
     model = model_of(cfg["model"], cfg["layers"])
     train = TrainingSettings(seq_length=cfg["seq"], global_batch_size=cfg["mbs"], attention=ATTENTION[cfg["attn"]],
                              transformer_impl=TransformerImpl.LOCAL)
@@ -68,13 +68,13 @@ def _err(pred: float, meas: float) -> float:
     return (pred - meas) / meas
 
 
-def compare(data: dict) -> dict:
+def compare(data: dict, cat: Catalog | None = None) -> dict:
     """Per-configuration and per-layer errors, and the optimizer step."""
     configs = [c for c in data["megatron_configs"] if c["model"].startswith("llama") and "meas_fwd_bwd_ms" in c
                and not c.get("softmax_fp32")]
     rows = []
     for c in configs:
-        p = predict(c)
+        p = predict(c, cat)
         rows.append({"name": c["name"], "fwd_bwd": _err(p["fwd_bwd_ms"], c["meas_fwd_bwd_ms"]),
                      "fwd": _err(p["fwd_ms"], c["meas_fwd_ms"]), "act": _err(p["act_gib"], c["meas_act_peak_gib"]),
                      "peak": _err(p["peak_gib"], c["meas_peak_gib"]), "pred": p, "meas": c})
@@ -101,13 +101,43 @@ def compare(data: dict) -> dict:
     return {"configs": rows, "per_layer": layers, "optimizer": opt}
 
 
+SDPA_KERNELS = {"sdpa_flash": "flash2", "sdpa_cudnn": "fused", "unfused": "unfused"}
+"""h100-measured's attention implementations as `hgplan bench` names the kernel families."""
+
+
+def as_bench_report(data: dict) -> dict:
+    """The shared H100 kernel measurements as the report `hgplan bench` writes (for `hgplan calibrate --bench`):
+    its GEMM sweep (section A), its attention kernels (A3) and its copy ceilings."""
+    dev = data["device"]
+    copies = [{"bytes": round(c["copy_gbytes_per_s_read_plus_write"] * c["copy_ms"] * 1e6 / 2), "ms": c["copy_ms"]}
+              for c in data["ceilings"]]
+    return {
+        "schema_version": "1", "kind": "hgplan.bench", "hgplan_version": "h100-measured", "gpu": "H100-SXM5-80GB",
+        "device": {"name": dev["device"], "backend": "cuda", "count": 1, "torch_version": dev["torch"],
+                   "runtime_version": dev["cuda"], "sm_count": dev["sm_count"],
+                   "memory_gib": round(dev["total_memory"] / 2**30, 3)},
+        "precision": "bf16", "repeats": min(len(g["ms_runs"]) for g in data["gemms"]),
+        "gemms": [{"m": g["m"], "n": g["n"], "k": g["k"], "ms": g["ms"], "runs_ms": g["ms_runs"]}
+                  for g in data["gemms"]],
+        "attention": [{"kernel": SDPA_KERNELS[a["impl"]], "batch": a["mbs"], "heads": a["heads"], "seq": a["seq"],
+                       "head_dim": 128, "fwd_ms": a["fwd_ms"], "fwd_bwd_ms": a["fwd_bwd_ms"]}
+                      for a in data["attention_kernels"]],
+        "copies": copies, "skipped": ["collectives: one GPU was measured"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--json", help="also write the comparison to this file")
+    ap.add_argument("--profile", help="predict with a calibration profile's constants (hgplan calibrate -o FILE)")
+    ap.add_argument("--as-bench", metavar="FILE", help="write the kernel measurements as an `hgplan bench` report "
+                                                     "(for `hgplan calibrate --bench FILE`) and stop")
     args = ap.parse_args()
     data = json.loads(Path(args.data).read_text())
-    out = compare(data)
+    if args.as_bench:
+        Path(args.as_bench).write_text(json.dumps(as_bench_report(data), indent=2) + "\n")
+        return 0
+    out = compare(data, resolve_profile(args.profile)[0] if args.profile else None)
     print(f"{'configuration':34} {'fwd+bwd':>8} {'fwd':>8} {'act':>8} {'peak':>8}")
     for r in out["configs"]:
         print(f"{r['name']:34} {r['fwd_bwd']:+8.1%} {r['fwd']:+8.1%} {r['act']:+8.1%} {r['peak']:+8.1%}")

@@ -20,7 +20,7 @@ import numpy as np
 from hgplan import __version__
 from hgplan.costmodel.compute import attention_kernel
 from hgplan.costmodel.evaluate import evaluate
-from hgplan.documents import (SCHEMA_VERSION, CalibrationProfile, GpuConstants, ProfileFit, RunResidual,
+from hgplan.documents import (SCHEMA_VERSION, BenchConstant, CalibrationProfile, GpuConstants, ProfileFit, RunResidual,
                               TransportConstants)
 from hgplan.domain import Attention, Fleet, ModelArch, TrainingSettings
 from hgplan.errors import InputError
@@ -159,11 +159,12 @@ def _levenberg_marquardt(runs: list[Run], params: list[Param], base: np.ndarray)
     return x
 
 
-def calibrate(runs: list[Run]) -> CalibrationProfile:
-    """Fit the constants the runs depend on; constants no run constrains are listed, not changed."""
+def calibrate(runs: list[Run], *, fixed: frozenset[Param] = frozenset()) -> CalibrationProfile:
+    """Fit the constants the runs depend on; constants no run constrains are listed, not changed. `fixed` constants
+    (measured by `hgplan bench`, already in the runs' fleets) are held at their values."""
     if not runs:
         raise InputError("calibrate needs at least one run")
-    candidates = _params(runs)
+    candidates = [p for p in _params(runs) if p not in fixed]
     base_all = np.array([_base_value(p, runs) for p in candidates])
     f0 = _log_errors(runs, candidates, base_all, np.zeros(len(candidates)))
     active = []
@@ -196,6 +197,25 @@ def calibrate(runs: list[Run]) -> CalibrationProfile:
                        residuals=residuals,
                        not_identifiable=[f"{k}.{n}" if kind == "gpu" else f"transport {k}"
                                          for i, (kind, k, n) in enumerate(candidates) if i not in active]))
+
+
+def bench_params(constants: list[BenchConstant]) -> frozenset[Param]:
+    """The (gpu, id, constant) keys of bench-measured constants, as `calibrate(fixed=...)` takes them."""
+    return frozenset(("gpu", c.gpu, c.constant) for c in constants)
+
+
+def with_bench(profile: CalibrationProfile | None, constants: list[BenchConstant]) -> CalibrationProfile:
+    """A profile holding the bench-measured constants and, when runs were fitted, the constants fitted to them."""
+    gpus: dict[str, dict[str, float]] = {}
+    for c in constants:
+        gpus.setdefault(c.gpu, {})[c.constant] = c.value
+    if profile is not None:
+        for gid, fitted in profile.gpus.items():
+            gpus.setdefault(gid, {}).update(fitted.model_dump(exclude_none=True))
+    return CalibrationProfile(
+        hgplan_version=__version__, gpus={k: GpuConstants(**v) for k, v in sorted(gpus.items())},
+        transports=profile.transports if profile is not None else {},
+        **({"fit": profile.fit} if profile is not None else {}), bench=constants)
 
 
 def apply_profile(catalog: Catalog, profile: CalibrationProfile) -> Catalog:

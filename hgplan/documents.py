@@ -472,6 +472,91 @@ class ProfileFit(Doc):
                                         "kept at the catalog's value")
 
 
+class BenchDevice(Doc):
+    """Where `hgplan bench` ran."""
+
+    name: str = Field(description="the device's own name (torch), e.g. 'NVIDIA H100 80GB HBM3', or 'cpu'")
+    backend: Literal["cuda", "rocm", "cpu"]
+    count: int = Field(ge=1, description="devices of this kind the collectives ran over (1: none ran)")
+    torch_version: str
+    runtime_version: str | None = Field(None, description="CUDA or ROCm version torch was built with")
+    sm_count: int | None = Field(None, ge=1)
+    memory_gib: float | None = Field(None, gt=0)
+
+
+class BenchGemm(Doc):
+    """One timed matmul (m x k) @ (k x n)."""
+
+    m: int = Field(ge=1)
+    n: int = Field(ge=1)
+    k: int = Field(ge=1)
+    ms: float = Field(gt=0, description="median of the timed repeats")
+    runs_ms: list[float]
+
+
+class BenchAttention(Doc):
+    """One timed causal attention kernel (PyTorch scaled_dot_product_attention with one backend)."""
+
+    kernel: Literal["flash2", "fused", "efficient", "unfused", "cpu"] = Field(
+        description="flash2: SDPA's FlashAttention-2 backend; fused: cuDNN fused attention (what Transformer Engine "
+                    "runs on Hopper); efficient: the memory-efficient backend; unfused: SDPA's math backend")
+    batch: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    seq: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    fwd_ms: float = Field(gt=0)
+    fwd_bwd_ms: float = Field(gt=0)
+
+
+class BenchCopy(Doc):
+    """One timed device-to-device copy of `bytes` (it reads and writes them once)."""
+
+    bytes: int = Field(ge=1)
+    ms: float = Field(gt=0)
+
+
+class BenchCollective(Doc):
+    """One timed collective over the ranks of one node (NCCL on GPUs, gloo on the CPU)."""
+
+    op: Literal["all_reduce", "send_recv"]
+    ranks: int = Field(ge=2)
+    bytes: int = Field(ge=1, description="the buffer each rank reduces (all_reduce) or sends (send_recv)")
+    ms: float = Field(gt=0, description="median over the repeats of the slowest rank's time")
+
+
+class BenchReport(Doc):
+    """`hgplan bench`'s output, read by `hgplan calibrate --bench`: kernel and collective times on one machine."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    kind: Literal["hgplan.bench"] = "hgplan.bench"
+    hgplan_version: str
+    gpu: str | None = Field(None, description="the catalog GPU id the device is (None on the CPU)")
+    device: BenchDevice
+    precision: Literal["bf16", "fp16", "fp32"]
+    repeats: int = Field(ge=1)
+    gemms: list[BenchGemm] = Field(default_factory=list)
+    attention: list[BenchAttention] = Field(default_factory=list)
+    copies: list[BenchCopy] = Field(default_factory=list)
+    collectives: list[BenchCollective] = Field(default_factory=list)
+    skipped: list[str] = Field(default_factory=list, description="what was not measured, and why")
+
+
+class BenchConstant(Doc):
+    """One constant derived from microbenchmarks: the value that makes the cost model's own formula reproduce the
+    measured kernels (their median), and how well it then does."""
+
+    gpu: str
+    constant: str
+    value: float
+    measurements: int = Field(ge=1)
+    implied_min: float = Field(description="smallest value one measurement alone implies")
+    implied_max: float
+    catalog_value: float
+    median_abs_error_before: float = Field(description="median |error| of the model's kernel times with the "
+                                           "catalog's value")
+    median_abs_error_after: float
+
+
 class CalibrationProfile(Doc):
     """`hgplan calibrate`'s output, read by `--profile`: per-GPU and per-transport constants of the user's fleet."""
 
@@ -481,10 +566,13 @@ class CalibrationProfile(Doc):
     gpus: dict[str, GpuConstants] = Field(default_factory=dict)
     transports: dict[str, TransportConstants] = Field(default_factory=dict)
     fit: ProfileFit | None = None
+    bench: list[BenchConstant] | None = Field(None, description="constants measured by `hgplan bench` (held fixed "
+                                              "while runs are fitted)")
 
 
 SCHEMAS: dict[str, type[Doc]] = {"search": SearchReport, "explain": ExplainReport, "export": ExportReport,
-                                 "plan": PlanFile, "profile": CalibrationProfile}
+                                 "plan": PlanFile, "profile": CalibrationProfile,
+                                 "bench": BenchReport}
 """The documents whose JSON Schema `hgplan schema` prints, by name."""
 
 

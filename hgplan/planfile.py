@@ -16,6 +16,7 @@ from hgplan.documents import (
     PLAN_KIND,
     SCHEMA_VERSION,
     SEARCH_KIND,
+    BenchReport,
     CalibrationProfile,
     ModelSourceText,
     PlanFile,
@@ -80,6 +81,19 @@ def parse_profile(text: str, source: str) -> CalibrationProfile:
         return CalibrationProfile.model_validate(data)
     except ValidationError as exc:
         raise _shape_errors(exc, source, "calibration profile") from None
+
+
+def parse_bench(text: str, source: str) -> BenchReport:
+    """An `hgplan bench` report (JSON) checked against its schema; InputError naming what is wrong."""
+    from hgplan.yamlio import parse_yaml
+
+    data, _ = parse_yaml(text, source)
+    if not isinstance(data, dict) or data.get("kind") != "hgplan.bench":
+        raise _fail(source, "not a bench report (kind hgplan.bench); write one with `hgplan bench -o FILE`", "kind")
+    try:
+        return BenchReport.model_validate(data)
+    except ValidationError as exc:
+        raise _shape_errors(exc, source, "bench report") from None
 
 
 def _fail(source: str, msg: str, path: str = "") -> InputError:

@@ -18,7 +18,28 @@ def _relative(base: Path, ref: str) -> str:
         else ref
 
 
-def _load_runs(path: str) -> list:
+def _load_bench(paths: list[str]) -> tuple[list, list[str]]:
+    """The constants the bench reports measure, and notes on what they could not measure; one report per GPU type."""
+    from hgplan.bench.fit import bench_constants
+    from hgplan.io import catalog, read_text
+    from hgplan.planfile import parse_bench
+
+    cat, constants, notes, seen = catalog(), [], [], {}
+    for path in paths:
+        report = parse_bench(read_text(path, "bench report"), path)
+        if report.gpu is not None and report.gpu not in cat.gpus:
+            raise InputError(f"{path}: gpu {report.gpu!r} is not in this hgplan's catalog")
+        if report.gpu in seen:
+            raise InputError(f"--bench {path} and --bench {seen[report.gpu]} both measure {report.gpu}; give one "
+                             "report per GPU type")
+        seen[report.gpu] = path
+        found, why = bench_constants(report, cat.gpu_type(cat.gpus[report.gpu]) if report.gpu else None, path)
+        constants += found
+        notes += [f"{path}: {line}" for line in why]
+    return constants, notes
+
+
+def _load_runs(path: str, cat=None) -> list:
     """The runs of a runs file, each resolved and checked (exit 2 with the run's name on any problem)."""
     from pydantic import ValidationError
 
@@ -40,7 +61,7 @@ def _load_runs(path: str) -> list:
     runs = []
     for i, rs in enumerate(spec.runs):
         where = f"{path}: runs.{i} ({rs.name})"
-        fleet, _, _ = resolve_cluster(_relative(base, rs.cluster))
+        fleet, _, _ = resolve_cluster(_relative(base, rs.cluster), cat)
         model, _ = resolve_model(_relative(base, rs.model))
         train = make_training(dict(rs.training), model, f"{where}.training")
         try:
@@ -65,40 +86,65 @@ def _load_runs(path: str) -> list:
 @app.command()
 @handles_errors
 def calibrate(
-    runs_file: Annotated[str, typer.Argument(help="Runs file: for each run the cluster, model, training settings, "
-                                                  "plan and its Megatron-LM log (or iteration_time_ms).")],
+    runs_file: Annotated[str | None, typer.Argument(help="Runs file: for each run the cluster, model, training "
+                                                         "settings, plan and its Megatron-LM log (or "
+                                                         "iteration_time_ms).")] = None,
+    bench: Annotated[list[str] | None, typer.Option("--bench", help="A report of `hgplan bench` (one per GPU "
+                                                                    "type; repeatable). Its constants are measured, "
+                                                                    "and held fixed while runs are fitted.")] = None,
     output: Annotated[str | None, typer.Option("-o", "--output", help="Write the profile (YAML) here, for "
                                                                     "--profile on search and explain.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fit GPU and network constants to runs on your own fleet; write a profile that search and explain use."""
+    """Fit GPU and network constants to runs on your own fleet and/or kernel timings of `hgplan bench`; write a
+    profile that search and explain use."""
     import yaml
 
-    from hgplan.calibrate import calibrate as fit
-    from hgplan.io import check_writable_file, write_file_atomic
+    from hgplan.calibrate import apply_profile, bench_params, calibrate as fit, with_bench
+    from hgplan.io import catalog, check_writable_file, write_file_atomic
 
+    if runs_file is None and not bench:
+        raise InputError("calibrate needs a runs file, --bench FILE, or both")
     if output is not None:
         check_writable_file(output)
-    profile = fit(_load_runs(runs_file))
+    measured, notes = _load_bench(bench or [])
+    profile = None
+    if runs_file is not None:
+        cat = apply_profile(catalog(), with_bench(None, measured)) if measured else None
+        profile = fit(_load_runs(runs_file, cat), fixed=bench_params(measured))
+    if measured:
+        profile = with_bench(profile, measured)
     doc = profile.to_json_dict()
     if output is not None:
         write_file_atomic(output, "# hgplan calibration profile: use with --profile\n"
                           + yaml.safe_dump(doc, sort_keys=False))
         warn(f"wrote {output}", "")
-    for name in profile.fit.not_identifiable:
+    for line in notes:
+        warn(line, "note")
+    for name in (profile.fit.not_identifiable if profile.fit else []):
         warn(f"{name}: no run depends on it; kept at the catalog's value", "note")
     if as_json:
         emit_json(doc)
         return
+    _print_profile(profile)
+
+
+def _print_profile(profile) -> None:
     from rich.table import Table
 
-    table = Table("constant", "fitted")
+    measured = {(c.gpu, c.constant): c for c in profile.bench or []}
+    table = Table("constant", "value", "from", "catalog", "kernel error before -> after")
     for gid, c in profile.gpus.items():
         for name, value in c.model_dump(exclude_none=True).items():
-            table.add_row(f"{gid}.{name}", f"{value:.4f}")
+            b = measured.get((gid, name))
+            table.add_row(f"{gid}.{name}", f"{value:.4f}", f"bench ({b.measurements})" if b else "runs",
+                          f"{b.catalog_value:.4f}" if b else "",
+                          f"{b.median_abs_error_before:.1%} -> {b.median_abs_error_after:.1%}" if b else "")
     for name, t in profile.transports.items():
-        table.add_row(f"transport {name}.efficiency", f"{t.efficiency:.4f}")
+        table.add_row(f"transport {name}.efficiency", f"{t.efficiency:.4f}", "runs", "", "")
     out.print(table)
+    if profile.fit is None:
+        return
     res = Table("run", "measured s", "fitted s", "error")
     for r in profile.fit.residuals:
         res.add_row(r.run, f"{r.measured_s:.4f}", f"{r.predicted_s:.4f}", f"{r.error:+.2%}")

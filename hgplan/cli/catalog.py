@@ -113,13 +113,14 @@ class SchemaKind(StrEnum):
     explain = "explain"
     export = "export"
     profile = "profile"
+    bench = "bench"
 
 
 @app.command()
 @handles_errors
 def schema(kind: Annotated[SchemaKind, typer.Argument(help="cluster, model, training (inputs), plan (plan files), "
                                                            "or search, explain, export (their --json output), "
-                                                           "profile (calibrate).")]) -> None:
+                                                           "profile (calibrate), bench (bench).")]) -> None:
     """Print the JSON Schema of an input document, a plan file or a command's --json output."""
     from hgplan import documents
     from hgplan import schema as s

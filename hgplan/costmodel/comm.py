@@ -45,6 +45,12 @@ PCIE_HOP_S = 5.7e-6
 """Per-step latency of a ring over PCIe (NCCL src/graph/tuning.cc, hwLatencies, PCI ring Simple)."""
 
 
+def switched_busbw(bidirectional_gbytes_per_s: float, collective_efficiency: float) -> float:
+    """Bus bandwidth of a ring over NVLink/xGMI: one direction of the vendor's bidirectional per-GPU figure, at the
+    collective efficiency."""
+    return bidirectional_gbytes_per_s / 2.0 * collective_efficiency
+
+
 def intra_node_busbw(group: NodeGroup, *, span: int) -> tuple[float, float]:
     """(bus bandwidth GB/s, per-step latency s) of a ring over GPUs of one node covering `span` consecutive GPUs.
 
@@ -55,7 +61,7 @@ def intra_node_busbw(group: NodeGroup, *, span: int) -> tuple[float, float]:
     once) while all the socket's GPUs stream at once, and a ring spanning sockets crosses their link.
     """
     if group.intra_node_kind != "pcie":
-        return group.intra_node_gbytes_per_s / 2.0 * group.gpu.eff.collective_efficiency, NVLINK_HOP_S
+        return switched_busbw(group.intra_node_gbytes_per_s, group.gpu.eff.collective_efficiency), NVLINK_HOP_S
     topo = group.pcie
     link = group.intra_node_gbytes_per_s / 2.0 * PCIE_NCCL_FRACTION
     per_socket = max(1, group.gpus_per_node // topo.sockets)

@@ -97,13 +97,21 @@ def tile_efficiency(gpu: GpuType, m: float, n: float, k: float) -> float:
     return (m * n) / (waves * gpu.sm_count * TILE_M * TILE_N)
 
 
-def gemm_s(gpu: GpuType, precision: Precision, m: float, n: float, k: float) -> float:
-    """Roofline time of an (m x k) @ (k x n) matmul: tensor cores at the per-clock efficiency and training clock,
-    in whole tiles and waves, never faster than HBM."""
+def gemm_compute_s(gpu: GpuType, precision: Precision, m: float, n: float, k: float) -> float:
+    """Tensor-core time of an (m x k) @ (k x n) matmul at the per-clock efficiency and training clock, in whole tiles
+    and waves (inversely proportional to gemm_efficiency)."""
     peak = sustained_peak_flops(gpu, precision)
-    compute = 2.0 * m * n * k / (peak * gpu.eff.gemm_efficiency * tile_efficiency(gpu, m, n, k))
-    memory = BYTES * (m * k + k * n + m * n) / (gpu.hbm_gbytes_per_s * 1e9 * gpu.eff.hbm_efficiency)
-    return max(compute, memory)
+    return 2.0 * m * n * k / (peak * gpu.eff.gemm_efficiency * tile_efficiency(gpu, m, n, k))
+
+
+def gemm_memory_s(gpu: GpuType, m: float, n: float, k: float) -> float:
+    """HBM time of reading both operands and writing the result once."""
+    return hbm_s(gpu, BYTES * (m * k + k * n + m * n))
+
+
+def gemm_s(gpu: GpuType, precision: Precision, m: float, n: float, k: float) -> float:
+    """Roofline time of an (m x k) @ (k x n) matmul: tensor cores (gemm_compute_s), never faster than HBM."""
+    return max(gemm_compute_s(gpu, precision, m, n, k), gemm_memory_s(gpu, m, n, k))
 
 
 def attention_kernel(train: TrainingSettings, gpu: GpuType) -> Attention:
@@ -125,6 +133,16 @@ def attention_rate(gpu: GpuType, precision: Precision, kernel: Attention) -> flo
     if kernel is Attention.FUSED and gpu.eff.fused_attention_efficiency is not None:
         eff = gpu.eff.fused_attention_efficiency
     return sustained_peak_flops(gpu, precision) * eff
+
+
+def flash_attention_s(gpu: GpuType, precision: Precision, kernel: Attention, *, tokens_heads: float, q_len: float,
+                      k_len: float, head_dim: float) -> tuple[float, float, float]:
+    """(forward s, backward s, forward FLOPs) of a causal FlashAttention-class kernel over `tokens_heads` (micro-batch
+    x heads) sequences of q_len queries against k_len keys: the causal half of 4 q k d FLOPs at the kernel family's
+    rate, the backward FLASH_BWD_RATIO times the forward."""
+    flops = 4.0 * tokens_heads * q_len * k_len * head_dim * 0.5  # causal blocks skipped
+    rate = attention_rate(gpu, precision, kernel)
+    return flops / rate, FLASH_BWD_RATIO * flops / rate, flops
 
 
 def hbm_s(gpu: GpuType, nbytes: float) -> float:
@@ -153,9 +171,9 @@ def _attention_s(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: Tra
     heads, d, prec = model.num_attention_heads / t, model.kv_channels, compute_precision(train)
     q_len, k_len = s / c, s
     if kernel is not Attention.UNFUSED:
-        flops = 4.0 * b * heads * q_len * k_len * d * 0.5  # causal blocks skipped
-        rate = attention_rate(gpu, prec, kernel)
-        return flops / rate, FLASH_BWD_RATIO * flops / rate, 0.0, flops
+        fwd, bwd, flops = flash_attention_s(gpu, prec, kernel, tokens_heads=b * heads, q_len=q_len, k_len=k_len,
+                                            head_dim=d)
+        return fwd, bwd, 0.0, flops
     per_head = b * heads
     qk = gemm_s(gpu, prec, q_len, k_len, d)
     av = gemm_s(gpu, prec, q_len, d, k_len)

@@ -1,0 +1,154 @@
+"""bench: time the kernels and collectives the cost model prices on this machine (an optional extra: PyTorch)."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from hgplan.cli.base import JsonOpt, app, emit_json, handles_errors, out, warn
+from hgplan.errors import InputError
+
+
+class BenchDeviceKind(StrEnum):
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+class BenchPrecision(StrEnum):
+    auto = "auto"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+
+
+def _catalog_gpu(name: str, gpu: str | None):
+    """The catalog GpuType the device is: --gpu, or the one its name matches (exit 2 when none or several do)."""
+    from hgplan.bench import match_gpu
+    from hgplan.io import catalog
+
+    cat = catalog()
+    if gpu is None:
+        found = match_gpu(name, sorted(cat.gpus))
+        if len(found) != 1:
+            raise InputError(f"hgplan bench: the device {name!r} matches {len(found)} catalog GPUs "
+                             f"({', '.join(found) or 'none'}); give --gpu ID (`hgplan profiles list gpus`)")
+        gpu = found[0]
+    if gpu not in cat.gpus:
+        raise InputError(f"--gpu {gpu}: not in the catalog; `hgplan profiles list gpus` lists the ids")
+    return cat.gpu_type(cat.gpus[gpu])
+
+
+def _device_record(dev, ranks: int):
+    from hgplan.documents import BenchDevice
+
+    torch = dev.torch
+    if not dev.cuda:
+        return BenchDevice(name="cpu", backend="cpu", count=ranks, torch_version=torch.__version__)
+    props = torch.cuda.get_device_properties(dev.device)
+    rocm = getattr(torch.version, "hip", None)
+    return BenchDevice(name=props.name, backend="rocm" if rocm else "cuda", count=ranks,
+                       torch_version=torch.__version__, runtime_version=rocm or torch.version.cuda,
+                       sm_count=props.multi_processor_count, memory_gib=round(props.total_memory / 2**30, 3))
+
+
+def _measure(dev, *, mode: str, kernels: list[str], ranks: int) -> dict:
+    from hgplan.bench import collectives, kernels as k
+
+    warn(f"timing {len(k.GEMM_SHAPES[mode])} GEMM shapes", "bench")
+    parts: dict = {"gemms": k.time_gemms(dev, k.GEMM_SHAPES[mode])}
+    warn(f"timing attention ({', '.join(kernels)})", "bench")
+    parts["attention"], skipped = k.time_attention(dev, k.ATTENTION_SHAPES[mode], kernels)
+    warn("timing copies", "bench")
+    parts["copies"] = k.time_copies(dev, k.COPY_BYTES[mode])
+    if ranks >= 2:
+        warn(f"timing all-reduce and send/recv over {ranks} ranks", "bench")
+        parts["collectives"] = collectives.time_collectives(ranks=ranks, cuda=dev.cuda, repeats=dev.repeats,
+                                                            sizes=collectives.COLLECTIVE_BYTES[mode])
+    else:
+        skipped.append("collectives: one device (give --ranks N with N >= 2 devices on this node)")
+    return {**parts, "skipped": skipped}
+
+
+@app.command()
+@handles_errors
+def bench(
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Write the report (JSON) here, for "
+                                                                    "`hgplan calibrate --bench`.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Catalog GPU id of this machine's GPU (default: matched "
+                                                          "from the device's name).")] = None,
+    device: Annotated[BenchDeviceKind, typer.Option("--device", help="cuda (also ROCm builds of torch), or cpu to "
+                                                                     "check the harness only.")] = BenchDeviceKind.cuda,
+    precision: Annotated[BenchPrecision, typer.Option(
+        "--precision", help="auto: bf16 where the GPU has it, else fp16; fp32 on the CPU.")] = BenchPrecision.auto,
+    ranks: Annotated[int | None, typer.Option(
+        "--ranks", min=1, help="Devices of this node the collectives run over (default: all it has; 1 on the "
+                               "CPU).")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, max=1000, help="Timed samples per kernel (medians "
+                                                                            "are reported).")] = 10,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer shapes and sizes: 5 GEMMs, one attention shape, two "
+                                                        "message sizes.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Time GEMMs, attention kernels, copies and NCCL collectives on this machine; `calibrate --bench` turns the
+    report into cost-model constants. Needs PyTorch; planning never does."""
+    from hgplan import __version__
+    from hgplan.bench.kernels import open_device
+    from hgplan.documents import BenchReport
+    from hgplan.domain import Precision
+    from hgplan.io import check_writable_file, write_file_atomic
+
+    if output is not None:
+        check_writable_file(output)
+    cuda = device is BenchDeviceKind.cuda
+    dev = open_device(device.value, "fp32", repeats)
+    gpu_type = _catalog_gpu(dev.torch.cuda.get_device_name(dev.device), gpu) if cuda else None
+    prec = precision.value
+    if prec == "auto":
+        prec = "fp32" if gpu_type is None else ("bf16" if gpu_type.eff.bf16 else "fp16")
+    if gpu_type is not None and (prec == "fp32" or not gpu_type.supports(Precision(prec))):
+        raise InputError(f"--precision {prec}: {gpu_type.id} has no {prec} tensor-core peak in the catalog, so its "
+                         "timings could not calibrate it; leave --precision auto")
+    dev = dev.with_precision(prec)
+    available = dev.torch.cuda.device_count() if cuda else 1
+    n = ranks if ranks is not None else available
+    if cuda and n > available:
+        raise InputError(f"--ranks {n}: torch sees {available} GPUs on this node")
+    mode = "cpu" if not cuda else ("quick" if quick else "full")
+    kernels = ["cpu"] if not cuda else ["flash2", "fused", "efficient"]
+    parts = _measure(dev, mode=mode, kernels=kernels, ranks=n)
+    report = BenchReport(hgplan_version=__version__, gpu=gpu_type.id if gpu_type else None,
+                         device=_device_record(dev, n), precision=prec, repeats=repeats, **parts)
+    doc = report.to_json_dict()
+    if output is not None:
+        write_file_atomic(output, json.dumps(doc, indent=2) + "\n")
+        warn(f"wrote {output}", "")
+    for line in report.skipped:
+        warn(line, "skipped")
+    if as_json:
+        emit_json(doc)
+        return
+    _print_report(report)
+
+
+def _print_report(report) -> None:
+    from rich.table import Table
+
+    out.print(f"{report.device.name} ({report.gpu or 'no catalog GPU'}), {report.precision}, "
+              f"medians of {report.repeats}")
+    t = Table("kernel", "shape", "ms", "rate")
+    for g in report.gemms:
+        t.add_row("gemm", f"{g.m}x{g.n}x{g.k}", f"{g.ms:.4f}", f"{2 * g.m * g.n * g.k / g.ms / 1e9:.1f} TFLOP/s")
+    for a in report.attention:
+        flops = 3.5 * 2 * a.batch * a.heads * a.seq * a.seq * a.head_dim
+        t.add_row(f"attention {a.kernel}", f"b{a.batch} h{a.heads} s{a.seq} d{a.head_dim}", f"{a.fwd_bwd_ms:.4f}",
+                  f"{flops / a.fwd_bwd_ms / 1e9:.1f} TFLOP/s (causal, fwd+bwd)")
+    for c in report.copies:
+        t.add_row("copy", f"{c.bytes >> 20} MiB", f"{c.ms:.4f}", f"{2 * c.bytes / c.ms / 1e6:.1f} GB/s (r+w)")
+    for c in report.collectives:
+        factor = 2 * (c.ranks - 1) / c.ranks if c.op == "all_reduce" else 1.0
+        t.add_row(c.op, f"{c.bytes >> 20} MiB x {c.ranks}", f"{c.ms:.4f}",
+                  f"{factor * c.bytes / c.ms / 1e6:.1f} GB/s ({'bus' if c.op == 'all_reduce' else 'link'})")
+    out.print(t)
