@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +51,39 @@ MAX_INPUT_BYTES = 16 * 2 ** 20
 /dev/zero or a runaway file is exit 2 at once instead of exhausting memory (docs/inputs.md, "Limits")."""
 
 
+STDIO = "-"
+"""The path that names standard input (for an input) or standard output (for `-o`)."""
+_stdin: dict[str, str] = {}
+"""What standard input was read as, and its text: it can be read once, so only one input can be `-`."""
+
+
+def forget_stdin() -> None:
+    """Start a new command: standard input has not been read (commands run in one process in tests)."""
+    _stdin.clear()
+
+
+def _read_stdin(what: str) -> str:
+    if _stdin:
+        (first, text), = _stdin.items()
+        if first != what:
+            raise _issue("<stdin>", f"standard input (-) was already read as the {first}; only one input can be -: "
+                                    f"give the {what} as a file")
+        return text
+    data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise _issue("<stdin>", f"the {what} on standard input is larger than {MAX_INPUT_BYTES // 2 ** 20} MiB (the "
+                                "limit on any input)")
+    try:
+        _stdin[what] = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _issue("<stdin>", f"cannot read the {what}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return _stdin[what]
+
+
 def read_text(path_str: str, what: str, fmt: str = "YAML") -> str:
-    """A user file's text, or InputError saying why it cannot be read."""
+    """A user file's text (standard input for `-`), or InputError saying why it cannot be read."""
+    if path_str == STDIO:
+        return _read_stdin(what)
     path = Path(path_str)
     if path.is_dir():
         raise _issue(path_str, f"is a directory; expected a {what} {fmt} file")
@@ -103,7 +135,7 @@ class ResolvedInput:
 
 def _looks_like_path(ref: str) -> bool:
     """The one rule for 'name or path': a path has a slash, a YAML suffix, or exists."""
-    return "/" in ref or ref.endswith((".yaml", ".yml")) or Path(ref).exists()
+    return ref == STDIO or "/" in ref or ref.endswith((".yaml", ".yml")) or Path(ref).exists()
 
 
 def _resolve(ref: str, *, what: str, flag: str, shipped: dict[str, str], prefix: str) -> ResolvedInput:
@@ -117,7 +149,7 @@ def _resolve(ref: str, *, what: str, flag: str, shipped: dict[str, str], prefix:
         raise InputError([InputIssue(source=flag, line=None, path="",
                                      message=f"'{ref}' is neither a file nor {kind}; {hint}"
                                              f"{'examples' if prefix == 'example' else 'presets'}: {', '.join(shipped)}")])
-    return ResolvedInput.of(ref, ref, read_text(ref, what))
+    return ResolvedInput.of(ref, "<stdin>" if ref == STDIO else ref, read_text(ref, what))
 
 
 def resolve_cluster(ref: str, cat: Catalog | None = None) -> tuple[Fleet, list[str], ResolvedInput]:
@@ -136,8 +168,11 @@ def resolve_model(ref: str) -> tuple[ModelArch, ResolvedInput]:
 
 
 def check_writable_file(path_str: str) -> Path:
-    """The path of a file about to be written, or InputError (exit 2) when it cannot be: checked before any work."""
+    """The path of a file about to be written, or InputError (exit 2) when it cannot be: checked before any work.
+    `-` is standard output."""
     target = Path(path_str)
+    if path_str == STDIO:
+        return target
     if target.is_dir():
         raise _issue(f"-o {path_str}", f"is a directory; give a file name such as {path_str}/plan.json")
     parent = target.parent if str(target.parent) else Path(".")
@@ -149,8 +184,12 @@ def check_writable_file(path_str: str) -> Path:
 
 
 def write_file_atomic(path_str: str, text: str) -> None:
-    """Write a file so that readers see the old file or the whole new one, never a part."""
+    """Write a file so that readers see the old file or the whole new one, never a part (`-`: standard output)."""
     target = check_writable_file(path_str)
+    if path_str == STDIO:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent or "."))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -161,14 +200,24 @@ def write_file_atomic(path_str: str, text: str) -> None:
         raise
 
 
-def write_dir_atomic(path_str: str, files: dict[str, str], *, executable_suffix: str = ".sh") -> None:
-    """Write files into a new (or empty) directory all at once: a reader sees none of them or all of them.
-
-    InputError when the target exists and is not an empty directory (nothing is written then)."""
+def check_output_dir(path_str: str) -> Path:
+    """The directory an export is about to write, or InputError (exit 2) when it cannot be: checked before any
+    work and again when writing."""
+    if path_str == STDIO:
+        raise _issue("-o -", "this command writes a directory of files, which standard output cannot hold; give a "
+                             "directory")
     target = Path(path_str)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise _issue(f"-o {path_str}", "exists and is not an empty directory; choose a new directory (nothing was "
                                        "written)")
+    return target
+
+
+def write_dir_atomic(path_str: str, files: dict[str, str], *, executable_suffix: str = ".sh") -> None:
+    """Write files into a new (or empty) directory all at once: a reader sees none of them or all of them.
+
+    InputError when the target exists and is not an empty directory (nothing is written then)."""
+    target = check_output_dir(path_str)
     tmp = Path(tempfile.mkdtemp(prefix=".hgplan-export-", dir=str(target.parent.resolve())))
     try:
         for name, content in sorted(files.items()):

@@ -51,7 +51,8 @@ def explanation(out: Console, report: ExplainReport, timeline: str | None) -> No
     asym = plan.asymmetric
     head = ("process meshes (per-stage TP, DP and recompute below)" if asym else
             f"TP {plan.tp} CP {plan.cp} PP {plan.pp} DP {plan.dp}")
-    out.print(f"[bold]{report.inputs.model_name}[/] on {report.inputs.cluster}: {head}, micro-batch "
+    cluster = "<stdin>" if report.inputs.cluster == "-" else report.inputs.cluster
+    out.print(f"[bold]{report.inputs.model_name}[/] on {cluster}: {head}, micro-batch "
               f"{plan.micro_batch_size} (first mesh) x {p.num_microbatches}, vpp {plan.vpp}, "
               f"recompute {plan.recompute}, ZeRO {plan.zero_stage}")
     out.print(f"iteration {p.iteration_time_s:.3f} s  |  {p.tokens_per_s:,.0f} tokens/s  |  "

@@ -32,8 +32,8 @@ class Run:
 def cli():
     runner = CliRunner()
 
-    def invoke(*args: str) -> Run:
-        result = runner.invoke(app, [str(a) for a in args], catch_exceptions=True)
+    def invoke(*args: str, stdin: str | None = None) -> Run:
+        result = runner.invoke(app, [str(a) for a in args], input=stdin, catch_exceptions=True)
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise result.exception
         return Run(result)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 
@@ -200,3 +202,30 @@ def test_baseline_for_other_inputs_is_refused_unless_allowed(cli, tmp_path):
     other_model = cli("search", "-c", "two-site", "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "512",
                       "--no-baselines", "--baseline", src)
     assert other_model.code == 2 and "the model differs" in other_model.stderr
+
+
+def test_dash_is_stdin_for_inputs_and_stdout_for_one_file(cli, tmp_path):
+    """Issue 13: `-` reads an input from standard input and `-o -` writes the one output file to standard output (the
+    table then goes to stderr); a second `-` input, `-o -` with --json, and `-o -` for export's directory are exit 2."""
+    cluster = cli("profiles", "show", "clusters", "mixed-nic").stdout
+    args = ["-m", "llama3.1-8b", "--seq-len", "2048", "--global-batch", "64", "--time-limit", "20", "--no-baselines"]
+    r = cli("search", "-c", "-", *args, "-o", "-", stdin=cluster)
+    assert r.code == 0, r.stderr
+    plan = r.json()  # stdout holds the plan file and nothing else
+    assert plan["kind"] == "hgplan.plan" and plan["inputs"]["cluster"]["ref"] == "-"
+    assert "plans\n" in r.stderr and "wrote the plan file to standard output" in r.stderr  # the table went to stderr
+    from_file = tmp_path / "plan.json"
+    assert cli("search", "-c", "mixed-nic", *args, "-o", from_file).code == 0
+    assert json.loads(from_file.read_text())["prediction"] == plan["prediction"]
+    text = json.dumps(plan)
+    assert cli("explain", "-", "--json", stdin=text).json()["prediction"]["iteration_time_s"] == \
+        plan["prediction"]["iteration_time_s"]
+    assert cli("diff", "-", from_file, stdin=text).code == 0
+    assert cli("export", "-", "-f", "megatron", stdin=text).code == 0
+    assert cli("validate", "-", stdin=cluster).code == 0
+    r = cli("search", "-c", "-", "-m", "-", *args[2:], stdin=cluster)
+    assert r.code == 2 and "already read as the cluster" in r.stderr
+    r = cli("search", "-c", "mixed-nic", *args, "-o", "-", "--json")
+    assert r.code == 2 and "both write to standard output" in r.stderr
+    r = cli("export", from_file, "-f", "megatron", "-o", "-")
+    assert r.code == 2 and "directory" in r.stderr and r.stdout == ""

@@ -43,12 +43,30 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def file_to_stdout(output: str | None, *, as_json: bool) -> bool:
+    """Whether `-o -` sends the written file to standard output (the table then goes to stderr); exit 2 when
+    --json wants standard output too."""
+    if output != "-":
+        return False
+    if as_json:
+        raise InputError("-o - and --json both write to standard output; give -o a file name, or drop --json")
+    return True
+
+
+def wrote(output: str, what: str) -> None:
+    """The stderr note after a file was written."""
+    warn(f"wrote the {what} to standard output" if output == "-" else f"wrote {output}", "")
+
+
 def handles_errors(fn: Callable) -> Callable:
     """Map library errors to documented exit codes with a message on stderr, never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         """The command, with library errors turned into messages and exit codes."""
+        from hgplan.io import forget_stdin
+
+        forget_stdin()
         try:
             return fn(*args, **kwargs)
         except InputError as exc:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from hgplan.cli.base import JsonOpt, app, emit_json, handles_errors, out, warn
+from hgplan.cli.base import JsonOpt, app, emit_json, err, file_to_stdout, handles_errors, out, warn, wrote
 from hgplan.errors import InputError
 
 
@@ -76,7 +76,8 @@ def _measure(dev, *, mode: str, kernels: list[str], ranks: int) -> dict:
 @handles_errors
 def bench(
     output: Annotated[str | None, typer.Option("-o", "--output", help="Write the report (JSON) here, for "
-                                                                    "`hgplan calibrate --bench`.")] = None,
+                                                                    "`hgplan calibrate --bench` ('-': standard "
+                                                                    "output).")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="Catalog GPU id of this machine's GPU (default: matched "
                                                           "from the device's name).")] = None,
     device: Annotated[BenchDeviceKind, typer.Option("--device", help="cuda (also ROCm builds of torch), or cpu to "
@@ -102,6 +103,7 @@ def bench(
 
     if output is not None:
         check_writable_file(output)
+    to_stdout = file_to_stdout(output, as_json=as_json)
     cuda = device is BenchDeviceKind.cuda
     dev = open_device(device.value, "fp32", repeats)
     gpu_type = _catalog_gpu(dev.torch.cuda.get_device_name(dev.device), gpu) if cuda else None
@@ -124,19 +126,19 @@ def bench(
     doc = report.to_json_dict()
     if output is not None:
         write_file_atomic(output, json.dumps(doc, indent=2) + "\n")
-        warn(f"wrote {output}", "")
+        wrote(output, "bench report")
     for line in report.skipped:
         warn(line, "skipped")
     if as_json:
         emit_json(doc)
         return
-    _print_report(report)
+    _print_report(report, err if to_stdout else out)
 
 
-def _print_report(report) -> None:
+def _print_report(report, console) -> None:
     from rich.table import Table
 
-    out.print(f"{report.device.name} ({report.gpu or 'no catalog GPU'}), {report.precision}, "
+    console.print(f"{report.device.name} ({report.gpu or 'no catalog GPU'}), {report.precision}, "
               f"medians of {report.repeats}")
     t = Table("kernel", "shape", "ms", "rate")
     for g in report.gemms:
@@ -151,4 +153,4 @@ def _print_report(report) -> None:
         factor = 2 * (c.ranks - 1) / c.ranks if c.op == "all_reduce" else 1.0
         t.add_row(c.op, f"{c.bytes >> 20} MiB x {c.ranks}", f"{c.ms:.4f}",
                   f"{factor * c.bytes / c.ms / 1e6:.1f} GB/s ({'bus' if c.op == 'all_reduce' else 'link'})")
-    out.print(t)
+    console.print(t)

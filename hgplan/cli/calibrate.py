@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from hgplan.cli.base import JsonOpt, app, emit_json, handles_errors, out, warn
+from hgplan.cli.base import JsonOpt, app, emit_json, err, file_to_stdout, handles_errors, out, warn, wrote
 from hgplan.errors import InputError, InputIssue
 
 
@@ -93,7 +93,8 @@ def calibrate(
                                                                     "type; repeatable). Its constants are measured, "
                                                                     "and held fixed while runs are fitted.")] = None,
     output: Annotated[str | None, typer.Option("-o", "--output", help="Write the profile (YAML) here, for "
-                                                                    "--profile on search and explain.")] = None,
+                                                                    "--profile on search and explain ('-': standard "
+                                                                    "output).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Fit GPU and network constants to runs on your own fleet and/or kernel timings of `hgplan bench`; write a
@@ -107,6 +108,7 @@ def calibrate(
         raise InputError("calibrate needs a runs file, --bench FILE, or both")
     if output is not None:
         check_writable_file(output)
+    to_stdout = file_to_stdout(output, as_json=as_json)
     measured, notes = _load_bench(bench or [])
     profile = None
     if runs_file is not None:
@@ -118,7 +120,7 @@ def calibrate(
     if output is not None:
         write_file_atomic(output, "# hgplan calibration profile: use with --profile\n"
                           + yaml.safe_dump(doc, sort_keys=False))
-        warn(f"wrote {output}", "")
+        wrote(output, "profile")
     for line in notes:
         warn(line, "note")
     for name in (profile.fit.not_identifiable if profile.fit else []):
@@ -126,10 +128,10 @@ def calibrate(
     if as_json:
         emit_json(doc)
         return
-    _print_profile(profile)
+    _print_profile(profile, err if to_stdout else out)
 
 
-def _print_profile(profile) -> None:
+def _print_profile(profile, console) -> None:
     from rich.table import Table
 
     measured = {(c.gpu, c.constant): c for c in profile.bench or []}
@@ -142,11 +144,11 @@ def _print_profile(profile) -> None:
                           f"{b.median_abs_error_before:.1%} -> {b.median_abs_error_after:.1%}" if b else "")
     for name, t in profile.transports.items():
         table.add_row(f"transport {name}.efficiency", f"{t.efficiency:.4f}", "runs", "", "")
-    out.print(table)
+    console.print(table)
     if profile.fit is None:
         return
     res = Table("run", "measured s", "fitted s", "error")
     for r in profile.fit.residuals:
         res.add_row(r.run, f"{r.measured_s:.4f}", f"{r.predicted_s:.4f}", f"{r.error:+.2%}")
-    out.print(res)
-    out.print(f"rms error {profile.fit.rms_error:.2%} over {profile.fit.runs} runs")
+    console.print(res)
+    console.print(f"rms error {profile.fit.rms_error:.2%} over {profile.fit.runs} runs")

@@ -36,9 +36,11 @@ def export(
     FlagScale's heterogeneous configuration (experiment and train YAML, typed hostfile)."""
     from hgplan import render
     from hgplan.export import export_plan
-    from hgplan.io import catalog, read_json, write_dir_atomic
+    from hgplan.io import catalog, check_output_dir, read_json, write_dir_atomic
     from hgplan.planfile import load_plan
 
+    if output is not None:
+        check_output_dir(output)
     lp = load_plan(read_json(plan_file, "plan"), plan_file, catalog())
     _require_fit(lp)
     ex = export_plan(fmt, lp.plan, lp.fleet, lp.model, lp.train, **({"script": script} if script else {}))

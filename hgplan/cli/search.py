@@ -8,7 +8,8 @@ from typing import Annotated, Callable
 
 import typer
 
-from hgplan.cli.base import ClusterOpt, JsonOpt, ModelOpt, app, emit_json, err, handles_errors, out, warn
+from hgplan.cli.base import (ClusterOpt, JsonOpt, ModelOpt, app, emit_json, err, file_to_stdout, handles_errors, out,
+                             warn, wrote)
 from hgplan.cli.options import TrainingFlags, parse_percent, training_options
 from hgplan.domain import Target
 from hgplan.errors import InputError
@@ -97,10 +98,10 @@ def _write_outputs(report, result, *, output: str | None, export_model: str | No
         pf = make_plan_file(report, cluster_text=cluster.text, model_text=model.text, model_sha256=model.sha256,
                             profile_text=profile.text if profile else None)
         write_file_atomic(output, json.dumps(pf.to_json_dict(), indent=2) + "\n")
-        warn(f"wrote {output}", "")
+        wrote(output, "plan file")
     if export_model and result.last_model_text:
         write_file_atomic(export_model, result.last_model_text)
-        warn(f"wrote the last CP-SAT model to {export_model}", "")
+        wrote(export_model, "last CP-SAT model")
 
 
 @app.command()
@@ -122,7 +123,8 @@ def search(
                                                       "num_workers > 1 makes runs non-reproducible).")] = None,
     export_model: Annotated[str | None, typer.Option("--export-model", help="Write the last CP-SAT model solved "
                                                                             "(text CpModelProto) to this file.")] = None,
-    output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file.")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file ('-': "
+                                                                    "standard output, the table then goes to stderr).")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="Calibration profile from `hgplan calibrate`: "
                                                                   "constants measured on your fleet.")] = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="A committed plan file to gate against (CI).")] = None,
@@ -142,6 +144,9 @@ def search(
     from hgplan.planner.options import SearchOptions
 
     _check_search_flags(top, time_limit, max_pp, solver_params, writes=(output, export_model))
+    if output == "-" and export_model == "-":
+        raise InputError("-o - and --export-model - both write to standard output; give one of them a file name")
+    to_stdout = file_to_stdout(output, as_json=as_json) or file_to_stdout(export_model, as_json=as_json)
     gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression, "--max-regression")
     base_file = _baseline_file(baseline)
     fleet, warnings, csrc, arch, msrc, train, psrc = _inputs(cluster, model, profile, flags)
@@ -163,7 +168,7 @@ def search(
     if as_json:
         emit_json(report)
     else:
-        render.search_report(out, report)
+        render.search_report(err if to_stdout else out, report)
     if report.regression is not None:
         warn(report.regression.message, "")
         if report.regression.failed:
