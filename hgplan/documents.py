@@ -157,6 +157,14 @@ class IdleGpus(Doc):
     reason: str
 
 
+class SearchFinding(Doc):
+    """Something about the best plan a user must act on before it runs (beside its idle GPUs)."""
+
+    kind: Literal["cross_vendor_pipeline"]
+    message: str
+    node_groups: list[str] = Field(description="the node groups it concerns")
+
+
 class BaselineRecord(Doc):
     """A baseline plan evaluated by the same cost model, with hgplan's speedup over it."""
 
@@ -275,6 +283,8 @@ class SearchReport(Doc):
     search: SearchStats
     plans: list[PlanEntry] = Field(min_length=1)
     idle_gpus: list[IdleGpus]
+    findings: list[SearchFinding] | None = Field(None, description="what the best plan needs before it runs "
+                                                 "(e.g. a pipeline across GPU vendors)")
     warnings: list[str]
     baselines: dict[str, BaselineRecord] | None = None
     asymmetric: AsymmetricRecord | None = None

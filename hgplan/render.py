@@ -125,6 +125,8 @@ def search_report(out: Console, report: SearchReport) -> None:
                   f"{a.candidates.total}, bound {a.bound_s:.3f} s, proven gap {a.relative_gap:.2%}; {a.stopped_by}")
     for idle in report.idle_gpus:
         out.print(f"idle: {idle.gpus} GPUs of {idle.node_group}: {idle.reason}")
+    for finding in report.findings or []:
+        out.print(f"finding: {finding.message}", markup=False)
 
 
 def export_summary(out: Console, ex: Export, *, written: bool) -> None:

@@ -275,6 +275,25 @@ def test_cross_vendor_pipeline_is_flagged(cli, tmp_path):
     assert ("spans AMD and NVIDIA GPUs" in r.stderr) == (len(vendors) == 2)
 
 
+def test_search_reports_a_cross_vendor_pipeline_as_a_finding(cli):
+    """Issue 13: search itself says when its best plan's pipeline crosses AMD and NVIDIA (table and JSON), not only
+    export; with --target flagscale it says how FlagScale crosses it; single-vendor plans have no finding."""
+    args = ["-c", "mixed-vendor", "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "256",
+            "--time-limit", "20", "--no-baselines"]
+    doc = cli("search", *args, "--json").json()
+    groups = sorted({s["node_group"] for s in doc["plans"][0]["plan"]["stages"]})
+    assert len({g.split("/")[1][:2] for g in groups}) == 2  # mi300x and a100 stages
+    assert doc["findings"] == [{"kind": "cross_vendor_pipeline", "node_groups": groups,
+                                "message": doc["findings"][0]["message"]}]
+    assert "spans AMD and NVIDIA GPUs" in doc["findings"][0]["message"] and "gloo" in doc["findings"][0]["message"]
+    assert "finding: the pipeline spans AMD and NVIDIA GPUs" in cli("search", *args).stdout
+    fs = cli("search", *args, "--target", "flagscale", "--json").json()
+    assert "hetero_use_cpu_communication" in fs["findings"][0]["message"]
+    single = cli("search", "-c", "two-site", "-m", "llama3.1-8b", "--seq-len", "2048", "--global-batch", "64",
+                 "--time-limit", "20", "--no-baselines", "--json").json()
+    assert "findings" not in single
+
+
 def test_diff_and_gate_reject_non_plan_files(cli, plan_path, tmp_path):
     other = tmp_path / "other.json"
     other.write_text('{"a": 1}')

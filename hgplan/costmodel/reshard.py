@@ -38,3 +38,24 @@ def crosses_vendors(a: NodeGroup, b: NodeGroup) -> bool:
     communicator, so every send goes through host memory (FlagScale's hetero_use_cpu_communication)."""
     return a.gpu.vendor != b.gpu.vendor
 
+
+def vendors_spanned(groups: list[NodeGroup]) -> list[str]:
+    """The vendors of the GPUs a pipeline's stages sit on, sorted (two or more: some boundary crosses vendors)."""
+    return sorted({g.gpu.vendor for g in groups})
+
+
+def cross_vendor_message(groups: list[NodeGroup], *, flagscale: bool) -> str | None:
+    """What a pipeline over GPUs of several vendors needs to run, or None when it stays on one vendor's GPUs."""
+    vendors = vendors_spanned(groups)
+    if len(vendors) < 2:
+        return None
+    head = f"the pipeline spans {' and '.join(vendors)} GPUs: "
+    if flagscale:
+        return head + ("FlagScale sends across each vendor boundary through host memory over gloo "
+                       "(hetero_use_cpu_communication), and the plan prices that copy; TP and DP stay inside one "
+                       "vendor's node group")
+    return head + ("a stock PyTorch build uses NCCL on NVIDIA and RCCL on AMD, which cannot share a communicator; "
+                   "the cross-vendor pipeline boundary needs a library both support (for example a gloo process "
+                   "group for those point-to-point transfers, or a unified communicator as HETHUB built) and a "
+                   "PyTorch build per vendor; TP and DP stay inside one vendor's node group")
+

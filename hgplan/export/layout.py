@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hgplan.costmodel.reshard import cross_vendor_message
 from hgplan.domain import Fleet, NodeGroup
 from hgplan.errors import PlanningError
 from hgplan.plan import Plan
@@ -95,11 +96,6 @@ def build_layout(plan: Plan, fleet: Fleet) -> Layout:
 
 
 def vendor_warnings(plan: Plan, fleet: Fleet) -> list[str]:
-    """A pipeline over GPUs of different vendors needs a collective library both speak; stock builds have one."""
-    vendors = sorted({fleet.group(s.node_group).gpu.vendor for s in plan.stages})
-    if len(vendors) < 2:
-        return []
-    return [f"the pipeline spans {' and '.join(vendors)} GPUs: a stock PyTorch build uses NCCL on NVIDIA and RCCL on AMD, "
-            "which cannot share a communicator; the cross-vendor pipeline boundary needs a library both support "
-            "(for example a gloo process group for those point-to-point transfers, or a unified communicator as "
-            "HETHUB built) and a PyTorch build per vendor; TP and DP stay inside one vendor's node group"]
+    """A pipeline over GPUs of different vendors needs a collective library both speak; stock builds have none."""
+    message = cross_vendor_message([fleet.group(s.node_group) for s in plan.stages], flagscale=False)
+    return [message] if message else []

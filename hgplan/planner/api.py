@@ -14,8 +14,10 @@ import ortools
 from hgplan import __version__
 from hgplan.costmodel.evaluate import Prediction, evaluate
 from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB, state_bytes_per_param
+from hgplan.costmodel.reshard import cross_vendor_message
 from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus,
-                              ModelInput, PlanEntry, SearchInputs, SearchReport, SearchStats, SolverRecord)
+                              ModelInput, PlanEntry, SearchFinding, SearchInputs, SearchReport, SearchStats,
+                              SolverRecord)
 from hgplan.domain import Fleet, ModelArch, Target, TrainingSettings
 from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
@@ -157,6 +159,17 @@ def _baseline_records(baselines: list[bl.Baseline], best: Prediction) -> dict[st
     return out
 
 
+def plan_findings(plan: Plan, fleet: Fleet, *, flagscale: bool) -> list[SearchFinding]:
+    """What the best plan needs before it runs: a pipeline across GPU vendors needs a communication path both
+    vendors' libraries share (the search prices it; export repeats it)."""
+    groups = [fleet.group(s.node_group) for s in plan.stages]
+    message = cross_vendor_message(groups, flagscale=flagscale)
+    if message is None:
+        return []
+    names = sorted({g.key for g in groups})
+    return [SearchFinding(kind="cross_vendor_pipeline", message=message, node_groups=names)]
+
+
 def _with_faster_baselines(ranked: list, baselines: list[bl.Baseline], warnings: list[str]) -> list:
     """The ranking, by the reported model, with every baseline plan that beats the search's best put in front: the
     returned plan is never slower than any of its own baselines. (The search optimises the closed-form tables; the
@@ -242,6 +255,9 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                                      prediction=stock_best[1]))
     if baselines:
         extra["baselines"] = _baseline_records(baselines, best_pred)
+    findings = plan_findings(best_plan, fleet, flagscale=opts.target == "flagscale")
+    if findings:
+        extra["findings"] = findings
     report = SearchReport(
         hgplan_version=__version__, ortools_version=ortools.__version__,
         inputs=SearchInputs(cluster=cluster, model=ModelInput(ref=model_ref, name=model.name),
