@@ -101,11 +101,11 @@ def _median_abs_error(obs: list[Observation], gpu: GpuType) -> float:
     return statistics.median(abs(o.model_s(gpu) / o.measured_s - 1.0) for o in obs)
 
 
-def bench_constants(report: BenchReport, gpu: GpuType, source: str = "<bench>") -> tuple[list[BenchConstant],
-                                                                                          list[str]]:
-    """The constants the report measures for `gpu` (the catalog's GpuType of report.gpu), and notes on the
-    measurements not used. InputError for a report that cannot calibrate a GPU."""
-    if report.device.backend == "cpu" or report.gpu is None:
+def bench_constants(report: BenchReport, gpu: GpuType | None,
+                    source: str = "<bench>") -> tuple[list[BenchConstant], list[str]]:
+    """The constants the report measures for `gpu` (the catalog's GpuType of report.gpu; None for a CPU report), and
+    notes on the measurements not used. InputError for a report that cannot calibrate a GPU."""
+    if report.device.backend == "cpu" or report.gpu is None or gpu is None:
         raise InputError(f"{source}: the bench ran on the CPU (device {report.device.name!r}); constants are per GPU "
                          "type: run `hgplan bench` on the GPU (without --device cpu)")
     if report.precision == "fp32":

@@ -89,7 +89,7 @@ def bench(
                                "CPU).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", min=1, max=1000, help="Timed samples per kernel (medians "
                                                                             "are reported).")] = 10,
-    quick: Annotated[bool, typer.Option("--quick", help="Fewer shapes and sizes: 5 GEMMs, one attention shape, two "
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer shapes and sizes: 4 GEMMs, one attention shape, two "
                                                         "message sizes.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -105,6 +105,8 @@ def bench(
         check_writable_file(output)
     to_stdout = file_to_stdout(output, as_json=as_json)
     cuda = device is BenchDeviceKind.cuda
+    if gpu is not None and not cuda:
+        raise InputError("--gpu names the GPU a bench on --device cuda measures; drop it with --device cpu")
     dev = open_device(device.value, "fp32", repeats)
     gpu_type = _catalog_gpu(dev.torch.cuda.get_device_name(dev.device), gpu) if cuda else None
     prec = precision.value
@@ -139,7 +141,7 @@ def _print_report(report, console) -> None:
     from rich.table import Table
 
     console.print(f"{report.device.name} ({report.gpu or 'no catalog GPU'}), {report.precision}, "
-              f"medians of {report.repeats}")
+                  f"medians of {report.repeats}")
     t = Table("kernel", "shape", "ms", "rate")
     for g in report.gemms:
         t.add_row("gemm", f"{g.m}x{g.n}x{g.k}", f"{g.ms:.4f}", f"{2 * g.m * g.n * g.k / g.ms / 1e9:.1f} TFLOP/s")
