@@ -107,7 +107,7 @@ SDPA_KERNELS = {"sdpa_flash": "flash2", "sdpa_cudnn": "fused", "unfused": "unfus
 
 def as_bench_report(data: dict) -> dict:
     """The shared H100 kernel measurements as the report `hgplan bench` writes (for `hgplan calibrate --bench`):
-    its GEMM sweep (section A), its attention kernels (A3) and its copy ceilings."""
+    its GEMM sweep (section A), its attention kernels (A3, head dim from the model preset) and its copy ceilings."""
     dev = data["device"]
     copies = [{"bytes": round(c["copy_gbytes_per_s_read_plus_write"] * c["copy_ms"] * 1e6 / 2), "ms": c["copy_ms"]}
               for c in data["ceilings"]]
@@ -120,7 +120,8 @@ def as_bench_report(data: dict) -> dict:
         "gemms": [{"m": g["m"], "n": g["n"], "k": g["k"], "ms": g["ms"], "runs_ms": g["ms_runs"]}
                   for g in data["gemms"]],
         "attention": [{"kernel": SDPA_KERNELS[a["impl"]], "batch": a["mbs"], "heads": a["heads"], "seq": a["seq"],
-                       "head_dim": 128, "fwd_ms": a["fwd_ms"], "fwd_bwd_ms": a["fwd_bwd_ms"]}
+                       "head_dim": model_of(a["model"], 1).kv_channels, "fwd_ms": a["fwd_ms"],
+                       "fwd_bwd_ms": a["fwd_bwd_ms"]}
                       for a in data["attention_kernels"]],
         "copies": copies, "skipped": ["collectives: one GPU was measured"]}
 

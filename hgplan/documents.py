@@ -533,6 +533,13 @@ class BenchCollective(Doc):
     bytes: int = Field(ge=1, description="the buffer each rank reduces (all_reduce) or sends (send_recv)")
     ms: float = Field(gt=0, description="median over the repeats of the slowest rank's time")
 
+    @property
+    def bus_gbytes_per_s(self) -> float:
+        """NCCL's bus bandwidth (nccl-tests' busbw): an all-reduce moves 2 (n - 1) / n of the buffer through each
+        rank's link; a send moves the buffer once."""
+        share = 2 * (self.ranks - 1) / self.ranks if self.op == "all_reduce" else 1.0
+        return share * self.bytes / (self.ms / 1e3) / 1e9
+
 
 class BenchReport(Doc):
     """`hgplan bench`'s output, read by `hgplan calibrate --bench`: kernel and collective times on one machine."""

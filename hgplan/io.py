@@ -62,28 +62,19 @@ def forget_stdin() -> None:
     _stdin.clear()
 
 
-def _read_stdin(what: str) -> str:
+def _stdin_bytes(what: str) -> bytes | str:
+    """Standard input's bytes (up to the limit), or its text when a command reads it again as the same input."""
     if _stdin:
         (first, text), = _stdin.items()
         if first != what:
             raise _issue("<stdin>", f"standard input (-) was already read as the {first}; only one input can be -: "
                                     f"give the {what} as a file")
         return text
-    data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
-    if len(data) > MAX_INPUT_BYTES:
-        raise _issue("<stdin>", f"the {what} on standard input is larger than {MAX_INPUT_BYTES // 2 ** 20} MiB (the "
-                                "limit on any input)")
-    try:
-        _stdin[what] = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _issue("<stdin>", f"cannot read the {what}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    return _stdin[what]
+    return sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
 
 
-def read_text(path_str: str, what: str, fmt: str = "YAML") -> str:
-    """A user file's text (standard input for `-`), or InputError saying why it cannot be read."""
-    if path_str == STDIO:
-        return _read_stdin(what)
+def _file_bytes(path_str: str, what: str, fmt: str) -> bytes:
+    """A user file's bytes (up to the limit), or InputError saying why it cannot be read."""
     path = Path(path_str)
     if path.is_dir():
         raise _issue(path_str, f"is a directory; expected a {what} {fmt} file")
@@ -91,16 +82,28 @@ def read_text(path_str: str, what: str, fmt: str = "YAML") -> str:
         raise _issue(path_str, f"no such {what} file")
     try:
         with path.open("rb") as fh:
-            data = fh.read(MAX_INPUT_BYTES + 1)
+            return fh.read(MAX_INPUT_BYTES + 1)
     except OSError as exc:
         raise _issue(path_str, f"cannot read {what} file: {exc}") from None
+
+
+def read_text(path_str: str, what: str, fmt: str = "YAML") -> str:
+    """A user file's text (standard input for `-`), or InputError saying why it cannot be read."""
+    stdin = path_str == STDIO
+    data = _stdin_bytes(what) if stdin else _file_bytes(path_str, what, fmt)
+    if isinstance(data, str):
+        return data
+    source = "<stdin>" if stdin else path_str
     if len(data) > MAX_INPUT_BYTES:
-        raise _issue(path_str, f"the {what} file is larger than {MAX_INPUT_BYTES // 2 ** 20} MiB (the limit on any "
-                               "input); is this the right file?")
+        raise _issue(source, f"the {what} file is larger than {MAX_INPUT_BYTES // 2 ** 20} MiB (the limit on any "
+                             "input); is this the right file?")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _issue(path_str, f"cannot read {what} file: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise _issue(source, f"cannot read {what} file: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if stdin:
+        _stdin[what] = text
+    return text
 
 
 def read_json(path_str: str, what: str) -> Any:

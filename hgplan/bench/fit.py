@@ -85,9 +85,9 @@ def _observations(report: BenchReport, gpu: GpuType, prec: Precision) -> tuple[l
     for c in report.collectives:
         if c.op != "all_reduce" or c.bytes < COLLECTIVE_MIN_BYTES:
             continue
-        busbw = 2 * (c.ranks - 1) / c.ranks * c.bytes / (c.ms / 1e3) / 1e9
         if gpu.intra_node_kind == "pcie":
-            notes.append(f"all_reduce {c.bytes >> 20} MiB over {c.ranks} GPUs: bus bandwidth {busbw:.1f} GB/s "
+            notes.append(f"all_reduce {c.bytes >> 20} MiB over {c.ranks} GPUs: bus bandwidth "
+                         f"{c.bus_gbytes_per_s:.1f} GB/s "
                          "measured; not fitted (PCIe bandwidth comes from the node's PCIe topology, docs/inputs.md)")
             continue
         obs.append(Observation(

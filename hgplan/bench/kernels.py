@@ -7,6 +7,7 @@ single synchronised call does not (shared/reference/h100-measured.md: short time
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -149,7 +150,6 @@ def time_attention(dev: Device, shapes: list[tuple[int, int, int, int]],
 def _backend(torch: Any, kernel: str) -> Any:
     """The context that restricts SDPA to one backend (none on the CPU: its default kernel is timed)."""
     if kernel == "cpu":
-        import contextlib
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
     return sdpa_kernel(getattr(SDPBackend, ATTENTION_BACKENDS[kernel]))

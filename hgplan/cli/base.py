@@ -43,14 +43,15 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
-def file_to_stdout(output: str | None, *, as_json: bool) -> bool:
-    """Whether `-o -` sends the written file to standard output (the table then goes to stderr); exit 2 when
-    --json wants standard output too."""
-    if output != "-":
-        return False
-    if as_json:
+def file_to_stdout(*outputs: str | None, as_json: bool) -> bool:
+    """Whether one of the files a command writes goes to standard output (`-`; the table then goes to stderr);
+    exit 2 when two of them, or one and --json, would share it."""
+    dashes = sum(o == "-" for o in outputs)
+    if dashes > 1:
+        raise InputError("two outputs are '-' (standard output); give all but one of them a file name")
+    if dashes and as_json:
         raise InputError("-o - and --json both write to standard output; give -o a file name, or drop --json")
-    return True
+    return dashes == 1
 
 
 def wrote(output: str, what: str) -> None:

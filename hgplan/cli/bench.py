@@ -140,19 +140,20 @@ def bench(
 def _print_report(report, console) -> None:
     from rich.table import Table
 
+    from hgplan.costmodel.compute import FLASH_BWD_RATIO, causal_attention_flops
+
     console.print(f"{report.device.name} ({report.gpu or 'no catalog GPU'}), {report.precision}, "
                   f"medians of {report.repeats}")
     t = Table("kernel", "shape", "ms", "rate")
     for g in report.gemms:
         t.add_row("gemm", f"{g.m}x{g.n}x{g.k}", f"{g.ms:.4f}", f"{2 * g.m * g.n * g.k / g.ms / 1e9:.1f} TFLOP/s")
     for a in report.attention:
-        flops = 3.5 * 2 * a.batch * a.heads * a.seq * a.seq * a.head_dim
+        flops = (1 + FLASH_BWD_RATIO) * causal_attention_flops(a.batch * a.heads, a.seq, a.seq, a.head_dim)
         t.add_row(f"attention {a.kernel}", f"b{a.batch} h{a.heads} s{a.seq} d{a.head_dim}", f"{a.fwd_bwd_ms:.4f}",
                   f"{flops / a.fwd_bwd_ms / 1e9:.1f} TFLOP/s (causal, fwd+bwd)")
     for c in report.copies:
         t.add_row("copy", f"{c.bytes >> 20} MiB", f"{c.ms:.4f}", f"{2 * c.bytes / c.ms / 1e6:.1f} GB/s (r+w)")
     for c in report.collectives:
-        factor = 2 * (c.ranks - 1) / c.ranks if c.op == "all_reduce" else 1.0
         t.add_row(c.op, f"{c.bytes >> 20} MiB x {c.ranks}", f"{c.ms:.4f}",
-                  f"{factor * c.bytes / c.ms / 1e6:.1f} GB/s ({'bus' if c.op == 'all_reduce' else 'link'})")
+                  f"{c.bus_gbytes_per_s:.1f} GB/s ({'bus' if c.op == 'all_reduce' else 'link'})")
     console.print(t)

@@ -123,8 +123,9 @@ def search(
                                                       "num_workers > 1 makes runs non-reproducible).")] = None,
     export_model: Annotated[str | None, typer.Option("--export-model", help="Write the last CP-SAT model solved "
                                                                             "(text CpModelProto) to this file.")] = None,
-    output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file ('-': "
-                                                                    "standard output, the table then goes to stderr).")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file "
+                                                                    "('-': standard output; the table then goes to "
+                                                                    "stderr).")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="Calibration profile from `hgplan calibrate`: "
                                                                   "constants measured on your fleet.")] = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="A committed plan file to gate against (CI).")] = None,
@@ -144,9 +145,7 @@ def search(
     from hgplan.planner.options import SearchOptions
 
     _check_search_flags(top, time_limit, max_pp, solver_params, writes=(output, export_model))
-    if output == "-" and export_model == "-":
-        raise InputError("-o - and --export-model - both write to standard output; give one of them a file name")
-    to_stdout = file_to_stdout(output, as_json=as_json) or file_to_stdout(export_model, as_json=as_json)
+    to_stdout = file_to_stdout(output, export_model, as_json=as_json)
     gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression, "--max-regression")
     base_file = _baseline_file(baseline)
     fleet, warnings, csrc, arch, msrc, train, psrc = _inputs(cluster, model, profile, flags)

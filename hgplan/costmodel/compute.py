@@ -135,12 +135,18 @@ def attention_rate(gpu: GpuType, precision: Precision, kernel: Attention) -> flo
     return sustained_peak_flops(gpu, precision) * eff
 
 
+def causal_attention_flops(tokens_heads: float, q_len: float, k_len: float, head_dim: float) -> float:
+    """Forward FLOPs of causal attention over `tokens_heads` (micro-batch x heads) sequences: the causal half of
+    4 q k d (QK^T and PV), the blocks above the diagonal skipped."""
+    return 4.0 * tokens_heads * q_len * k_len * head_dim * 0.5
+
+
 def flash_attention_s(gpu: GpuType, precision: Precision, kernel: Attention, *, tokens_heads: float, q_len: float,
                       k_len: float, head_dim: float) -> tuple[float, float, float]:
     """(forward s, backward s, forward FLOPs) of a causal FlashAttention-class kernel over `tokens_heads` (micro-batch
-    x heads) sequences of q_len queries against k_len keys: the causal half of 4 q k d FLOPs at the kernel family's
-    rate, the backward FLASH_BWD_RATIO times the forward."""
-    flops = 4.0 * tokens_heads * q_len * k_len * head_dim * 0.5  # causal blocks skipped
+    x heads) sequences of q_len queries against k_len keys: causal_attention_flops at the kernel family's rate, the
+    backward FLASH_BWD_RATIO times the forward."""
+    flops = causal_attention_flops(tokens_heads, q_len, k_len, head_dim)
     rate = attention_rate(gpu, precision, kernel)
     return flops / rate, FLASH_BWD_RATIO * flops / rate, flops
 

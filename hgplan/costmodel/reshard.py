@@ -39,14 +39,9 @@ def crosses_vendors(a: NodeGroup, b: NodeGroup) -> bool:
     return a.gpu.vendor != b.gpu.vendor
 
 
-def vendors_spanned(groups: list[NodeGroup]) -> list[str]:
-    """The vendors of the GPUs a pipeline's stages sit on, sorted (two or more: some boundary crosses vendors)."""
-    return sorted({g.gpu.vendor for g in groups})
-
-
 def cross_vendor_message(groups: list[NodeGroup], *, flagscale: bool) -> str | None:
     """What a pipeline over GPUs of several vendors needs to run, or None when it stays on one vendor's GPUs."""
-    vendors = vendors_spanned(groups)
+    vendors = sorted({g.gpu.vendor for g in groups})
     if len(vendors) < 2:
         return None
     head = f"the pipeline spans {' and '.join(vendors)} GPUs: "
