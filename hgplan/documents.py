@@ -587,9 +587,38 @@ class CalibrationProfile(Doc):
                                               "while runs are fitted)")
 
 
+class ErrorIssue(Doc):
+    """One problem, located as precisely as hgplan can: the file, its line and the key inside the document."""
+
+    file: str | None = Field(description="the input file ('<stdin>', '<preset:NAME>'), or null for a command-line "
+                                         "option or a finding")
+    line: int | None
+    key: str | None = Field(description="dotted key path inside the document, e.g. sites.0.node_groups.1.count")
+    message: str
+
+
+class ErrorRecord(ErrorIssue):
+    """Why the command failed: its exit code, and the first problem (all of them in `issues`)."""
+
+    code: Literal[1, 2, 3] = Field(description="the exit code: 1 a planning finding (nothing fits, a regression, a "
+                                               "target that cannot run the plan), 2 bad usage or bad input, 3 no "
+                                               "answer within the time limit")
+    kind: Literal["finding", "input", "usage", "no_answer"]
+    issues: list[ErrorIssue]
+
+
+class ErrorDocument(Doc):
+    """What a command run with --json writes on stdout when it fails with exit 1, 2 or 3."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    kind: Literal["hgplan.error"] = "hgplan.error"
+    hgplan_version: str
+    error: ErrorRecord
+
+
 SCHEMAS: dict[str, type[Doc]] = {"search": SearchReport, "explain": ExplainReport, "export": ExportReport,
                                  "plan": PlanFile, "profile": CalibrationProfile,
-                                 "bench": BenchReport}
+                                 "bench": BenchReport, "error": ErrorDocument}
 """The documents whose JSON Schema `hgplan schema` prints, by name."""
 
 

@@ -145,7 +145,7 @@ def pydantic_issues(exc: ValidationError, *, data: Any, lines: dict[Path_, int],
             key = str(loc[-1])
             allowed = _fields_at(root, raw_loc[:-1])
             close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-            msg = f"unknown key '{key}'"
+            msg = f"unknown key {shown(key)}"
             msg += f"; did you mean '{close[0]}'?" if close else ""
             msg += f" (allowed keys: {', '.join(allowed)})" if allowed else ""
         elif etype == "missing":
@@ -155,7 +155,7 @@ def pydantic_issues(exc: ValidationError, *, data: Any, lines: dict[Path_, int],
             op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[etype]
             bound = next(iter(ctx.values()))
             bound_txt = f"{bound:g}" if isinstance(bound, (int, float)) else str(bound)
-            msg = f"must be {op} {bound_txt} (got {got!r})"
+            msg = f"must be {op} {bound_txt} (got {shown(got)})"
         elif etype == "too_short":
             msg = f"needs at least {ctx.get('min_length')} item(s) (got {ctx.get('actual_length')})"
             if loc and loc[-1] == "node_groups":
@@ -163,13 +163,13 @@ def pydantic_issues(exc: ValidationError, *, data: Any, lines: dict[Path_, int],
             elif loc == ("sites",):
                 msg = "the fleet has no sites: add at least one site with node_groups"
         elif etype == "literal_error":
-            msg = f"must be one of {ctx.get('expected')} (got {got!r})"
+            msg = f"must be one of {ctx.get('expected')} (got {shown(got)})"
         elif etype == "string_pattern_mismatch":
-            msg = f"invalid name {got!r}: use letters, digits, '_', '.', '-' and start with a letter or digit"
+            msg = f"invalid name {shown(got)}: use letters, digits, '_', '.', '-' and start with a letter or digit"
         elif etype in ("model_type", "dict_type"):
-            msg = f"expected a mapping of keys (got {type(got).__name__} {got!r})"
+            msg = f"expected a mapping of keys (got {type(got).__name__} {shown(got)})"
         elif etype == "list_type":
-            msg = f"expected a list (got {type(got).__name__} {got!r})"
+            msg = f"expected a list (got {type(got).__name__} {shown(got)})"
         else:
             msg = _value_message(etype, ctx, got, err["msg"])
         key = (dotted(loc), msg)
@@ -180,17 +180,24 @@ def pydantic_issues(exc: ValidationError, *, data: Any, lines: dict[Path_, int],
     return issues
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """A value as an error message quotes it: its repr, cut to `limit` characters (a hostile file may hold a
+    megabyte-long key or string)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 20]}... ({len(text):,} characters)"
+
+
 def _value_message(etype: str, ctx: dict, got: Any, default: str) -> str:
     """The message for a value of the wrong type, a non-finite number or a failed value check."""
     if etype == "value_error":
         return str(ctx.get("error", default))  # our own validators' messages already name the value and the fix
     if etype in ("int_type", "float_type", "int_from_float"):
         kind = "an integer" if etype != "float_type" else "a number"
-        return (f"must be {kind} (got {type(got).__name__} {got!r}; booleans and quoted strings are not numbers: "
+        return (f"must be {kind} (got {type(got).__name__} {shown(got)}; booleans and quoted strings are not numbers: "
                 "write it unquoted)")
     if etype == "finite_number":
-        return f"must be a finite number (got {got!r})"
-    return f"{default} (got {got!r})"
+        return f"must be a finite number (got {shown(got)})"
+    return f"{default} (got {shown(got)})"
 
 
 def _require_mapping(data: Any, source: str, what: str, hint: str) -> None:
@@ -346,7 +353,7 @@ def make_training(values: dict[str, Any], model: ModelArch, source: str = "<cli>
                                          message=f"missing: give {flag} on the command line or '{key}' in --training"))
             else:
                 issues.append(InputIssue(source=source, line=None, path=flag,
-                                         message=f"{e['msg']} (got {e.get('input')!r})"))
+                                         message=f"{e['msg']} (got {shown(e.get('input'))})"))
         raise InputError(issues) from None
     if spec.seq_length > model.max_position_embeddings:
         raise InputError([InputIssue(source=source, line=None, path="seq_length",

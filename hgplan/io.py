@@ -204,33 +204,88 @@ def write_file_atomic(path_str: str, text: str) -> None:
 
 
 def check_output_dir(path_str: str) -> Path:
-    """The directory an export is about to write, or InputError (exit 2) when it cannot be: checked before any
-    work and again when writing."""
+    """The directory an export is about to write (a symbolic link to a directory is followed), or InputError (exit 2)
+    when it cannot be: checked before any work and again when writing."""
     if path_str == STDIO:
         raise _issue("-o -", "this command writes a directory of files, which standard output cannot hold; give a "
                              "directory")
-    target = Path(path_str)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise _issue(f"-o {path_str}", "exists and is not an empty directory; choose a new directory (nothing was "
-                                       "written)")
+    where = f"-o {path_str}"
+    given = Path(path_str)
+    if given.is_symlink() and not given.exists():
+        raise _issue(where, f"is a symbolic link to {os.readlink(given)}, which does not exist; remove the link or "
+                            "give a new directory")
+    target = given.resolve() if given.is_symlink() else given
+    if target.exists():
+        if not target.is_dir():
+            raise _issue(where, "exists and is not a directory; choose a new directory (nothing was written)")
+        if any(target.iterdir()):
+            raise _issue(where, "exists and is not an empty directory; choose a new directory (nothing was written)")
+        into = target
+    else:
+        into = target.parent if str(target.parent) else Path(".")
+        if not into.is_dir():
+            raise _issue(where, f"the directory {into} does not exist; create it first (nothing was written)")
+    if not os.access(into, os.W_OK | os.X_OK):
+        raise _issue(where, f"the directory {into} is not writable; choose another place (nothing was written)")
     return target
+
+
+EXPORT_LOCK = ".hgplan-export.lock"
+"""Made (mkdir: atomic) inside an existing empty directory by the export writing into it, so a second one fails."""
+
+
+def _stage_files(folder: Path, files: dict[str, str], executable_suffix: str) -> None:
+    for name, content in sorted(files.items()):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)  # names may hold sub-directories (conf/train/)
+        (folder / name).write_text(content)
+        if name.endswith(executable_suffix):
+            (folder / name).chmod(0o755)
+
+
+def _default_dir_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o777 & ~mask
 
 
 def write_dir_atomic(path_str: str, files: dict[str, str], *, executable_suffix: str = ".sh") -> None:
     """Write files into a new (or empty) directory all at once: a reader sees none of them or all of them.
 
-    InputError when the target exists and is not an empty directory (nothing is written then)."""
+    A new directory is staged beside the target and renamed into place (mode as mkdir would give it); an existing
+    empty one keeps its inode and mode: the files are staged in a lock directory inside it and moved out of it.
+    InputError (nothing written) when the target is not empty, or another export claimed it meanwhile."""
     target = check_output_dir(path_str)
+    busy = _issue(f"-o {path_str}", "another process wrote into this directory while hgplan was writing it; nothing "
+                                    "of this export was written")
+    if target.exists():
+        lock = target / EXPORT_LOCK
+        try:
+            lock.mkdir()
+        except FileExistsError:
+            raise busy from None
+        moved: list[Path] = []
+        try:
+            _stage_files(lock, files, executable_suffix)
+            if sorted(p.name for p in target.iterdir()) != [EXPORT_LOCK]:
+                raise busy
+            for entry in sorted(lock.iterdir()):
+                entry.rename(target / entry.name)
+                moved.append(target / entry.name)
+        except BaseException:
+            for entry in moved:
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink(missing_ok=True)
+            raise
+        finally:
+            shutil.rmtree(lock, ignore_errors=True)
+        return
     tmp = Path(tempfile.mkdtemp(prefix=".hgplan-export-", dir=str(target.parent.resolve())))
     try:
-        for name, content in sorted(files.items()):
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)  # names may hold sub-directories (conf/train/)
-            (tmp / name).write_text(content)
-            if name.endswith(executable_suffix):
-                (tmp / name).chmod(0o755)
-        if target.exists():
-            target.rmdir()
-        tmp.rename(target)
+        _stage_files(tmp, files, executable_suffix)
+        tmp.chmod(_default_dir_mode())
+        try:
+            tmp.rename(target)
+        except OSError:  # another export (or anyone) made the directory meanwhile and filled it
+            raise busy from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -15,6 +15,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=64,
                             description="Letters, digits, '_', '.', '-'; starts with a letter or digit.")]
+Label = Annotated[str, Field(max_length=128, description="At most 128 characters.")]
+"""A short free-text field (a display name, a vendor, a catalog reference): bounded, since it is printed."""
+Prose = Annotated[str, Field(max_length=2000, description="At most 2,000 characters.")]
+"""A description or a citation."""
+PathText = Annotated[str, Field(max_length=4096, description="A path, at most 4,096 characters.")]
 # Every number is strict (a boolean or a quoted string is not a number), finite, and within a plausible range
 # for the quantity, so that a typo or a hostile value is exit 2 at `validate` time instead of a crash, an
 # absurd plan or unbounded memory later. The ranges are generous: well beyond any hardware we know of.
@@ -101,9 +106,9 @@ class GpuSpec(_Strict):
     """A GPU type: a catalog entry, or an inline spec in a cluster file."""
 
     id: Name = Field(description="Identifier, e.g. H100-SXM5-80GB.")
-    vendor: str = Field(description="NVIDIA, AMD, Intel, ...")
-    arch: str = Field(description="Architecture key in profiles/architectures.yaml (e.g. ampere, hopper, cdna3).")
-    form_factor: str = ""
+    vendor: Label = Field(description="NVIDIA, AMD, Intel, ...")
+    arch: Label = Field(description="Architecture key in profiles/architectures.yaml (e.g. ampere, hopper, cdna3).")
+    form_factor: Label = ""
     bf16_tflops: Tflops | None = Field(None, description="Dense bf16 tensor TFLOP/s (no sparsity).")
     fp16_tflops: Tflops | None = Field(None, description="Dense fp16 tensor TFLOP/s (no sparsity).")
     fp8_tflops: Tflops | None = Field(None, description="Dense fp8 tensor TFLOP/s (informational).")
@@ -114,7 +119,7 @@ class GpuSpec(_Strict):
     gemm_efficiency: Fraction | None = Field(None, description="Override of the architecture's achievable-matmul fraction.")
     sm_count: SmCount | None = Field(None, description="Streaming multiprocessors (NVIDIA) or compute units (AMD): "
                                     "GEMM tiles run in waves over them. None: no wave quantisation.")
-    source: str = Field("", description="Where the figures come from.")
+    source: Prose = Field("", description="Where the figures come from.")
 
 
 class NicSpec(_Strict):
@@ -130,7 +135,7 @@ class NodeGroupSpec(_Strict):
 
     name: Name
     count: NodeCount = Field(description="Number of nodes.")
-    gpu: str | GpuSpec = Field(description="Catalog GPU id, or an inline GPU spec.")
+    gpu: Label | GpuSpec = Field(description="Catalog GPU id, or an inline GPU spec.")
     gpus_per_node: GpusPerNode = Field(description="GPUs in each node.")
     intra_node: IntraNodeSpec | None = Field(None, description="Override of the GPU's default intra-node link.")
     nics: NicSpec
@@ -160,8 +165,8 @@ class SiteSpec(_Strict):
 class ClusterSpec(_Strict):
     """A fleet: sites with node groups, and the links between them."""
 
-    name: str | None = None
-    description: str | None = None
+    name: Label | None = None
+    description: Prose | None = None
     sites: list[SiteSpec] = Field(min_length=1)
     links: list[LinkSpec] = Field(default_factory=list, description="Links between sites.")
 
@@ -169,8 +174,8 @@ class ClusterSpec(_Strict):
 class ModelSpec(_Strict):
     """A dense decoder-only transformer, with Megatron-LM argument names in snake_case."""
 
-    name: str | None = None
-    source: str | None = Field(None, description="Citation for the architecture numbers.")
+    name: Label | None = None
+    source: Prose | None = Field(None, description="Citation for the architecture numbers.")
     published_params_b: ParamsB | None = Field(None, description="Published total parameters, in billions.")
     published_params_decimals: Annotated[int, Field(ge=0, le=12, strict=True)] | None = Field(
         None, description="Decimals the published figure was rounded to.")
@@ -230,12 +235,12 @@ class CalibrationRunSpec(_Strict):
     """One run of `hgplan calibrate`: what ran and how long it took."""
 
     name: Name
-    cluster: str = Field(description="Cluster YAML (relative to the runs file) or example fleet name.")
-    model: str = Field(description="Model preset or model YAML (relative to the runs file).")
+    cluster: PathText = Field(description="Cluster YAML (relative to the runs file) or example fleet name.")
+    model: PathText = Field(description="Model preset or model YAML (relative to the runs file).")
     training: dict = Field(description="Training settings, as in a training file.")
     plan: dict = Field(description="The plan that ran: tp, pp, dp, micro_batch_size, stages [{node_group, layers}] "
                                    "and optionally cp, vpp, recompute, sequence_parallel, zero_stage.")
-    log: str | None = Field(None, description="Megatron-LM training log (relative to the runs file).")
+    log: PathText | None = Field(None, description="Megatron-LM training log (relative to the runs file).")
     iteration_time_ms: Millis | None = Field(None, description="Measured time per iteration, instead of a log.")
 
 

@@ -90,7 +90,7 @@ def exhaustive_best(fleet: Fleet, model: ModelArch, train: TrainingSettings, opt
     groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
     best_time, best_plan = math.inf, None
     costs = CostSource(fleet, model, train)
-    for cand in enumerate_candidates(costs, opts, groups):
+    for cand in enumerate_candidates(costs, opts, groups)[0]:
         t = build_tables(costs, cand.cfg, groups)
         if t is None:
             continue

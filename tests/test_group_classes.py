@@ -74,7 +74,7 @@ def test_class_bounds_equal_the_bounds_of_every_set_they_stand_for():
     model, train = small_model(16, hidden=4096, heads=32), TrainingSettings(seq_length=4096, global_batch_size=32)
     costs = CostSource(fleet, model, train)
     opts = SearchOptions(max_pp=4, mbs_options=(1,), recompute_options=(Recompute.NONE,))
-    cands = enumerate_candidates(costs, opts, list(fleet.groups))
+    cands, _ = enumerate_candidates(costs, opts, list(fleet.groups))
     assert cands
     checked = 0
     for cand in cands[:40]:

@@ -178,7 +178,7 @@ def test_lower_bounds_never_exceed_the_exhaustive_optimum(seed):
     opts = SearchOptions(max_pp=5, mbs_options=(1, 2), recompute_options=(Recompute.NONE, Recompute.FULL))
     by_key = {g.key: g for g in fleet.groups}
     checked = tight = 0
-    for cand in enumerate_candidates(CostSource(fleet, model, train), opts, list(fleet.groups)):
+    for cand in enumerate_candidates(CostSource(fleet, model, train), opts, list(fleet.groups))[0]:
         m = cand.cfg.num_microbatches(train.global_batch_size)
         whole = build_tables(CostSource(fleet, model, train), cand.cfg, list(fleet.groups))
         best_any = best_for_tables(whole) if whole else None
@@ -239,7 +239,7 @@ def test_layer_split_heuristic_against_every_split():
         model = small_model(rng.choice([8, 12, 16, 24]), hidden=rng.choice([4096, 5120]), heads=32)
         train = TrainingSettings(seq_length=4096, global_batch_size=rng.choice([32, 64]))
         opts = SearchOptions(max_pp=4, mbs_options=(1, 2), recompute_options=(Recompute.NONE, Recompute.FULL))
-        for cand in enumerate_candidates(CostSource(fleet, model, train), opts, list(fleet.groups))[:30]:
+        for cand in enumerate_candidates(CostSource(fleet, model, train), opts, list(fleet.groups))[0][:30]:
             tables = build_tables(CostSource(fleet, model, train), cand.cfg, list(fleet.groups))
             if tables is None:
                 continue

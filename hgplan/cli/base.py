@@ -6,13 +6,23 @@ import functools
 import json
 import os
 import sys
+import time
 from typing import Annotated, Any, Callable
 
 import typer
 from rich.console import Console
 
 from hgplan import __version__
-from hgplan.errors import InputError, NoAnswerError, PlanningError
+from hgplan.errors import InputError, InputIssue, NoAnswerError, PlanningError
+
+_started = {"at_s": time.perf_counter(), "commands": 0}
+"""When the current command started: for the first command of a process, when this module was imported (before any
+option is parsed); for later ones in the same process (tests, embedding), when their root callback ran."""
+
+
+def command_started_s() -> float:
+    """The time.perf_counter() reading at which the running command started: time limits count from here."""
+    return _started["at_s"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -24,10 +34,25 @@ app.add_typer(profiles_app, name="profiles")
 # otherwise.
 PIPED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 180
 out = Console(soft_wrap=True, width=PIPED_WIDTH)
-if PIPED_WIDTH is not None:  # the same for --help, which typer renders with rich: option names are never cut
-    import typer.rich_utils
+import typer.rich_utils  # noqa: E402 - typer renders --help and usage errors with it
 
+if PIPED_WIDTH is not None:  # the same for --help: option names are never cut
     typer.rich_utils.MAX_WIDTH = PIPED_WIDTH
+_format_usage_error = typer.rich_utils.rich_format_error
+
+
+def _usage_error(exc: Any) -> None:
+    """A usage error the option parser found (unknown option, a value of the wrong type): with --json on the command
+    line, the error document on stdout too; the usual message on stderr."""
+    if "--json" in sys.argv[1:] and getattr(exc, "exit_code", 2) == 2:
+        param = getattr(exc, "param", None)
+        issue = InputIssue(source="", line=None, path=param.opts[0] if getattr(param, "opts", None) else "",
+                           message=exc.format_message())
+        emit_json(error_document(2, "usage", [issue]))
+    _format_usage_error(exc)
+
+
+typer.rich_utils.rich_format_error = _usage_error
 err = Console(stderr=True, soft_wrap=True)
 
 
@@ -59,8 +84,30 @@ def wrote(output: str, what: str) -> None:
     warn(f"wrote the {what} to standard output" if output == "-" else f"wrote {output}", "")
 
 
+def error_document(code: int, kind: str, issues: list[InputIssue]) -> dict[str, Any]:
+    """The JSON error document (`hgplan schema error`) of a failure: its exit code and every problem, located."""
+    from hgplan.documents import ErrorDocument
+
+    located = [{"file": i.source or None, "line": i.line, "key": i.path or None, "message": i.message} for i in issues]
+    doc = ErrorDocument(hgplan_version=__version__, error={"code": code, "kind": kind, **located[0], "issues": located})
+    return doc.to_json_dict()
+
+
+def _fail(code: int, kind: str, issues: list[InputIssue], prefix: str, as_json: bool) -> typer.Exit:
+    for issue in issues:
+        warn(issue.render(), prefix)
+    if as_json:
+        emit_json(error_document(code, kind, issues))
+    return typer.Exit(code)
+
+
+def _message(text: str) -> list[InputIssue]:
+    return [InputIssue(source="", line=None, path="", message=text)]
+
+
 def handles_errors(fn: Callable) -> Callable:
-    """Map library errors to documented exit codes with a message on stderr, never a traceback."""
+    """Map library errors to documented exit codes with a message on stderr, never a traceback; with --json, the
+    error document on stdout as well."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -68,18 +115,15 @@ def handles_errors(fn: Callable) -> Callable:
         from hgplan.io import forget_stdin
 
         forget_stdin()
+        as_json = bool(kwargs.get("as_json"))
         try:
             return fn(*args, **kwargs)
         except InputError as exc:
-            for issue in exc.issues:
-                warn(issue.render(), "error")
-            raise typer.Exit(2) from None
+            raise _fail(2, "input", exc.issues, "error", as_json) from None
         except PlanningError as exc:
-            warn(str(exc), "finding")
-            raise typer.Exit(1) from None
+            raise _fail(1, "finding", _message(str(exc)), "finding", as_json) from None
         except NoAnswerError as exc:
-            warn(str(exc), "no answer")
-            raise typer.Exit(3) from None
+            raise _fail(3, "no_answer", _message(str(exc)), "no answer", as_json) from None
 
     return wrapper
 
@@ -94,6 +138,9 @@ def _version(value: bool) -> None:
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                 help="Print the version and exit.")] = False) -> None:
     """hgplan: plan, explain and export LLM training on heterogeneous GPU fleets."""
+    if _started["commands"]:
+        _started["at_s"] = time.perf_counter()
+    _started["commands"] += 1
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Write JSON to stdout instead of a table.")]

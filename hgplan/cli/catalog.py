@@ -114,13 +114,15 @@ class SchemaKind(StrEnum):
     export = "export"
     profile = "profile"
     bench = "bench"
+    error = "error"
 
 
 @app.command()
 @handles_errors
 def schema(kind: Annotated[SchemaKind, typer.Argument(help="cluster, model, training (inputs), plan (plan files), "
                                                            "or search, explain, export (their --json output), "
-                                                           "profile (calibrate), bench (bench).")]) -> None:
+                                                           "profile (calibrate), bench (bench), error (what --json "
+                                                           "writes on exit 1, 2 or 3).")]) -> None:
     """Print the JSON Schema of an input document, a plan file or a command's --json output."""
     from hgplan import documents
     from hgplan import schema as s

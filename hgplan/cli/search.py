@@ -8,11 +8,16 @@ from typing import Annotated, Callable
 
 import typer
 
-from hgplan.cli.base import (ClusterOpt, JsonOpt, ModelOpt, app, emit_json, err, file_to_stdout, handles_errors, out,
-                             warn, wrote)
+from hgplan.cli.base import (ClusterOpt, JsonOpt, ModelOpt, app, emit_json, err, file_to_stdout,
+                             command_started_s, handles_errors, out, warn, wrote)
 from hgplan.cli.options import TrainingFlags, parse_percent, training_options
 from hgplan.domain import Target
 from hgplan.errors import InputError
+
+OUTPUT_SHARE = 0.15
+"""Share of --time-limit kept for what follows the search: ranking the plans by the simulator, the baselines and
+the output. The search's phases stop at the rest, counted from the command's start (reading the inputs included)."""
+
 
 def _check_search_flags(top: int, time_limit: float, max_pp: int | None, solver_params: str | None, *,
                         writes: tuple[str | None, ...]) -> None:
@@ -104,6 +109,15 @@ def _write_outputs(report, result, *, output: str | None, export_model: str | No
         wrote(export_model, "last CP-SAT model")
 
 
+def _print_report(report, as_json: bool, to_stdout: bool) -> None:
+    from hgplan import render
+
+    if as_json:
+        emit_json(report)
+    else:
+        render.search_report(err if to_stdout else out, report)
+
+
 @app.command()
 @handles_errors
 @training_options(runtime=False)
@@ -138,7 +152,6 @@ def search(
     *, flags: TrainingFlags,
 ) -> None:
     """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with its gap to the search's bound."""
-    from hgplan import render
     from hgplan.documents import ClusterInput
     from hgplan.planfile import regression_check
     from hgplan.planner.api import plan_training
@@ -152,7 +165,8 @@ def search(
     if base_file is not None and not allow_different_inputs:
         _same_inputs(base_file, baseline, csrc, msrc, train, target.value)
     opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
-                         solver_log=solver_log, solver_params=solver_params or "", keep_model=export_model is not None)
+                         solver_log=solver_log, solver_params=solver_params or "", keep_model=export_model is not None,
+                         wall_deadline_s=command_started_s() + time_limit * (1 - OUTPUT_SHARE))
     report, result = _run_with_progress(lambda cb: plan_training(
         fleet, arch, train, opts, cluster=ClusterInput(ref=csrc.ref, sha256=csrc.sha256), model_ref=msrc.ref,
         progress=cb, log=lambda line: warn(line, ""), with_baselines=baselines), solver_log)
@@ -161,13 +175,17 @@ def search(
     report.warnings[:0] = warnings
     for w in report.warnings:
         warn(w)
-    _write_outputs(report, result, output=output, export_model=export_model, cluster=csrc, model=msrc, profile=psrc)
+    try:
+        _write_outputs(report, result, output=output, export_model=export_model, cluster=csrc, model=msrc,
+                       profile=psrc)
+    except (OSError, InputError) as exc:  # the path went away during the search: the result is still printed
+        _print_report(report, as_json, to_stdout)
+        warn(f"the search finished but its output could not be written ({exc}); the result is on stdout; fix the "
+             "path and re-run", "error")
+        raise typer.Exit(2) from None
     if base_file is not None:
         report.regression = regression_check(base_file, report, bound)
-    if as_json:
-        emit_json(report)
-    else:
-        render.search_report(err if to_stdout else out, report)
+    _print_report(report, as_json, to_stdout)
     if report.regression is not None:
         warn(report.regression.message, "")
         if report.regression.failed:

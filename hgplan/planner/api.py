@@ -22,6 +22,7 @@ from hgplan.domain import Fleet, ModelArch, Target, TrainingSettings
 from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
+from hgplan.planner.candidates import base_configs
 from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_search import MeshResult, mesh_search
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
@@ -68,7 +69,8 @@ def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[IdleGpu
     return out
 
 
-def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, result: SearchResult) -> str:
+def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, result: SearchResult,
+                       opts: SearchOptions) -> str:
     """Why nothing fits, with the numbers."""
     usable = [g for g in fleet.groups if g.gpu.supports(train.precision)]
     if not usable:
@@ -80,6 +82,10 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
         return (f"the {model.num_layers} layers ({model.num_params() / 1e9:.1f} B parameters) need at least "
                 f"{need:.1f} TiB for weights, gradients and optimizer state ({per_param:g} bytes per parameter); the "
                 f"fleet has {have:.1f} TiB of usable GPU memory")
+    if result.candidates_total == 0 and any(True for _ in base_configs(model, train, opts, usable)):
+        return (f"no pipeline of at most {opts.max_pp or model.num_layers} stages holds the model state (weights, "
+                "gradients and optimizer state) in GPU memory for any configuration; allow more stages (--max-pp) or "
+                "add GPUs")
     if result.candidates_total == 0:
         return (f"no configuration divides the global batch of {train.global_batch_size} into micro-batches x DP for a "
                 "stage size that tiles the nodes; use a global batch with more factors of 2")
@@ -231,11 +237,18 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                          budget_s=opts.budget_s / 2 if opts.target == Target.FLAGSCALE else opts.budget_s)
     result, seeds = seeded_search(fleet, model, train, stock_opts, progress=progress, log=log)
     if not result.found:
+        if not result.listed_all:
+            raise NoAnswerError(f"the time limit ended before any plan was found, while the configurations were "
+                                f"being listed and bounded ({result.candidates_total} so far); raise --time-limit")
         if result.stopped_by != "complete" and result.candidates_skipped:
             raise NoAnswerError(f"the time limit ended before any plan was found ({result.candidates_solved} of "
                                 f"{result.candidates_total} configurations solved); raise --time-limit")
-        raise PlanningError(explain_infeasible(fleet, model, train, result))
+        raise PlanningError(explain_infeasible(fleet, model, train, result, opts))
     warnings: list[str] = []
+    if not result.listed_all:
+        warnings.append(f"the time limit ended while the configurations were being listed ({result.candidates_total} "
+                        "so far): nothing is known of the others, so the search has no bound and its gap is 100%; "
+                        "raise --time-limit")
     mesh = _mesh_family(fleet, model, train, opts, result, log)
     found = list(result.found) + (mesh.found[:RERANKED] if mesh else [])
     checked = _checked(found, fleet, model, train, warnings)

@@ -34,15 +34,19 @@ class Baseline:
 
 def single_group(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
     """The best plan on any one node group (searched with a share of the time limit)."""
-    found = []
+    found, cut_short = [], False
     for g in fleet.groups:
         sub = replace(opts, groups=(g.key,), top_k=RERANKED, budget_s=max(1.0, opts.budget_s / (2 * len(fleet.groups))))
-        found += run_search(fleet, model, train, sub).found
-    return single_group_from(found, fleet, model, train)
+        res = run_search(fleet, model, train, sub)
+        found += res.found
+        cut_short |= not res.found and res.stopped_by != "complete"
+    return single_group_from(found, fleet, model, train, cut_short=cut_short)
 
 
-def single_group_from(found: list, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> Baseline:
-    """The single-group baseline from the best plans of per-group searches."""
+def single_group_from(found: list, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
+                      cut_short: bool = False) -> Baseline:
+    """The single-group baseline from the best plans of per-group searches (cut_short: the time limit ended some of
+    them before they found a plan)."""
     best: tuple[float, Plan, Prediction] | None = None
     for f in found:
         plan = f.plan()
@@ -52,7 +56,8 @@ def single_group_from(found: list, fleet: Fleet, model: ModelArch, train: Traini
     desc = "the best plan on a single node group (training on one cluster alone)"
     if best is None:
         return Baseline(name="single_group", description=desc, plan=None, prediction=None,
-                        note="no single node group can train this model")
+                        note="the time limit ended before a node group's search found a plan" if cut_short else
+                        "no single node group can train this model")
     return Baseline(name="single_group", description=desc, plan=best[1], prediction=best[2],
                     note=f"on {best[1].stages[0].node_group}")
 
@@ -66,10 +71,10 @@ def _file_order_plans(fleet: Fleet, model: ModelArch, train: TrainingSettings, o
     for base in base_configs(model, train, opts, groups):
         if not all(eligible(g, base, train) for g in groups):
             continue
-        order = [g for g in groups for _ in range(g.num_gpus // base.gpus_per_stage)]
-        p = len(order)
+        p = sum(g.num_gpus // base.gpus_per_stage for g in groups)
         if p > L or (not proportional and L % p):
             continue
+        order = [g for g in groups for _ in range(g.num_gpus // base.gpus_per_stage)]
         if proportional:
             layers = apportion(L, [1.0 / sum(layer_cost(fleet, g, model, base, train)[1:]) for g in order])
         else:

@@ -6,6 +6,7 @@ Legend: L layers, p pipeline stages, v virtual stages per rank, m micro-batches 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import Iterator
 
@@ -59,19 +60,19 @@ def _cp_options(train: TrainingSettings, tp: int, groups: list[NodeGroup], targe
     return out
 
 
-def _stage_sizes(tp: int, cp: int, groups: list[NodeGroup]) -> list[int]:
-    """Stage sizes G = tp*cp*dp that tile the nodes of at least one group."""
+def _stage_sizes(tp: int, cp: int, groups: list[NodeGroup], largest: int) -> list[int]:
+    """Stage sizes G = tp*cp*dp, at most `largest`, that tile the nodes of at least one group."""
     base = tp * cp
     sizes = set()
     for g in groups:
         for n in range(1, g.gpus_per_node + 1):
             if g.gpus_per_node % n == 0 and n % base == 0:
                 sizes.add(n)
-        for mult in range(1, g.num_nodes + 1):
+        for mult in range(1, min(g.num_nodes, largest // g.gpus_per_node) + 1):
             size = mult * g.gpus_per_node
             if size % base == 0:
                 sizes.add(size)
-    return sorted(sizes)
+    return sorted(s for s in sizes if s <= largest)
 
 
 def base_configs(model: ModelArch, train: TrainingSettings, opts: SearchOptions,
@@ -80,40 +81,55 @@ def base_configs(model: ModelArch, train: TrainingSettings, opts: SearchOptions,
 
     Sequence parallelism whenever TP > 1 and the distributed optimizer (ZeRO-1) always (docs/planner.md).
     """
+    mbs_options = opts.mbs_options or _powers_of_two(MAX_MICRO_BATCH)
     for tp in _tp_options(model, groups, opts):
         for cp in _cp_options(train, tp, groups, opts.target):
-            for size in _stage_sizes(tp, cp, groups):
+            # dp divides the global batch: larger stages than tp x cp x batch cannot be data-parallel replicas
+            for size in _stage_sizes(tp, cp, groups, tp * cp * train.global_batch_size):
                 dp = size // (tp * cp)
-                for mbs in opts.mbs_options or _powers_of_two(MAX_MICRO_BATCH):
+                for mbs in mbs_options:
                     if train.global_batch_size % (mbs * dp) == 0:
                         for rc in opts.recompute_options:
                             yield ParallelConfig(tp=tp, pp=1, dp=dp, cp=cp, micro_batch_size=mbs, recompute=rc,
                                                  sequence_parallel=tp > 1, zero_stage=1)
 
 
-def _slot_capacities(base: ParallelConfig, hosts: list[NodeGroup]) -> list[float]:
-    """Usable bytes of every stage slot, largest first; with the model state of one layer (weights, gradients and
-    optimizer state sharded over the stage's DP) they bound how many stages the state needs."""
+def _slot_capacities(base: ParallelConfig, hosts: list[NodeGroup], most: int) -> list[float]:
+    """Usable bytes of the `most` largest stage slots, largest first; with the model state of one layer (weights,
+    gradients and optimizer state sharded over the stage's DP) they bound how many stages the state needs. Only the
+    largest `most` are listed: a pipeline never has more stages than layers, and a fleet may hold millions of
+    slots."""
     size = base.gpus_per_stage
-    return sorted(((g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) * GIB for g in hosts for _ in range(g.num_gpus // size)),
-                  reverse=True)
+    caps: list[float] = []
+    for cap, slots in sorted((((g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) * GIB, g.num_gpus // size) for g in hosts),
+                             key=lambda cs: -cs[0]):
+        caps += [cap] * min(slots, most - len(caps))
+        if len(caps) >= most:
+            break
+    return caps
 
 
-def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[NodeGroup]) -> list[Candidate]:
-    """Every outer candidate of the plan family with its lower bound, sorted by key (bound first)."""
+def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[NodeGroup],
+                         stop_at_s: float = math.inf) -> tuple[list[Candidate], bool]:
+    """Every outer candidate of the plan family with its lower bound, sorted by key (bound first), and whether the
+    list is complete: listing stops once time.perf_counter() passes stop_at_s (a fleet of millions of GPUs has tens
+    of thousands of candidates, each bounded here)."""
     model, train = costs.model, costs.train
     L = model.num_layers
     vpps = opts.vpp_options or ((1, 2) if opts.target == Target.MEGATRON else (1,))
     max_pp = min(L, opts.max_pp or L)
     out: list[Candidate] = []
     for base in base_configs(model, train, opts, groups):
+        if time.perf_counter() > stop_at_s:
+            out.sort(key=lambda c: c.key)
+            return out, False
         hosts = [g for g in groups if eligible(g, base, train)]
         if not hosts:
             continue
         m = base.num_microbatches(train.global_batch_size)
         w, gr, o = state_bytes_per_param(train.precision, 1, base.dp * base.cp)
         layer_state = model.layer_params() / base.tp * (w + gr + o)
-        caps = _slot_capacities(base, hosts)
+        caps = _slot_capacities(base, hosts, max_pp)
         contexts: dict[int, BoundContext] = {}
         for pp in range(1, min(max_pp, len(caps)) + 1):
             if sum(caps[:pp]) < layer_state * L:
@@ -131,4 +147,4 @@ def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[No
                 out.append(Candidate(cfg=cfg, lower_bound_us=lb * US, ctx=ctx,
                                      key=(round(lb * US), *cand_key(cfg))))
     out.sort(key=lambda c: c.key)
-    return out
+    return out, True

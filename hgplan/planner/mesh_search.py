@@ -129,6 +129,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     for every plan of the family: closed candidates give CP-SAT's bound (or the incumbent when nothing better
     exists), the rest their lower bound."""
     start = time.perf_counter()
+    stop_at = min(start + opts.budget_s, opts.wall_deadline_s or math.inf)
     heap, fills = _candidates(costs, groups, opts)
     heapq.heapify(heap)
     res = MeshResult(found=[], candidates_total=len(heap))
@@ -141,7 +142,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             closed.append(lb)
             break
         remaining = DTIME_PER_WALL * opts.budget_s - res.deterministic_time
-        if remaining <= 0 or time.perf_counter() - start > opts.budget_s:
+        if remaining <= 0 or time.perf_counter() > stop_at:
             res.stopped_by = "budget" if remaining <= 0 else "wall"
             res.candidates_skipped = len(heap) + 1
             closed.append(lb)
@@ -159,7 +160,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
                 heapq.heappush(heap, (better, B, P, 1))
             continue
         upper = math.ceil(best) if math.isfinite(best) else None
-        wall_left = max(0.05, opts.budget_s - (time.perf_counter() - start))  # the limit covers the solve too
+        wall_left = max(0.05, stop_at - time.perf_counter())  # the limit covers the solve too
         params = solve_params(opts, 0, remaining)
         params = replace(params, max_time_in_seconds=min(params.max_time_in_seconds, wall_left))
         sol = solve_mesh(t, params, upper_bound=upper, log=log)

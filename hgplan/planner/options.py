@@ -48,3 +48,6 @@ class SearchOptions:
     """Text-format SatParameters applied on top of hgplan's own (an escape hatch; recorded in the JSON)."""
     keep_model: bool = False
     """Keep the last CP-SAT model (text format) in the result, for --export-model."""
+    wall_deadline_s: float | None = None
+    """A time.perf_counter() reading at which every phase stops (listing candidates, bounds, solves), whatever
+    budget_s leaves: the CLI sets it so that --time-limit covers reading the inputs and writing the output too."""

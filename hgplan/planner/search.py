@@ -99,6 +99,8 @@ class SearchResult:
     """The largest limits any solve of this search ran under (what the solves really used)."""
     last_model_text: str | None = None
     """The last CP-SAT model solved, in text format (only with SearchOptions.keep_model)."""
+    listed_all: bool = True
+    """False when the time limit ended while the candidates were being listed (then bound_us is 0)."""
 
     @property
     def best_us(self) -> float | None:
@@ -159,6 +161,9 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else \
         improve(tables, greedy_hint(tables, order))
     params = solve_params(opts, attempt, remaining)
+    if opts.wall_deadline_s is not None:  # the command's time limit covers the solve too
+        wall_left = max(0.05, opts.wall_deadline_s - time.perf_counter())
+        params = replace(params, max_time_in_seconds=min(params.max_time_in_seconds, wall_left))
     for name in ("max_deterministic_time", "max_time_in_seconds"):
         st.limits[name] = max(st.limits.get(name, 0.0), getattr(params, name))
     best_now = st.best_us()
@@ -207,9 +212,10 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     """Best-first over items by lower bound. A popped item is first refined (subset, then block bounds); then it
     is solved; a solve that stops at its time limit goes back with its improved bound and twice the time."""
     start = time.perf_counter()
+    stop_at = min(start + opts.budget_s, opts.wall_deadline_s or math.inf)
     costs = costs or CostSource(fleet, model, train)
     groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
-    cands = enumerate_candidates(costs, opts, groups)
+    cands, listed_all = enumerate_candidates(costs, opts, groups, stop_at)
     order, by_key = [g.key for g in fleet.groups], {g.key: g for g in groups}
     L, m_of = model.num_layers, (lambda c: c.num_microbatches(train.global_batch_size))
     heap = [(c.lower_bound_us, c.key, Stage.CANDIDATE, i, ()) for i, c in enumerate(cands)]
@@ -218,6 +224,9 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     st = _State(found={("seed", n): f for n, f in enumerate(seeds or [])}, log=log)
     pruned = skipped = done = 0
     stopped = "complete"
+    if not listed_all:  # nothing is known of the configurations not listed: no bound but 0
+        heap, stopped, skipped = [], "wall", len(cands)
+        st.closed_bounds.append(0.0)
     while heap:
         lb, key, stage, i, subset = heapq.heappop(heap)
         cand = cands[i]
@@ -226,7 +235,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             st.closed_bounds.append(lb)
             break
         remaining = DTIME_PER_WALL * opts.budget_s - st.dtime
-        if remaining <= 0 or time.perf_counter() - start > opts.budget_s:
+        if remaining <= 0 or time.perf_counter() > stop_at:
             stopped = "budget" if remaining <= 0 else "wall"
             skipped = len({e[3] for e in heap} | {i})
             st.closed_bounds.append(lb)
@@ -248,7 +257,9 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
                 progress(done, len(cands))
     if progress:
         progress(len(cands), len(cands))
-    return _result(st, cands, opts, pruned=pruned, skipped=skipped, stopped=stopped, start=start)
+    result = _result(st, cands, opts, pruned=pruned, skipped=skipped, stopped=stopped, start=start)
+    result.listed_all = listed_all
+    return result
 
 
 def _result(st: _State, cands: list[Candidate], opts: SearchOptions, *, pruned: int, skipped: int, stopped: str,
