@@ -61,13 +61,6 @@ def _paths(node, prefix=()):
             yield from _paths(v, prefix + (i,))
 
 
-def _set(doc, path, value):
-    node = doc
-    for p in path[:-1]:
-        node = node[p]
-    node[path[-1]] = value
-
-
 def _mutate_tree(rng: random.Random, doc) -> tuple[object, str]:
     """Change one value of the parsed document: a type swap, an extreme number, a deletion or an unknown key."""
     paths = [p for p, _ in _paths(doc) if p]
@@ -83,10 +76,10 @@ def _mutate_tree(rng: random.Random, doc) -> tuple[object, str]:
     elif action == "unknown key" and isinstance(parent, dict):
         parent[f"unexpected_{rng.randrange(100)}"] = rng.choice(EXTREMES)
     elif action == "wrap in list":
-        _set(doc, path, [parent[path[-1]]])
+        parent[path[-1]] = [parent[path[-1]]]
     else:
         action = "extreme"
-        _set(doc, path, rng.choice(EXTREMES))
+        parent[path[-1]] = rng.choice(EXTREMES)
     return doc, f"{action} at {'.'.join(map(str, path))}"
 
 

@@ -273,7 +273,10 @@ def write_dir_atomic(path_str: str, files: dict[str, str], *, executable_suffix:
                 moved.append(target / entry.name)
         except BaseException:
             for entry in moved:
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink(missing_ok=True)
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink(missing_ok=True)
             raise
         finally:
             shutil.rmtree(lock, ignore_errors=True)

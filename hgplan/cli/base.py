@@ -10,6 +10,7 @@ import time
 from typing import Annotated, Any, Callable
 
 import typer
+import typer.rich_utils  # typer renders --help and usage errors with it
 from rich.console import Console
 
 from hgplan import __version__
@@ -34,8 +35,6 @@ app.add_typer(profiles_app, name="profiles")
 # otherwise.
 PIPED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 180
 out = Console(soft_wrap=True, width=PIPED_WIDTH)
-import typer.rich_utils  # noqa: E402 - typer renders --help and usage errors with it
-
 if PIPED_WIDTH is not None:  # the same for --help: option names are never cut
     typer.rich_utils.MAX_WIDTH = PIPED_WIDTH
 _format_usage_error = typer.rich_utils.rich_format_error

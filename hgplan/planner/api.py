@@ -82,7 +82,7 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
         return (f"the {model.num_layers} layers ({model.num_params() / 1e9:.1f} B parameters) need at least "
                 f"{need:.1f} TiB for weights, gradients and optimizer state ({per_param:g} bytes per parameter); the "
                 f"fleet has {have:.1f} TiB of usable GPU memory")
-    if result.candidates_total == 0 and any(True for _ in base_configs(model, train, opts, usable)):
+    if result.candidates_total == 0 and next(base_configs(model, train, opts, usable), None) is not None:
         return (f"no pipeline of at most {opts.max_pp or model.num_layers} stages holds the model state (weights, "
                 "gradients and optimizer state) in GPU memory for any configuration; allow more stages (--max-pp) or "
                 "add GPUs")

@@ -119,10 +119,11 @@ def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[No
     vpps = opts.vpp_options or ((1, 2) if opts.target == Target.MEGATRON else (1,))
     max_pp = min(L, opts.max_pp or L)
     out: list[Candidate] = []
+    listed_all = True
     for base in base_configs(model, train, opts, groups):
         if time.perf_counter() > stop_at_s:
-            out.sort(key=lambda c: c.key)
-            return out, False
+            listed_all = False
+            break
         hosts = [g for g in groups if eligible(g, base, train)]
         if not hosts:
             continue
@@ -147,4 +148,4 @@ def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[No
                 out.append(Candidate(cfg=cfg, lower_bound_us=lb * US, ctx=ctx,
                                      key=(round(lb * US), *cand_key(cfg))))
     out.sort(key=lambda c: c.key)
-    return out, True
+    return out, listed_all

@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 from hgplan.domain import NodeGroup
@@ -27,7 +27,7 @@ from hgplan.planner.mesh_bound import tables_bound_us
 from hgplan.planner.mesh_model import MeshSolution, solve_mesh
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables, host_options
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
-from hgplan.planner.search import solve_params
+from hgplan.planner.search import solve_params, within
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,7 +129,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     for every plan of the family: closed candidates give CP-SAT's bound (or the incumbent when nothing better
     exists), the rest their lower bound."""
     start = time.perf_counter()
-    stop_at = min(start + opts.budget_s, opts.wall_deadline_s or math.inf)
+    stop_at = opts.stop_at_s(start)
     heap, fills = _candidates(costs, groups, opts)
     heapq.heapify(heap)
     res = MeshResult(found=[], candidates_total=len(heap))
@@ -160,9 +160,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
                 heapq.heappush(heap, (better, B, P, 1))
             continue
         upper = math.ceil(best) if math.isfinite(best) else None
-        wall_left = max(0.05, stop_at - time.perf_counter())  # the limit covers the solve too
-        params = solve_params(opts, 0, remaining)
-        params = replace(params, max_time_in_seconds=min(params.max_time_in_seconds, wall_left))
+        params = within(solve_params(opts, 0, remaining), stop_at)
         sol = solve_mesh(t, params, upper_bound=upper, log=log)
         res.candidates_solved += 1
         res.deterministic_time += sol.deterministic_time

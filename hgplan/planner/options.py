@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hgplan.domain import Target
@@ -51,3 +52,7 @@ class SearchOptions:
     wall_deadline_s: float | None = None
     """A time.perf_counter() reading at which every phase stops (listing candidates, bounds, solves), whatever
     budget_s leaves: the CLI sets it so that --time-limit covers reading the inputs and writing the output too."""
+
+    def stop_at_s(self, start_s: float) -> float:
+        """When a search started at start_s stops: its own budget or the command's deadline, the earlier."""
+        return min(start_s + self.budget_s, self.wall_deadline_s if self.wall_deadline_s is not None else math.inf)

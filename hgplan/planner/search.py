@@ -145,6 +145,15 @@ def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.in
                         extra=opts.solver_params)
 
 
+def within(params: SolverParams, stop_at_s: float | None) -> SolverParams:
+    """The solve's wall-clock limit cut to what is left before stop_at_s (a time.perf_counter() reading; at least
+    50 ms): the search's time limit covers its solves too."""
+    if stop_at_s is None:
+        return params
+    left = max(0.05, stop_at_s - time.perf_counter())
+    return replace(params, max_time_in_seconds=min(params.max_time_in_seconds, left))
+
+
 def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, ...]], stage: int, lb: float,
                 st: _State, opts: SearchOptions, remaining: float, order: list[str], by_key: dict) -> float | None:
     """Solve one item; returns its new bound if it should go back on the heap for a retry, else None."""
@@ -160,10 +169,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     prev = st.found.get(item)
     hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else \
         improve(tables, greedy_hint(tables, order))
-    params = solve_params(opts, attempt, remaining)
-    if opts.wall_deadline_s is not None:  # the command's time limit covers the solve too
-        wall_left = max(0.05, opts.wall_deadline_s - time.perf_counter())
-        params = replace(params, max_time_in_seconds=min(params.max_time_in_seconds, wall_left))
+    params = within(solve_params(opts, attempt, remaining), opts.wall_deadline_s)
     for name in ("max_deterministic_time", "max_time_in_seconds"):
         st.limits[name] = max(st.limits.get(name, 0.0), getattr(params, name))
     best_now = st.best_us()
@@ -212,7 +218,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     """Best-first over items by lower bound. A popped item is first refined (subset, then block bounds); then it
     is solved; a solve that stops at its time limit goes back with its improved bound and twice the time."""
     start = time.perf_counter()
-    stop_at = min(start + opts.budget_s, opts.wall_deadline_s or math.inf)
+    stop_at = opts.stop_at_s(start)
     costs = costs or CostSource(fleet, model, train)
     groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
     cands, listed_all = enumerate_candidates(costs, opts, groups, stop_at)
@@ -257,13 +263,12 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
                 progress(done, len(cands))
     if progress:
         progress(len(cands), len(cands))
-    result = _result(st, cands, opts, pruned=pruned, skipped=skipped, stopped=stopped, start=start)
-    result.listed_all = listed_all
-    return result
+    return _result(st, cands, opts, pruned=pruned, skipped=skipped, stopped=stopped, start=start,
+                   listed_all=listed_all)
 
 
 def _result(st: _State, cands: list[Candidate], opts: SearchOptions, *, pruned: int, skipped: int, stopped: str,
-            start: float) -> SearchResult:
+            start: float, listed_all: bool = True) -> SearchResult:
     """The best plan per configuration, ranked, with the proven bound."""
     best_per_cand: dict[tuple, Found] = {}
     for f in st.found.values():
@@ -276,7 +281,7 @@ def _result(st: _State, cands: list[Candidate], opts: SearchOptions, *, pruned: 
                         candidates_pruned=pruned, candidates_skipped=skipped, candidates_infeasible=st.infeasible,
                         bound_us=min([best] + st.closed_bounds), deterministic_time=st.dtime,
                         wall_time_s=time.perf_counter() - start, stopped_by=stopped, statuses=st.statuses,
-                        solver_limits=st.limits, last_model_text=st.last_model)
+                        solver_limits=st.limits, last_model_text=st.last_model, listed_all=listed_all)
 
 
 def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
