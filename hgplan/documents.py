@@ -145,7 +145,8 @@ class PlanEntry(Doc):
     gpus_used: int
     worst_headroom_gib: float
     origin: str = "search"
-    """'search', or 'baseline:NAME': a baseline that beat the solver's plans under the reported model."""
+    """'search'; 'proof': found by --prove-gap (its solver objective is then the lower-bound model's); or
+    'baseline:NAME': a baseline that beat the solver's plans under the reported model."""
     solver: EntrySolver | None = None
 
 
@@ -224,9 +225,24 @@ class CandidateCounts(Doc):
     infeasible: int
 
 
+class ProofRecord(Doc):
+    """`search --prove-gap`: the bound on the reported (simulated) iteration time of every plan of the stock family
+    (planner/certify.py; docs/planner.md, "What the gap means")."""
+
+    bound_s: float
+    solved: int = Field(description="configurations whose lower-bound model CP-SAT solved")
+    pruned_by_bound: int = Field(description="configurations whose cheap lower bound was already within --max-gap")
+    skipped_by_budget: int = Field(description="configurations left at their cheap lower bound when time ran out")
+    faster_plans_found: int = Field(description="plans the proof found faster, under the simulator, than the search's")
+    solver_statuses: dict[str, int]
+    deterministic_time: float
+    stopped_by: Literal["complete", "budget", "wall"]
+
+
 class SearchStats(Doc):
     """bound_s, relative_gap: proven, of the search objective (closed-form tables); gap_on_reported: of the reported
-    (simulated) iteration_time_s, proven only if gap_proven (today never: gap_note; docs/planner.md)."""
+    (simulated) iteration_time_s, proven only if gap_proven (with --prove-gap, for the stock family: proof;
+    gap_note says which; docs/planner.md)."""
 
     stopped_by: Literal["complete", "budget", "wall"]
     candidates: CandidateCounts
@@ -240,6 +256,7 @@ class SearchStats(Doc):
     relative_gap: float
     deterministic_time: float
     wall_time_s: float | None = None
+    proof: ProofRecord | None = None
 
 
 class AsymmetricRecord(Doc):

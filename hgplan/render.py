@@ -104,10 +104,15 @@ def search_report(out: Console, report: SearchReport) -> None:
                       f"{e.worst_headroom_gib:.1f}")
     out.print(table)
     c = s.candidates
-    proof = "proven" if s.gap_proven else "estimated, not proven"
-    out.print(f"search: best plan {s.iteration_time_s:.3f} s per iteration (pipeline simulator); gap to the search's "
-              f"bound {s.bound_s:.3f} s: {s.gap_on_reported:.2%} ({proof}; on its own closed-form objective, "
-              f"best {s.best_objective_s:.3f} s, the gap {s.relative_gap:.2%} is proven)")
+    if s.gap_proven and s.proof is not None:
+        out.print(f"search: best plan {s.iteration_time_s:.3f} s per iteration (pipeline simulator); proven bound "
+                  f"{s.proof.bound_s:.3f} s on the simulated time of every plan: gap {s.gap_on_reported:.2%} "
+                  f"({s.proof.solved} configurations solved, {s.proof.pruned_by_bound} pruned, "
+                  f"{s.proof.skipped_by_budget} left at a weaker bound; {s.proof.stopped_by})")
+    else:
+        out.print(f"search: best plan {s.iteration_time_s:.3f} s per iteration (pipeline simulator); gap to the "
+                  f"search's bound {s.bound_s:.3f} s: {s.gap_on_reported:.2%} (estimated, not proven; on its own "
+                  f"closed-form objective, best {s.best_objective_s:.3f} s, the gap {s.relative_gap:.2%} is proven)")
     out.print(f"search: {c.solved} solved, {c.pruned_by_bound} pruned by bound, {c.skipped_by_budget} skipped by "
               f"budget of {c.total}; {s.stopped_by}")
     for name, b in (report.baselines or {}).items():

@@ -130,6 +130,9 @@ def search(
                                                                    "wall-clock stop at this.")] = 60.0,
     max_gap: Annotated[str, typer.Option("--max-gap", help="Stop when the best plan is proven within this gap.")] = "0.5%",
     max_pp: Annotated[int | None, typer.Option("--max-pp", help="Largest number of pipeline stages to consider.")] = None,
+    prove_gap: Annotated[bool, typer.Option("--prove-gap", help="After the search, prove the gap on the reported "
+                                            "(simulated) iteration time, in what the search left of --time-limit; "
+                                            "a plan the proof finds faster is ranked too.")] = False,
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Evaluate the three baselines.")] = True,
     solver_log: Annotated[bool, typer.Option("--solver-log", help="CP-SAT progress to stderr.")] = False,
     solver_params: Annotated[str | None, typer.Option("--solver-params", help="Extra CP-SAT parameters in text "
@@ -166,6 +169,7 @@ def search(
         _same_inputs(base_file, baseline, csrc, msrc, train, target.value)
     opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
                          solver_log=solver_log, solver_params=solver_params or "", keep_model=export_model is not None,
+                         prove_gap=prove_gap,
                          wall_deadline_s=command_started_s() + time_limit * (1 - OUTPUT_SHARE))
     report, result = _run_with_progress(lambda cb: plan_training(
         fleet, arch, train, opts, cluster=ClusterInput(ref=csrc.ref, sha256=csrc.sha256), model_ref=msrc.ref,

@@ -72,6 +72,59 @@ def closed_form(fwd: list[float], bwd: list[float], xf: list[float], xb: list[fl
                           bubble_fraction=max(0.0, 1.0 - busy / total) if total > 0 else 0.0)
 
 
+def sends_per_microbatch(p: int, v: int, xf: list, xb: list) -> list:
+    """Per stage, the sender-busy time of everything it sends for one micro-batch, as the simulator charges it: each
+    chunk's activations forward and gradients back, except the last stage's last chunk (it feeds its own backward)
+    and the first stage's first chunk (its backward ends the micro-batch)."""
+    out = []
+    for s in range(p):
+        total = v * xf[s] if s < p - 1 else (v - 1) * xf[p - 1]
+        total += v * xb[s - 1] if s > 0 else (v - 1) * xb[p - 1]
+        out.append(total)
+    return out
+
+
+def path_terms(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int,
+               vpp: int = 1) -> list[tuple[int, bool, object]]:
+    """Lower bounds on the simulator, times v, as (stage s, whole, value): `whole` bounds when the pipeline ends
+    (stage 0's last backward), the others when stage s's last op ends. Valid for any stage times, and linear in
+    them: the values may be numbers or CP-SAT linear expressions (the planner's proof of its gap builds its
+    objective from these very terms, planner/path_model.py).
+
+    Why each holds: stage s cannot start before micro-batch 0's first chunk has come down the pipeline (head), then
+    runs all its ops and sends one after another (busy), and its last backward (chunk 0) must still climb back to
+    stage 0 (chain). Without interleaving, stage s runs micro-batch j + p - s only after micro-batch j's backward,
+    which waits on a round trip to the last stage and back (R): q such round trips precede micro-batch q(p - s).
+    """
+    p, m, v = len(fwd), microbatches, vpp
+    sends = sends_per_microbatch(p, v, xf, xb)
+    out: list[tuple[int, bool, object]] = []
+    for s in range(p):
+        own = xb[s - 1] if s > 0 else 0
+        head = sum(fwd[k] + v * (xf[k] + lat[k]) for k in range(s))
+        chain = sum(bwd[k] + v * lat[k] for k in range(s)) + v * sum(xb[k] for k in range(s - 1))
+        busy = v * m * (fwd[s] + bwd[s]) + v * m * sends[s]
+        out.append((s, True, head + busy + chain))
+        out.append((s, False, head + busy - v * own))
+        if v == 1 and s < p - 1 and m > p - s:
+            q = (m - 1) // (p - s)
+            j = q * (p - s)
+            trip = (sum(fwd[k] + bwd[k] for k in range(s, p)) + sum(xf[k] + xb[k] + 2 * lat[k] for k in range(s, p - 1))
+                    + own)
+            rest = (m - j) * (fwd[s] + xf[s]) + (m - j + p - s - 1) * (bwd[s] + own) - own
+            out.append((s, True, head + q * trip + rest + chain))
+    return out
+
+
+def lower_bound_s(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float], *,
+                  microbatches: int, vpp: int = 1, tails_s: list[float] | None = None) -> float:
+    """A proven lower bound on simulate()'s iteration time (path_terms), with each stage's data-parallel tail after
+    its last backward when `tails_s` is given (stage 0's after the whole pipeline)."""
+    tails = tails_s or [0.0] * len(fwd)
+    return max(value / vpp + tails[0 if whole else s]
+               for s, whole, value in path_terms(fwd, bwd, xf, xb, lat, microbatches=microbatches, vpp=vpp))
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One forward or backward of one micro-batch chunk on one stage, as the simulator ran it."""

@@ -6,6 +6,7 @@ Returns a typed SearchReport (hgplan/documents.py); the CLI prints it, writes pl
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 from typing import Callable
 
@@ -16,13 +17,14 @@ from hgplan.costmodel.evaluate import Prediction, evaluate
 from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB, state_bytes_per_param
 from hgplan.costmodel.reshard import cross_vendor_message
 from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus,
-                              ModelInput, PlanEntry, SearchFinding, SearchInputs, SearchReport, SearchStats,
-                              SolverRecord)
+                              ModelInput, PlanEntry, ProofRecord, SearchFinding, SearchInputs, SearchReport,
+                              SearchStats, SolverRecord)
 from hgplan.domain import Fleet, ModelArch, Target, TrainingSettings
 from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
-from hgplan.planner.candidates import base_configs
+from hgplan.planner.candidates import base_configs, cand_key
+from hgplan.planner.certify import certify
 from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_search import MeshResult, mesh_search
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
@@ -31,6 +33,9 @@ from hgplan.planner.tables import eligible
 from hgplan.report import plan_record, prediction_record, rounded, stage_results, training_record
 from hgplan.validate import check_plan
 
+PROVEN_NOTE = ("the bound is proven for the reported (simulated) iteration time of every plan of the family: each "
+               "configuration was either pruned by a lower bound of the simulator or solved by CP-SAT over a model "
+               "whose objective is a lower bound of it (search --prove-gap; docs/planner.md, 'What the gap means')")
 GAP_NOTE = ("the bound is of the search objective (the closed form in integer tables); the reported iteration time "
             "comes from the pipeline simulator, which no bound of the search is proven to stay below, so the gap "
             "on the reported time is an estimate, not a proof (docs/planner.md, 'What the gap means')")
@@ -94,8 +99,9 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
 
 
 def _checked(found: list[Found], fleet: Fleet, model: ModelArch, train: TrainingSettings,
-             warnings: list[str]) -> list[tuple[Plan, Prediction, Found]]:
-    """The solver's plans that pass the validator and fit the cost model's memory, fastest first."""
+             warnings: list[str], *, required: bool = True) -> list[tuple[Plan, Prediction, Found]]:
+    """The solver's plans that pass the validator and fit the cost model's memory, fastest first (with `required`,
+    at least one must)."""
     evaluated = []
     for f in found:
         plan = f.plan()
@@ -108,7 +114,7 @@ def _checked(found: list[Found], fleet: Fleet, model: ModelArch, train: Training
             warnings.append("dropped a solver plan that the cost model finds over memory (integer rounding)")
             continue
         evaluated.append((plan, pred, f))
-    if not evaluated:
+    if not evaluated and required:
         raise PlanningError("every plan the solver returned failed validation; this is a bug, please report it")
     return sorted(evaluated, key=lambda e: e[1].iteration_time_s)
 
@@ -129,12 +135,15 @@ def _best_and_bound_us(result: SearchResult, mesh: MeshResult | None) -> tuple[f
     return best, min(result.bound_us, mesh.bound_us, best)
 
 
-def _search_stats(result: SearchResult, best: Prediction, mesh: MeshResult | None = None) -> SearchStats:
+def _search_stats(result: SearchResult, best: Prediction, mesh: MeshResult | None = None,
+                  proof: ProofRecord | None = None) -> SearchStats:
     reported = best.iteration_time_s
     best_us, bound_us = _best_and_bound_us(result, mesh)
+    proven = proof is not None and mesh is None
+    on_reported = min(proof.bound_s, reported) if proven else bound_us / 1e6
     return SearchStats(
-        iteration_time_s=rounded(reported), gap_on_reported=rounded((reported - bound_us / 1e6) / reported, 4),
-        gap_proven=False, gap_note=GAP_NOTE,
+        iteration_time_s=rounded(reported), gap_on_reported=rounded((reported - on_reported) / reported, 4),
+        gap_proven=proven, gap_note=PROVEN_NOTE if proven else GAP_NOTE, **({"proof": proof} if proof else {}),
         stopped_by=result.stopped_by,
         candidates=CandidateCounts(total=result.candidates_total, solved=result.candidates_solved,
                                    pruned_by_bound=result.candidates_pruned,
@@ -163,6 +172,28 @@ def _baseline_records(baselines: list[bl.Baseline], best: Prediction) -> dict[st
                         speedup=rounded(b.prediction.iteration_time_s / best.iteration_time_s, 4))
         out[b.name] = BaselineRecord(**item)
     return out
+
+
+def _prove(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, result: SearchResult,
+           checked: list, warnings: list[str]) -> tuple[ProofRecord, list]:
+    """--prove-gap: bound the simulated time of every plan of the stock family, in what the search left of the time
+    limit; returns the record and the plans the proof found faster than the search's best (checked, by the
+    reported model)."""
+    start = time.perf_counter()
+    best_s = min(pred.iteration_time_s for _, pred, f in checked if isinstance(f, Found))
+    left = max(0.0, DTIME_PER_WALL * opts.budget_s - result.deterministic_time)
+    cert = certify(CostSource(fleet, model, train), result.candidates, best_s, opts, hints={
+        cand_key(f.cfg): f for f in result.found}, dtime_budget=left, stop_at_s=opts.stop_at_s(start))
+    faster = [e for e in _checked(cert.found, fleet, model, train, warnings, required=False)
+              if e[1].iteration_time_s < best_s]
+    bound_s = cert.bound_us / 1e6 if result.listed_all else 0.0
+    if cert.stopped_by != "complete":
+        warnings.append(f"the time limit ended before the proof of the gap on the reported time was done "
+                        f"({cert.skipped} configurations left at a weaker bound); raise --time-limit for a tighter one")
+    return ProofRecord(bound_s=rounded(bound_s), solved=cert.solved, pruned_by_bound=cert.pruned,
+                       skipped_by_budget=cert.skipped, faster_plans_found=len(faster),
+                       solver_statuses=dict(sorted(cert.statuses.items())),
+                       deterministic_time=rounded(cert.deterministic_time, 4), stopped_by=cert.stopped_by), faster
 
 
 def plan_findings(plan: Plan, fleet: Fleet, *, flagscale: bool) -> list[SearchFinding]:
@@ -252,8 +283,11 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     mesh = _mesh_family(fleet, model, train, opts, result, log)
     found = list(result.found) + (mesh.found[:RERANKED] if mesh else [])
     checked = _checked(found, fleet, model, train, warnings)
+    proof, faster = _prove(fleet, model, train, opts, result, checked, warnings) if opts.prove_gap else (None, [])
+    checked = sorted(checked + faster, key=lambda e: e[1].iteration_time_s)
     stock_best = next((e for e in checked if isinstance(e[2], Found)), None)
-    ranked = [(plan, pred, f, "search") for plan, pred, f in checked]
+    ranked = [(plan, pred, f, "proof" if f.solution.status.startswith("BOUND_") else "search")
+              for plan, pred, f in checked]
     baselines = _baselines(fleet, model, train, opts, seeds) if with_baselines else []
     ranked = _with_faster_baselines(ranked, baselines, warnings)
     entries = [plan_entry(rank, plan, pred, origin=origin,
@@ -275,6 +309,6 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
         hgplan_version=__version__, ortools_version=ortools.__version__,
         inputs=SearchInputs(cluster=cluster, model=ModelInput(ref=model_ref, name=model.name),
                             training=training_record(train), target=opts.target),
-        solver=_solver_record(result, opts), search=_search_stats(result, best_pred, mesh), plans=entries,
+        solver=_solver_record(result, opts), search=_search_stats(result, best_pred, mesh, proof), plans=entries,
         idle_gpus=idle_gpus(fleet, best_plan, train), warnings=warnings, **extra)
     return report, result

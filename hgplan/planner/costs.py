@@ -125,6 +125,8 @@ class CostSource:
         self._memory: dict[tuple, tuple[tuple[int, int], ...]] = {}
         self._rows: dict[tuple, tuple[int, int]] = {}
         self._mesh_link: dict[tuple, int | None] = {}
+        self._edges: dict[tuple, tuple[float, float, float, float]] = {}
+        self._tail_floor: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
     def group(self, g: NodeGroup, cfg: ParallelConfig) -> GroupCosts:
         """Layer and edge work of one micro-batch on g."""
@@ -173,6 +175,35 @@ class CostSource:
                 pairs.append((to_us(intercept), to_us(slope)))
             self._tail[key] = TailCosts(by_class=tuple(pairs))
         return self._tail[key]
+
+    def edges_s(self, g: NodeGroup, cfg: ParallelConfig) -> tuple[float, float, float, float]:
+        """(embedding fwd, embedding bwd, head fwd, head bwd) seconds of one micro-batch on g (edge_costs)."""
+        key = (g.key, cfg.tp, cfg.cp, cfg.micro_batch_size, cfg.recompute)
+        if key not in self._edges:
+            self._edges[key] = edge_costs(g, self.model, cfg, self.train)
+        return self._edges[key]
+
+    def tail_floor(self, g: NodeGroup, cfg: ParallelConfig, most_layers: int) -> tuple[tuple[int, int], ...]:
+        """Per TAIL_CLASSES entry, (intercept_us, slope_us) of a line at or below the cost model's tail of a stage on g
+        at every layer count from 1 to most_layers: the chord's slope, the intercept lowered until no count is
+        below it, both rounded down. The tables' tail (tail()) is a fit through 1 and 2 layers, which the tail
+        is not proven to stay above; the proof of the gap on the reported time needs this one."""
+        key = (g.key, cfg if cfg.pp <= 2 else replace(cfg, pp=2), most_layers)
+        if key not in self._tail_floor:
+            gc = self.group(g, cfg)
+            m = cfg.num_microbatches(self.train.global_batch_size)
+            per = self.model.layer_params() / cfg.tp
+            lines = []
+            for edge in edge_tail_inputs(g, self.model, cfg, self.train, m):
+                at = [sum(dp_tail(self.fleet, g, cfg, self.train, params=n * per + edge.get("edge_params", 0.0),
+                                  layers=n, fwd_s=n * gc.fwd_layer_s + edge.get("edge_fwd_s", 0.0),
+                                  bwd_s=n * gc.bwd_layer_s + edge.get("edge_bwd_s", 0.0)))
+                      for n in range(1, most_layers + 1)]
+                slope = max(0.0, (at[-1] - at[0]) / (len(at) - 1)) if len(at) > 1 else 0.0
+                intercept = min(t - slope * n for n, t in enumerate(at, start=1))
+                lines.append((math.floor(intercept * US), math.floor(slope * US)))
+            self._tail_floor[key] = tuple(lines)
+        return self._tail_floor[key]
 
     def memory(self, cfg: ParallelConfig, g: NodeGroup) -> tuple[tuple[int, int], ...]:
         """Per stage s: (a, b) with stage memory on g <= a + b x layers MiB (rounded up, plus 1 MiB of slack).

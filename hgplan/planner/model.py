@@ -208,28 +208,35 @@ def _cycle_and_fill(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> t
     return cycle, fill
 
 
+def tied_expr(md: cp_model.CpModel, tied_us: tuple[tuple[int, ...], ...], xv: PlacementVars, p: int):
+    """The tied-embedding sync between the first stage's group k and the last stage's k' (tied_us[k][k']), as a
+    linear expression over indicator variables w[k,k'] = x[0][k] and x[p-1][k']; 0 when no pair syncs anything."""
+    K = len(tied_us)
+    if max(max(r) for r in tied_us) <= 0:
+        return 0
+    w = {}
+    for k in range(K):
+        for k2 in range(K):
+            if tied_us[k][k2]:
+                w[(k, k2)] = md.new_bool_var(f"w{k}_{k2}")
+                md.add_implication(w[(k, k2)], xv.x[0][k])
+                md.add_implication(w[(k, k2)], xv.x[p - 1][k2])
+                md.add_bool_or([w[(k, k2)], ~xv.x[0][k], ~xv.x[p - 1][k2]])
+    return sum(tied_us[k][k2] * var for (k, k2), var in w.items())
+
+
 def _tail(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> cp_model.IntVar:
     """The exposed data-parallel sync and optimizer step after the flush, the slowest stage's (its class's linear
     tail, plus the tied-embedding sync on the first and last stages). Why: it ends every iteration."""
     p, K, L = t.pp, len(t.groups), t.num_layers
     tail = md.new_int_var(0, max(map(max, t.tail_a_us)) + max(map(max, t.tail_b_us)) * L
                           + max(max(r) for r in t.tied_us) + 1, "tail")
-    tied_expr = 0
-    if p > 1 and max(max(r) for r in t.tied_us) > 0:
-        w = {}
-        for k in range(K):
-            for k2 in range(K):
-                if t.tied_us[k][k2]:
-                    w[(k, k2)] = md.new_bool_var(f"w{k}_{k2}")
-                    md.add_implication(w[(k, k2)], xv.x[0][k])
-                    md.add_implication(w[(k, k2)], xv.x[p - 1][k2])
-                    md.add_bool_or([w[(k, k2)], ~xv.x[0][k], ~xv.x[p - 1][k2]])
-        tied_expr = sum(t.tied_us[k][k2] * var for (k, k2), var in w.items())
+    tied = tied_expr(md, t.tied_us, xv, p) if p > 1 else 0
     for s in range(p):
         c = tail_class(s, p)
         expr = sum(t.tail_a_us[c][k] * xv.x[s][k] + t.tail_b_us[c][k] * xv.y[s][k] for k in range(K))
         if s in (0, p - 1):
-            expr += tied_expr
+            expr += tied
         md.add(tail >= expr)
     return tail
 

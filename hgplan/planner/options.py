@@ -49,6 +49,9 @@ class SearchOptions:
     """Text-format SatParameters applied on top of hgplan's own (an escape hatch; recorded in the JSON)."""
     keep_model: bool = False
     """Keep the last CP-SAT model (text format) in the result, for --export-model."""
+    prove_gap: bool = False
+    """After the search, prove a bound on the reported (simulated) iteration time of every plan of the family
+    (planner/certify.py) in what the search left of budget_s; a plan the proof finds faster is ranked too."""
     wall_deadline_s: float | None = None
     """A time.perf_counter() reading at which every phase stops (listing candidates, bounds, solves), whatever
     budget_s leaves: the CLI sets it so that --time-limit covers reading the inputs and writing the output too."""

@@ -101,6 +101,8 @@ class SearchResult:
     """The last CP-SAT model solved, in text format (only with SearchOptions.keep_model)."""
     listed_all: bool = True
     """False when the time limit ended while the candidates were being listed (then bound_us is 0)."""
+    candidates: list[Candidate] = field(default_factory=list)
+    """Every candidate listed (the proof of the gap on the reported time goes over them again)."""
 
     @property
     def best_us(self) -> float | None:
@@ -281,7 +283,8 @@ def _result(st: _State, cands: list[Candidate], opts: SearchOptions, *, pruned: 
                         candidates_pruned=pruned, candidates_skipped=skipped, candidates_infeasible=st.infeasible,
                         bound_us=min([best] + st.closed_bounds), deterministic_time=st.dtime,
                         wall_time_s=time.perf_counter() - start, stopped_by=stopped, statuses=st.statuses,
-                        solver_limits=st.limits, last_model_text=st.last_model, listed_all=listed_all)
+                        solver_limits=st.limits, last_model_text=st.last_model, listed_all=listed_all,
+                        candidates=cands)
 
 
 def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,

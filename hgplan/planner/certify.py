@@ -1,0 +1,144 @@
+"""The proof of the gap on the reported iteration time, after the search (docs/planner.md, "What the gap means").
+
+Given the best reported time T of a plan of the family, every candidate is either pruned by a cheap lower bound of
+the simulated time (at least T (1 - max gap)), or its lower-bound model (planner/path_model.py) is solved below T:
+infeasible means no plan of it beats T; otherwise CP-SAT's bound holds for its plans, and a plan it finds is handed
+back, since its simulated time may beat T. When the time limit ends first, the candidates left keep their cheap
+bounds. The smallest of all these is a lower bound on the simulated time of every plan of the family.
+
+Legend: L layers, p stages, v virtual stages per rank, m micro-batches; times in microseconds unless named _s.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from hgplan.costmodel.memory import GIB
+from hgplan.plan import ParallelConfig
+from hgplan.planner.bounds import BoundContext, integer_cycle_bound
+from hgplan.planner.candidates import Candidate, cand_key
+from hgplan.planner.costs import MIB, US, CostSource
+from hgplan.planner.model import Solution
+from hgplan.planner.options import SearchOptions
+from hgplan.planner.path_model import build_path_tables, solve_path
+from hgplan.planner.search import Found, solve_params, within
+from hgplan.planner.tables import build_tables
+
+
+@dataclass(slots=True, kw_only=True)
+class Certificate:
+    """What the proof established: bound_us holds for the simulated time of every plan of the family."""
+
+    bound_us: float
+    solved: int = 0
+    pruned: int = 0
+    skipped: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    deterministic_time: float = 0.0
+    stopped_by: str = "complete"
+    found: list[Found] = field(default_factory=list)
+    """Plans the lower-bound model found below T (status 'BOUND_' + CP-SAT's), to be evaluated."""
+
+
+def _slots(costs: CostSource, cfg: ParallelConfig, ctx: BoundContext, L: int) -> list[tuple[float, int, int]]:
+    """(seconds per layer, stages, most layers per stage) of every group that can host a stage of cfg, fastest first.
+    Per layer one microsecond less than the tables' (rounded to nearest); most layers: what the least loaded stage
+    position fits in memory, in whole chunks of v (a stage needs at least v)."""
+    v = cfg.vpp
+    out = []
+    for key, gb in ctx.groups.items():
+        g = costs.fleet.group(key)
+        cap = math.floor(g.gpu.hbm_gib * GIB / MIB)
+        room = max((L if b <= 0 and a <= cap else (cap - a) // b if b > 0 else -1)
+                   for a, b in costs.memory(cfg, g))
+        most = min(L, room) // v * v
+        if most >= v and gb.slots > 0:
+            out.append((gb.layer_s - 1 / US, min(gb.slots, cfg.pp), most))
+    return sorted(out)
+
+
+def least_fill_s(slots: list[tuple[float, int, int]], *, L: int, p: int, v: int) -> float:
+    """The least forward + backward work of one micro-batch over p stages (inf when they cannot hold the layers):
+    v layers on each of the p fastest stage slots, the other L - p v layers on the fastest room left anywhere."""
+    per_stage = [(tau, most) for tau, n, most in slots for _ in range(n)]
+    if len(per_stage) < p or sum(most for _, most in per_stage[:p]) < L:
+        return math.inf
+    work = sum(v * tau for tau, _ in per_stage[:p])
+    extra = L - p * v
+    for tau, most in sorted(per_stage):
+        take = min(extra, most - v)
+        work += take * tau
+        extra -= take
+    return work
+
+
+def cheap_bound_us(costs: CostSource, cand: Candidate, L: int) -> float:
+    """A lower bound (us) on the simulated time of every plan of a candidate, the larger of: m x the least cycle
+    (some stage holds at least that much work per micro-batch, and runs it m times), and, with W the least fill and
+    a = 1/v, a W / (1 - (1 - a / m)^p): the path of every stage (a x the work before it + m x its own) cannot all be
+    shorter, or they would not add up to W. The embedding and LM head's work is left out."""
+    cfg = cand.cfg
+    p, v, m = cfg.pp, cfg.vpp, cfg.num_microbatches(costs.train.global_batch_size)
+    slots = _slots(costs, cfg, cand.ctx, L)
+    fill = least_fill_s(slots, L=L, p=p, v=v)
+    if not math.isfinite(fill):
+        return math.inf
+    cycle = integer_cycle_bound([(tau, n, 0.0) for tau, n, _ in slots], L, v)
+    a = 1.0 / v
+    path = a * fill / (1.0 - (1.0 - a / m) ** p) if v * m > 1 else fill
+    return US * max(path, m * cycle)
+
+
+def certify(costs: CostSource, cands: list[Candidate], best_s: float, opts: SearchOptions, *,
+            hints: dict[tuple, Found], dtime_budget: float, stop_at_s: float) -> Certificate:
+    """Bound the simulated time of every plan of `cands` (the whole listed family) given a plan of best_s."""
+    best_us = best_s * US
+    target = best_us * (1 - opts.max_gap)
+    L = costs.model.num_layers
+    order = sorted(((cheap_bound_us(costs, c, L), i) for i, c in enumerate(cands)),
+                   key=lambda e: (e[0], cands[e[1]].key))
+    cert = Certificate(bound_us=best_us)
+    hosts = {g.key: g for g in costs.fleet.groups}
+    for n, (cheap, i) in enumerate(order):
+        if cheap >= target:
+            cert.pruned = len(order) - n
+            cert.bound_us = min(cert.bound_us, cheap)
+            break
+        left = dtime_budget - cert.deterministic_time
+        if left <= 0 or time.perf_counter() > stop_at_s:
+            cert.stopped_by = "budget" if left <= 0 else "wall"
+            cert.skipped = len(order) - n
+            cert.bound_us = min(cert.bound_us, cheap)
+            break
+        cert.bound_us = min(cert.bound_us, _certify_one(costs, cands[i], cheap, best_us, opts, hints, hosts, cert,
+                                                        left, stop_at_s))
+    return cert
+
+
+def _certify_one(costs: CostSource, cand: Candidate, cheap: float, best_us: float, opts: SearchOptions,
+                 hints: dict[tuple, Found], hosts: dict, cert: Certificate, left: float, stop_at_s: float) -> float:
+    """Solve one candidate's lower-bound model below best_us; the bound it proves for the candidate's plans."""
+    cfg = cand.cfg
+    tables = build_tables(costs, cfg, [hosts[k] for k in sorted(cand.ctx.groups, key=list(hosts).index)])
+    if tables is None:
+        return math.inf
+    pt = build_path_tables(costs, tables, hosts)
+    prev = hints.get(cand_key(cfg))
+    hint = None
+    if prev is not None:  # the search's plan of this candidate, relabelled into these tables' groups
+        hint = ([tables.groups.index(prev.tables.groups[k]) for k in prev.solution.assign], list(prev.solution.layers))
+    params = within(solve_params(opts, 0, left), stop_at_s)
+    sol = solve_path(pt, params, upper_bound=math.ceil(best_us * cfg.vpp), hint=hint)
+    cert.solved += 1
+    cert.deterministic_time += sol.deterministic_time
+    cert.statuses[sol.status] = cert.statuses.get(sol.status, 0) + 1
+    if sol.status == "INFEASIBLE":
+        return best_us
+    if sol.objective is not None:
+        cert.found.append(Found(cfg=cfg, tables=tables, solution=Solution(
+            status="BOUND_" + sol.status, objective=sol.objective, bound=sol.bound, assign=sol.assign,
+            layers=sol.layers, deterministic_time=sol.deterministic_time, wall_time_s=sol.wall_time_s)))
+    return max(cheap, min(sol.bound, math.ceil(best_us * cfg.vpp)) / cfg.vpp)
+

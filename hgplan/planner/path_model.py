@@ -1,0 +1,219 @@
+"""The proof of the gap on the reported iteration time: a CP-SAT model whose objective is a lower bound of the
+pipeline simulator's time, for one outer candidate over its node groups.
+
+The search objective (planner/model.py) is the closed form, which is neither above nor below the simulator on every
+plan, so its bound proves nothing about the time the planner reports. Here the objective is the largest of the
+simulator's path bounds (costmodel/pipeline.path_terms: head + busy + chain, and 1F1B round trips), each plus the
+data-parallel tail that follows it. Every term is rounded down (or is a line below the cost model's tail), so for
+every plan of the family: objective <= v x simulated iteration time. Its minimum over a candidate is then a proven
+lower bound on any plan of that candidate, as the reported model prices it (docs/planner.md, "What the gap means").
+
+Legend as in planner/model.py: p stages, v virtual stages per rank, m micro-batches, K node groups (k); the
+objective is in v-scaled integer microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from hgplan.costmodel.pipeline import path_terms
+from hgplan.planner.costs import US, CostSource, tail_class
+from hgplan.planner.model import (PlacementVars, SolverParams, Solution, _add_boundaries, _add_contiguity,
+                                  _add_group_capacity, _add_group_order, _add_stage_placement, _new_vars,
+                                  add_hint, configure_solver, tied_expr)
+from hgplan.planner.symmetry import canonical_assign, table_classes
+from hgplan.planner.tables import CostTables
+
+
+def _floor_us(seconds: float) -> int:
+    """Seconds to whole microseconds, rounded down: a table of lower bounds."""
+    return max(0, math.floor(seconds * US))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PathTables:
+    """Integer lower bounds of every time the simulator and the tail charge, next to the candidate's cost tables
+    (whose placement rules, slots and memory define the plan family). Per group k, per layer and micro-batch."""
+
+    base: CostTables
+    fwd_us: tuple[int, ...]
+    bwd_us: tuple[int, ...]
+    first_fwd_us: tuple[int, ...]
+    first_bwd_us: tuple[int, ...]
+    last_fwd_us: tuple[int, ...]
+    last_bwd_us: tuple[int, ...]
+    send_us: tuple[tuple[int | None, ...], ...]
+    """The tables' send, less the 1 us their rounding to nearest may have added."""
+    lat_us: tuple[tuple[int, ...], ...]
+    tail_a_us: tuple[tuple[int, ...], ...]
+    """Per stage class c and group k, a line a + b x layers at or below the cost model's tail at every layer count."""
+    tail_b_us: tuple[tuple[int, ...], ...]
+    tied_us: tuple[tuple[int, ...], ...]
+
+    def stage_times(self, assign: list[int], layers: list[int]) -> tuple[list[int], list[int]]:
+        """Per stage, forward and backward of one micro-batch over all its chunks (us, rounded down)."""
+        p = len(assign)
+        fwd = [self.fwd_us[k] * n for k, n in zip(assign, layers)]
+        bwd = [self.bwd_us[k] * n for k, n in zip(assign, layers)]
+        fwd[0] += self.first_fwd_us[assign[0]]
+        bwd[0] += self.first_bwd_us[assign[0]]
+        fwd[p - 1] += self.last_fwd_us[assign[p - 1]]
+        bwd[p - 1] += self.last_bwd_us[assign[p - 1]]
+        return fwd, bwd
+
+    def tails(self, assign: list[int], layers: list[int]) -> list[int]:
+        """Per stage, the lower line of its tail (the tied-embedding sync on the first and last stages)."""
+        p = len(assign)
+        out = []
+        for s, (k, n) in enumerate(zip(assign, layers)):
+            c = tail_class(s, p)
+            out.append(self.tail_a_us[c][k] + self.tail_b_us[c][k] * n
+                       + (self.tied_us[assign[0]][assign[-1]] if s in (0, p - 1) else 0))
+        return out
+
+    def objective(self, assign: list[int], layers: list[int]) -> int | None:
+        """v x the lower bound (us) of a placement, None if it breaks a rule of the family. Mirrors the model."""
+        t, v = self.base, self.base.vpp
+        if t.objective(assign, layers) is None:
+            return None
+        fwd, bwd = self.stage_times(assign, layers)
+        pairs = [(assign[a], assign[b]) for a, b in t.boundaries()]
+        xs = [self.send_us[k][k2] for k, k2 in pairs] + [0] * (t.pp - len(pairs))
+        lat = [self.lat_us[k][k2] for k, k2 in pairs] + [0] * (t.pp - len(pairs))
+        tails = self.tails(assign, layers)
+        return max(value + v * tails[0 if whole else s] for s, whole, value in
+                   path_terms(fwd, bwd, xs, xs, lat, microbatches=t.microbatches, vpp=v))
+
+
+def build_path_tables(costs: CostSource, base: CostTables, hosts: dict[str, object]) -> PathTables:
+    """The lower-bound tables of a candidate whose cost tables are `base` (hosts: node-group key -> NodeGroup)."""
+    cfg, L = base.cfg, base.num_layers
+    groups = [hosts[key] for key in base.groups]
+    work = [costs.group(g, cfg) for g in groups]
+    edges = [costs.edges_s(g, cfg) for g in groups]
+    lines = [costs.tail_floor(g, cfg, L) for g in groups]
+
+    def less(row: tuple) -> tuple:
+        return tuple(None if x is None else max(0, x - 1) for x in row)
+
+    return PathTables(
+        base=base, fwd_us=tuple(_floor_us(w.fwd_layer_s) for w in work),
+        bwd_us=tuple(_floor_us(w.bwd_layer_s) for w in work),
+        first_fwd_us=tuple(_floor_us(e[0]) for e in edges), first_bwd_us=tuple(_floor_us(e[1]) for e in edges),
+        last_fwd_us=tuple(_floor_us(e[2]) for e in edges), last_bwd_us=tuple(_floor_us(e[3]) for e in edges),
+        send_us=tuple(less(row) for row in base.send_us), lat_us=tuple(less(row) for row in base.lat_us),
+        tail_a_us=tuple(tuple(ln[c][0] for ln in lines) for c in range(len(lines[0]))),
+        tail_b_us=tuple(tuple(ln[c][1] for ln in lines) for c in range(len(lines[0]))),
+        tied_us=tuple(less(row) for row in base.tied_us))
+
+
+def path_classes(pt: PathTables) -> tuple[tuple[int, ...], ...]:
+    """Interchangeable groups of the cost tables that are also interchangeable in the lower-bound tables."""
+    def column(k: int) -> tuple:
+        return (pt.fwd_us[k], pt.bwd_us[k], pt.first_fwd_us[k], pt.first_bwd_us[k], pt.last_fwd_us[k],
+                pt.last_bwd_us[k], tuple(r[k] for r in pt.tail_a_us), tuple(r[k] for r in pt.tail_b_us))
+
+    out: list[tuple[int, ...]] = []
+    for members in table_classes(pt.base):
+        by_column: dict[tuple, list[int]] = {}
+        for k in members:
+            by_column.setdefault(column(k), []).append(k)
+        out += [tuple(ks) for ks in by_column.values()]
+    return tuple(sorted(out))
+
+
+def _var(md: cp_model.CpModel, expr, lo: int, hi: int, name: str) -> cp_model.IntVar:
+    """An integer variable equal to `expr`: the path terms add these up many times, and a variable (unlike a sum
+    expression, which OR-Tools may extend in place) is safe to reuse and cheap to copy."""
+    var = md.new_int_var(lo, hi, name)
+    md.add(var == expr)
+    return var
+
+
+def _stage_vars(md: cp_model.CpModel, pt: PathTables, xv: PlacementVars) -> tuple[list, list, list, list, list]:
+    """Per stage forward, backward and tail variables; per boundary send and latency variables."""
+    t = pt.base
+    p, K, L = t.pp, len(t.groups), t.num_layers
+    fwd, bwd, tails = [], [], []
+    for s in range(p):
+        f = sum(pt.fwd_us[k] * xv.y[s][k] for k in range(K))
+        b = sum(pt.bwd_us[k] * xv.y[s][k] for k in range(K))
+        if s == 0:
+            f += sum(pt.first_fwd_us[k] * xv.x[0][k] for k in range(K))
+            b += sum(pt.first_bwd_us[k] * xv.x[0][k] for k in range(K))
+        if s == p - 1:
+            f += sum(pt.last_fwd_us[k] * xv.x[p - 1][k] for k in range(K))
+            b += sum(pt.last_bwd_us[k] * xv.x[p - 1][k] for k in range(K))
+        most = L * max(max(pt.fwd_us), max(pt.bwd_us)) + sum(max(col) for col in (
+            pt.first_fwd_us, pt.first_bwd_us, pt.last_fwd_us, pt.last_bwd_us))
+        fwd.append(_var(md, f, 0, most, f"f{s}"))
+        bwd.append(_var(md, b, 0, most, f"b{s}"))
+    sends, lats = [0] * p, [0] * p
+    send_most = max((x for row in pt.send_us for x in row if x is not None), default=0)
+    for bi, _ in enumerate(t.boundaries()):
+        arcs = [(k, k2, var) for (b2, k, k2), var in xv.z.items() if b2 == bi]
+        sends[bi] = _var(md, sum(pt.send_us[k][k2] * var for k, k2, var in arcs), 0, send_most, f"snd{bi}")
+        lats[bi] = _var(md, sum(pt.lat_us[k][k2] * var for k, k2, var in arcs), 0, max(map(max, pt.lat_us)),
+                        f"lat{bi}")
+    tied = tied_expr(md, pt.tied_us, xv, p) if p > 1 else 0
+    low = min(0, min(map(min, pt.tail_a_us)))
+    high = max(map(max, pt.tail_a_us)) + L * max(map(max, pt.tail_b_us)) + max(map(max, pt.tied_us))
+    for s in range(p):
+        c = tail_class(s, p)
+        expr = sum(pt.tail_a_us[c][k] * xv.x[s][k] + pt.tail_b_us[c][k] * xv.y[s][k] for k in range(K))
+        tails.append(_var(md, expr + (tied if s in (0, p - 1) else 0), low, high, f"tail{s}"))
+    return fwd, bwd, sends, lats, tails
+
+
+def build_path_model(pt: PathTables, *, upper_bound: int | None = None,
+                     classes: tuple[tuple[int, ...], ...] | None = None) -> tuple[cp_model.CpModel, PlacementVars]:
+    """The family's placement rules (as planner/model.py, without its layer-order symmetry breaking, which the path
+    bound does not respect) and the lower-bound objective; with upper_bound, only plans strictly below it."""
+    t = pt.base
+    md = cp_model.CpModel()
+    xv = _new_vars(md, t)
+    _add_stage_placement(md, t, xv, [t.num_layers] * len(t.groups))
+    _add_group_capacity(md, t, xv)
+    _add_boundaries(md, t, xv)
+    _add_contiguity(md, t, xv)
+    _add_group_order(md, t, xv, path_classes(pt) if classes is None else classes)
+    fwd, bwd, sends, lats, tails = _stage_vars(md, pt, xv)
+    v = t.vpp
+    terms = path_terms(fwd, bwd, sends, sends, lats, microbatches=t.microbatches, vpp=v)
+    send = max((x for row in pt.send_us for x in row if x is not None), default=0)
+    pipeline = (t.num_layers * (max(pt.fwd_us) + max(pt.bwd_us)) + max(pt.first_fwd_us) + max(pt.first_bwd_us)
+                + max(pt.last_fwd_us) + max(pt.last_bwd_us) + 4 * t.pp * (send + max(map(max, pt.lat_us))))
+    tail = max(map(max, pt.tail_a_us)) + t.num_layers * max(map(max, pt.tail_b_us)) + max(map(max, pt.tied_us))
+    horizon = v * ((t.microbatches + 2) * pipeline + tail)  # above every term of every plan
+    objective = md.new_int_var(0, horizon, "bound")
+    for s, whole, value in terms:
+        md.add(objective >= value + v * tails[0 if whole else s])
+    if upper_bound is not None:
+        md.add(objective <= upper_bound - 1)
+    md.minimize(objective)
+    return md, xv
+
+
+def solve_path(pt: PathTables, params: SolverParams, *, upper_bound: int | None = None,
+               hint: tuple[list[int], list[int]] | None = None) -> Solution:
+    """Minimise the lower bound over one candidate. INFEASIBLE with upper_bound: every plan is at least it."""
+    classes = path_classes(pt)
+    md, xv = build_path_model(pt, upper_bound=upper_bound, classes=classes)
+    if hint is not None:
+        add_hint(md, pt.base, xv, (canonical_assign(classes, hint[0]), list(hint[1])))
+    solver = cp_model.CpSolver()
+    configure_solver(solver, params, None)
+    status = solver.solve(md)
+    name = solver.status_name(status)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        assign, layers = xv.extract(solver, pt.base.vpp)
+        return Solution(status=name, objective=int(solver.objective_value), bound=float(solver.best_objective_bound),
+                        assign=assign, layers=layers, deterministic_time=solver.deterministic_time,
+                        wall_time_s=solver.wall_time)
+    bound = math.inf if status == cp_model.INFEASIBLE else (
+        float(solver.best_objective_bound) if status == cp_model.UNKNOWN else 0.0)
+    return Solution(status=name, objective=None, bound=bound, assign=(), layers=(),
+                    deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time)
