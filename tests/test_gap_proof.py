@@ -122,6 +122,16 @@ def test_search_prove_gap_reports_a_proven_gap_on_the_reported_time(cli):
     assert s["iteration_time_s"] <= plain["search"]["iteration_time_s"]
 
 
+def test_least_fill_uses_roomier_slower_slots():
+    """A fast group whose stages hold too few layers does not make the configuration impossible: a slower, roomier
+    one can take them (the cheap bound must stay finite and below the real fill)."""
+    from hgplan.planner.certify import least_fill_s
+    slots = [(1.0, 1, 2), (2.0, 1, 10)]  # (seconds per layer, stages, most layers per stage)
+    assert least_fill_s(slots, L=10, p=1, v=1) == pytest.approx(1.0 + 1.0 + 8 * 2.0)  # a real plan: 10 x 2.0
+    assert least_fill_s(slots, L=11, p=1, v=1) == float("inf")
+    assert least_fill_s(slots, L=12, p=2, v=1) == pytest.approx(1.0 + 2.0 + 1.0 + 9 * 2.0)
+
+
 def test_interleaved_terms_cover_every_stage():
     """Each stage contributes its head + busy + chain bound, whatever the schedule (a missing stage would let a
     slow middle stage escape the bound)."""

@@ -60,10 +60,11 @@ def _slots(costs: CostSource, cfg: ParallelConfig, ctx: BoundContext, L: int) ->
 
 
 def least_fill_s(slots: list[tuple[float, int, int]], *, L: int, p: int, v: int) -> float:
-    """The least forward + backward work of one micro-batch over p stages (inf when they cannot hold the layers):
-    v layers on each of the p fastest stage slots, the other L - p v layers on the fastest room left anywhere."""
+    """The least forward + backward work of one micro-batch over p stages (inf when no p stage slots, not even the
+    roomiest, hold the layers): v layers on each of the p fastest slots, the other L - p v layers on the fastest
+    room left anywhere."""
     per_stage = [(tau, most) for tau, n, most in slots for _ in range(n)]
-    if len(per_stage) < p or sum(most for _, most in per_stage[:p]) < L:
+    if len(per_stage) < p or sum(sorted((most for _, most in per_stage), reverse=True)[:p]) < L:
         return math.inf
     work = sum(v * tau for tau, _ in per_stage[:p])
     extra = L - p * v
