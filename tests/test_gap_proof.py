@@ -16,10 +16,9 @@ from hgplan.costmodel.evaluate import evaluate
 from hgplan.costmodel.pipeline import lower_bound_s, simulate
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import US, CostSource
-from hgplan.planner.model import SolverParams
+from hgplan.planner.model import Solution, SolverParams
 from hgplan.planner.path_model import build_path_tables, solve_path
 from hgplan.planner.search import Found
-from hgplan.planner.model import Solution
 from hgplan.planner.tables import build_tables
 from hgplan.validate import check_plan
 from test_planner import exhaustive_case

@@ -15,11 +15,10 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from hgplan.costmodel.memory import GIB
 from hgplan.plan import ParallelConfig
 from hgplan.planner.bounds import BoundContext, integer_cycle_bound
 from hgplan.planner.candidates import Candidate, cand_key
-from hgplan.planner.costs import MIB, US, CostSource
+from hgplan.planner.costs import US, CostSource, capacity_mib, layers_that_fit
 from hgplan.planner.model import Solution
 from hgplan.planner.options import SearchOptions
 from hgplan.planner.path_model import build_path_tables, solve_path
@@ -50,9 +49,7 @@ def _slots(costs: CostSource, cfg: ParallelConfig, ctx: BoundContext, L: int) ->
     out = []
     for key, gb in ctx.groups.items():
         g = costs.fleet.group(key)
-        cap = math.floor(g.gpu.hbm_gib * GIB / MIB)
-        room = max((L if b <= 0 and a <= cap else (cap - a) // b if b > 0 else -1)
-                   for a, b in costs.memory(cfg, g))
+        room = max(layers_that_fit(a, b, capacity_mib(g), L) for a, b in costs.memory(cfg, g))
         most = min(L, room) // v * v
         if most >= v and gb.slots > 0:
             out.append((gb.layer_s - 1 / US, min(gb.slots, cfg.pp), most))
@@ -122,9 +119,8 @@ def _certify_one(costs: CostSource, cand: Candidate, cheap: float, best_us: floa
                  hints: dict[tuple, Found], hosts: dict, cert: Certificate, left: float, stop_at_s: float) -> float:
     """Solve one candidate's lower-bound model below best_us; the bound it proves for the candidate's plans."""
     cfg = cand.cfg
-    tables = build_tables(costs, cfg, [hosts[k] for k in sorted(cand.ctx.groups, key=list(hosts).index)])
-    if tables is None:
-        return math.inf
+    tables = build_tables(costs, cfg, [g for g in costs.fleet.groups if g.key in cand.ctx.groups])
+    assert tables is not None, "a candidate is listed only when some group can host its stages"
     pt = build_path_tables(costs, tables, hosts)
     prev = hints.get(cand_key(cfg))
     hint = None

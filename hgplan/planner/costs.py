@@ -35,6 +35,18 @@ def tail_class(stage: int, pp: int) -> int:
     return 0 if stage == 0 else 2 if stage == pp - 1 else 1
 
 
+def capacity_mib(g: NodeGroup) -> int:
+    """A GPU's memory in whole MiB, rounded down (demand is rounded up, so a plan the tables accept fits)."""
+    return math.floor(g.gpu.hbm_gib * GIB / MIB)
+
+
+def layers_that_fit(a_mib: int, b_mib: int, cap_mib: int, num_layers: int) -> int:
+    """Most layers a stage of memory a + b x layers (MiB) holds within cap_mib: every layer when b is 0 and a fits,
+    negative when not even none fit."""
+    room = cap_mib - a_mib
+    return room // b_mib if b_mib > 0 else (num_layers if room >= 0 else -1)
+
+
 def to_us(seconds: float) -> int:
     """Seconds to whole microseconds, the one rounding every time table uses."""
     return round(seconds * US)
@@ -47,6 +59,8 @@ class GroupCosts:
 
     fwd_layer_s: float
     bwd_layer_s: float
+    edges_s: tuple[float, float, float, float]
+    """(embedding fwd, embedding bwd, head fwd, head bwd) seconds (costmodel/evaluate.edge_costs)."""
     layer_us: int
     """Forward + backward of one transformer layer (at least 1 us)."""
     first_us: int
@@ -75,6 +89,16 @@ class TailCosts:
     by_class: tuple[tuple[int, int], ...]
 
 
+def stage_tail_s(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings,
+                 layers: int, *, fwd_per_layer_s: float, bwd_per_layer_s: float, edge_params: float = 0.0,
+                 edge_fwd_s: float = 0.0, edge_bwd_s: float = 0.0) -> float:
+    """The cost model's DP sync + optimizer after the flush of a stage on g holding `layers` layers (and the
+    embedding or LM head of an edge stage: its parameters and work), as evaluate() charges it."""
+    return sum(dp_tail(fleet, g, cfg, train, params=layers * (model.layer_params() / cfg.tp) + edge_params,
+                       layers=layers, fwd_s=layers * fwd_per_layer_s + edge_fwd_s,
+                       bwd_s=layers * bwd_per_layer_s + edge_bwd_s))
+
+
 def tail_coeffs(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings, *,
                 fwd_per_layer_s: float, bwd_per_layer_s: float, edge_params: float = 0.0, edge_fwd_s: float = 0.0,
                 edge_bwd_s: float = 0.0) -> tuple[float, float]:
@@ -84,10 +108,9 @@ def tail_coeffs(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfi
     the exposed part of an overlapped reduction grows linearly once it exceeds the backward window, and the
     optimizer step is linear in parameters.
     """
-    per = model.layer_params() / cfg.tp
-    t1, t2 = (sum(dp_tail(fleet, g, cfg, train, params=n * per + edge_params, layers=n,
-                          fwd_s=n * fwd_per_layer_s + edge_fwd_s, bwd_s=n * bwd_per_layer_s + edge_bwd_s))
-              for n in (1, 2))
+    t1, t2 = (stage_tail_s(fleet, g, model, cfg, train, n, fwd_per_layer_s=fwd_per_layer_s,
+                           bwd_per_layer_s=bwd_per_layer_s, edge_params=edge_params, edge_fwd_s=edge_fwd_s,
+                           edge_bwd_s=edge_bwd_s) for n in (1, 2))
     slope = max(0.0, t2 - t1)
     return max(0.0, t1 - slope), slope
 
@@ -125,7 +148,6 @@ class CostSource:
         self._memory: dict[tuple, tuple[tuple[int, int], ...]] = {}
         self._rows: dict[tuple, tuple[int, int]] = {}
         self._mesh_link: dict[tuple, int | None] = {}
-        self._edges: dict[tuple, tuple[float, float, float, float]] = {}
         self._tail_floor: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
     def group(self, g: NodeGroup, cfg: ParallelConfig) -> GroupCosts:
@@ -134,7 +156,8 @@ class CostSource:
         if key not in self._group:
             _, f_l, b_l = layer_cost(self.fleet, g, self.model, cfg, self.train)
             ef, eb, hf, hb = edge_costs(g, self.model, cfg, self.train)
-            self._group[key] = GroupCosts(fwd_layer_s=f_l, bwd_layer_s=b_l, layer_us=max(1, to_us(f_l + b_l)),
+            self._group[key] = GroupCosts(fwd_layer_s=f_l, bwd_layer_s=b_l, edges_s=(ef, eb, hf, hb),
+                                          layer_us=max(1, to_us(f_l + b_l)),
                                           first_us=to_us(ef + eb), last_us=to_us(hf + hb))
         return self._group[key]
 
@@ -176,29 +199,20 @@ class CostSource:
             self._tail[key] = TailCosts(by_class=tuple(pairs))
         return self._tail[key]
 
-    def edges_s(self, g: NodeGroup, cfg: ParallelConfig) -> tuple[float, float, float, float]:
-        """(embedding fwd, embedding bwd, head fwd, head bwd) seconds of one micro-batch on g (edge_costs)."""
-        key = (g.key, cfg.tp, cfg.cp, cfg.micro_batch_size, cfg.recompute)
-        if key not in self._edges:
-            self._edges[key] = edge_costs(g, self.model, cfg, self.train)
-        return self._edges[key]
-
-    def tail_floor(self, g: NodeGroup, cfg: ParallelConfig, most_layers: int) -> tuple[tuple[int, int], ...]:
+    def tail_floor(self, g: NodeGroup, cfg: ParallelConfig) -> tuple[tuple[int, int], ...]:
         """Per TAIL_CLASSES entry, (intercept_us, slope_us) of a line at or below the cost model's tail of a stage on g
-        at every layer count from 1 to most_layers: the chord's slope, the intercept lowered until no count is
-        below it, both rounded down. The tables' tail (tail()) is a fit through 1 and 2 layers, which the tail
-        is not proven to stay above; the proof of the gap on the reported time needs this one."""
-        key = (g.key, cfg if cfg.pp <= 2 else replace(cfg, pp=2), most_layers)
+        at every layer count from 1 to L: the chord's slope, the intercept lowered until no count is below it, both
+        rounded down. The tables' tail (tail()) is a fit through 1 and 2 layers, which the tail is not proven to
+        stay above; the proof of the gap on the reported time needs this one."""
+        key = (g.key, cfg if cfg.pp <= 2 else replace(cfg, pp=2))
         if key not in self._tail_floor:
             gc = self.group(g, cfg)
             m = cfg.num_microbatches(self.train.global_batch_size)
-            per = self.model.layer_params() / cfg.tp
             lines = []
             for edge in edge_tail_inputs(g, self.model, cfg, self.train, m):
-                at = [sum(dp_tail(self.fleet, g, cfg, self.train, params=n * per + edge.get("edge_params", 0.0),
-                                  layers=n, fwd_s=n * gc.fwd_layer_s + edge.get("edge_fwd_s", 0.0),
-                                  bwd_s=n * gc.bwd_layer_s + edge.get("edge_bwd_s", 0.0)))
-                      for n in range(1, most_layers + 1)]
+                at = [stage_tail_s(self.fleet, g, self.model, cfg, self.train, n, fwd_per_layer_s=gc.fwd_layer_s,
+                                   bwd_per_layer_s=gc.bwd_layer_s, **edge)
+                      for n in range(1, self.model.num_layers + 1)]
                 slope = max(0.0, (at[-1] - at[0]) / (len(at) - 1)) if len(at) > 1 else 0.0
                 intercept = min(t - slope * n for n, t in enumerate(at, start=1))
                 lines.append((math.floor(intercept * US), math.floor(slope * US)))

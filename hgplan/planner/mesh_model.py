@@ -20,7 +20,7 @@ from ortools.sat.python import cp_model
 
 from hgplan.planner.costs import tail_class
 from hgplan.planner.mesh_tables import MeshTables
-from hgplan.planner.model import SolverParams, configure_solver
+from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,7 +210,5 @@ def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None =
                             bound=float(solver.best_objective_bound), assign=assign, choice=choice,
                             layers=tuple(solver.value(n) for n in v.n), deterministic_time=solver.deterministic_time,
                             wall_time_s=solver.wall_time)
-    bound = float("inf") if status == cp_model.INFEASIBLE else (
-        float(solver.best_objective_bound) if status == cp_model.UNKNOWN else 0.0)
-    return MeshSolution(status=name, objective=None, bound=bound, assign=(), choice=(), layers=(),
-                        deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time)
+    return MeshSolution(status=name, objective=None, bound=unsolved_bound(solver, status), assign=(), choice=(),
+                        layers=(), deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time)

@@ -15,14 +15,13 @@ per end, which is what keeps the CP-SAT model linear in the options.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from hgplan.costmodel.evaluate import tied_embedding_sync_s
-from hgplan.costmodel.memory import GIB
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
-from hgplan.planner.costs import MIB, TAIL_CLASSES, CostSource, tail_class, to_us
+from hgplan.planner.costs import (TAIL_CLASSES, CostSource, capacity_mib, layers_that_fit, tail_class,
+                                  to_us)
 from hgplan.planner.options import MAX_MICRO_BATCH, SearchOptions
 
 
@@ -81,9 +80,7 @@ class MeshTables:
 
     def memory_layers(self, s: int, h: int, o: int) -> int:
         """Most layers stage s holds on host h under option o (negative when none fit)."""
-        room = self.cap_mib[h] - self.mem_a_mib[s][h][o]
-        b = self.mem_b_mib[s][h][o]
-        return room // b if b > 0 else (self.num_layers if room >= 0 else -1)
+        return layers_that_fit(self.mem_a_mib[s][h][o], self.mem_b_mib[s][h][o], self.cap_mib[h], self.num_layers)
 
     def objective(self, assign: list[int], choice: dict[int, int], layers: list[int]) -> int | None:
         """Closed-form iteration time (us) of a placement (host of each stage, option of each used host, layers of
@@ -244,7 +241,7 @@ def _freeze(costs: CostSource, B: int, P: int, hosts: list[_HostRows], cross, re
         samples_per_step=B, pp=P, microbatches=train.global_batch_size // B, num_layers=model.num_layers, tied=tied,
         hosts=tuple(hr.group.key for hr in hosts), options=tuple(tuple(hr.options) for hr in hosts),
         slots=col("slots"), layer_us=col("layer"), first_us=col("first"), last_us=col("last"),
-        cap_mib=tuple(math.floor(hr.group.gpu.hbm_gib * GIB / MIB) for hr in hosts),
+        cap_mib=tuple(capacity_mib(hr.group) for hr in hosts),
         mem_a_mib=tuple(tuple(tuple(r[s][0] for r in hr.rows["mem"]) for hr in hosts) for s in range(P)),
         mem_b_mib=tuple(tuple(tuple(r[s][1] for r in hr.rows["mem"]) for hr in hosts) for s in range(P)),
         intra_send_us=col("isend"), intra_lat_us=col("ilat"),

@@ -271,6 +271,14 @@ def build_model(t: CostTables, *, upper_bound: int | None = None,
     return md, xv
 
 
+def unsolved_bound(solver: cp_model.CpSolver, status: int) -> float:
+    """What a solve that returned no plan proves: inf when INFEASIBLE (nothing better than its upper bound), CP-SAT's
+    bound when UNKNOWN (it holds for every plan better than the upper bound), else nothing (0)."""
+    if status == cp_model.INFEASIBLE:
+        return float("inf")
+    return float(solver.best_objective_bound) if status == cp_model.UNKNOWN else 0.0
+
+
 def configure_solver(solver: cp_model.CpSolver, params: SolverParams, log: Callable[[str], None] | None) -> None:
     """Apply one solve's parameters (and the log callback) to a solver; shared with planner/mesh_model.py."""
     sp = solver.parameters
@@ -296,6 +304,13 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
     the planner never prints)."""
     classes = table_classes(t)
     md, xv = build_model(t, upper_bound=upper_bound, classes=classes)
+    return run_model(md, xv, t, classes, params, hint=hint, log=log, keep_model=keep_model)
+
+
+def run_model(md: cp_model.CpModel, xv: PlacementVars, t: CostTables, classes: tuple[tuple[int, ...], ...],
+              params: SolverParams, *, hint: tuple[list[int], list[int]] | None = None,
+              log: Callable[[str], None] | None = None, keep_model: bool = False) -> Solution:
+    """Solve a built placement model (this one's or planner/path_model.py's) and read its solution back."""
     if hint is not None:  # relabelled into the order _add_group_order keeps
         add_hint(md, t, xv, (canonical_assign(classes, hint[0]), list(hint[1])))
     solver = cp_model.CpSolver()
@@ -310,7 +325,5 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
                         wall_time_s=solver.wall_time, model_text=text)
     # INFEASIBLE: nothing (better than upper_bound) exists. UNKNOWN: no plan found, but CP-SAT's bound still holds
     # for every plan better than upper_bound.
-    bound = float("inf") if status == cp_model.INFEASIBLE else (
-        float(solver.best_objective_bound) if status == cp_model.UNKNOWN else 0.0)
-    return Solution(status=name, objective=None, bound=bound, assign=(), layers=(),
+    return Solution(status=name, objective=None, bound=unsolved_bound(solver, status), assign=(), layers=(),
                     deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time, model_text=text)

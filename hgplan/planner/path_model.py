@@ -22,9 +22,9 @@ from ortools.sat.python import cp_model
 from hgplan.costmodel.pipeline import path_terms
 from hgplan.planner.costs import US, CostSource, tail_class
 from hgplan.planner.model import (PlacementVars, SolverParams, Solution, _add_boundaries, _add_contiguity,
-                                  _add_group_capacity, _add_group_order, _add_stage_placement, _new_vars,
-                                  add_hint, configure_solver, tied_expr)
-from hgplan.planner.symmetry import canonical_assign, table_classes
+                                  _add_group_capacity, _add_group_order, _add_stage_placement, _new_vars, run_model,
+                                  tied_expr)
+from hgplan.planner.symmetry import table_classes
 from hgplan.planner.tables import CostTables
 
 
@@ -52,6 +52,11 @@ class PathTables:
     """Per stage class c and group k, a line a + b x layers at or below the cost model's tail at every layer count."""
     tail_b_us: tuple[tuple[int, ...], ...]
     tied_us: tuple[tuple[int, ...], ...]
+
+    @property
+    def most_send_us(self) -> int:
+        """The dearest send of any linked pair (0 when none)."""
+        return max((x for row in self.send_us for x in row if x is not None), default=0)
 
     def stage_times(self, assign: list[int], layers: list[int]) -> tuple[list[int], list[int]]:
         """Per stage, forward and backward of one micro-batch over all its chunks (us, rounded down)."""
@@ -90,11 +95,11 @@ class PathTables:
 
 def build_path_tables(costs: CostSource, base: CostTables, hosts: dict[str, object]) -> PathTables:
     """The lower-bound tables of a candidate whose cost tables are `base` (hosts: node-group key -> NodeGroup)."""
-    cfg, L = base.cfg, base.num_layers
+    cfg = base.cfg
     groups = [hosts[key] for key in base.groups]
     work = [costs.group(g, cfg) for g in groups]
-    edges = [costs.edges_s(g, cfg) for g in groups]
-    lines = [costs.tail_floor(g, cfg, L) for g in groups]
+    edges = [w.edges_s for w in work]
+    lines = [costs.tail_floor(g, cfg) for g in groups]
 
     def less(row: tuple) -> tuple:
         return tuple(None if x is None else max(0, x - 1) for x in row)
@@ -138,6 +143,8 @@ def _stage_vars(md: cp_model.CpModel, pt: PathTables, xv: PlacementVars) -> tupl
     t = pt.base
     p, K, L = t.pp, len(t.groups), t.num_layers
     fwd, bwd, tails = [], [], []
+    most = L * max(max(pt.fwd_us), max(pt.bwd_us)) + sum(max(col) for col in (
+        pt.first_fwd_us, pt.first_bwd_us, pt.last_fwd_us, pt.last_bwd_us))
     for s in range(p):
         f = sum(pt.fwd_us[k] * xv.y[s][k] for k in range(K))
         b = sum(pt.bwd_us[k] * xv.y[s][k] for k in range(K))
@@ -147,15 +154,12 @@ def _stage_vars(md: cp_model.CpModel, pt: PathTables, xv: PlacementVars) -> tupl
         if s == p - 1:
             f += sum(pt.last_fwd_us[k] * xv.x[p - 1][k] for k in range(K))
             b += sum(pt.last_bwd_us[k] * xv.x[p - 1][k] for k in range(K))
-        most = L * max(max(pt.fwd_us), max(pt.bwd_us)) + sum(max(col) for col in (
-            pt.first_fwd_us, pt.first_bwd_us, pt.last_fwd_us, pt.last_bwd_us))
         fwd.append(_var(md, f, 0, most, f"f{s}"))
         bwd.append(_var(md, b, 0, most, f"b{s}"))
     sends, lats = [0] * p, [0] * p
-    send_most = max((x for row in pt.send_us for x in row if x is not None), default=0)
     for bi, _ in enumerate(t.boundaries()):
         arcs = [(k, k2, var) for (b2, k, k2), var in xv.z.items() if b2 == bi]
-        sends[bi] = _var(md, sum(pt.send_us[k][k2] * var for k, k2, var in arcs), 0, send_most, f"snd{bi}")
+        sends[bi] = _var(md, sum(pt.send_us[k][k2] * var for k, k2, var in arcs), 0, pt.most_send_us, f"snd{bi}")
         lats[bi] = _var(md, sum(pt.lat_us[k][k2] * var for k, k2, var in arcs), 0, max(map(max, pt.lat_us)),
                         f"lat{bi}")
     tied = tied_expr(md, pt.tied_us, xv, p) if p > 1 else 0
@@ -183,7 +187,7 @@ def build_path_model(pt: PathTables, *, upper_bound: int | None = None,
     fwd, bwd, sends, lats, tails = _stage_vars(md, pt, xv)
     v = t.vpp
     terms = path_terms(fwd, bwd, sends, sends, lats, microbatches=t.microbatches, vpp=v)
-    send = max((x for row in pt.send_us for x in row if x is not None), default=0)
+    send = pt.most_send_us
     pipeline = (t.num_layers * (max(pt.fwd_us) + max(pt.bwd_us)) + max(pt.first_fwd_us) + max(pt.first_bwd_us)
                 + max(pt.last_fwd_us) + max(pt.last_bwd_us) + 4 * t.pp * (send + max(map(max, pt.lat_us))))
     tail = max(map(max, pt.tail_a_us)) + t.num_layers * max(map(max, pt.tail_b_us)) + max(map(max, pt.tied_us))
@@ -202,18 +206,4 @@ def solve_path(pt: PathTables, params: SolverParams, *, upper_bound: int | None 
     """Minimise the lower bound over one candidate. INFEASIBLE with upper_bound: every plan is at least it."""
     classes = path_classes(pt)
     md, xv = build_path_model(pt, upper_bound=upper_bound, classes=classes)
-    if hint is not None:
-        add_hint(md, pt.base, xv, (canonical_assign(classes, hint[0]), list(hint[1])))
-    solver = cp_model.CpSolver()
-    configure_solver(solver, params, None)
-    status = solver.solve(md)
-    name = solver.status_name(status)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        assign, layers = xv.extract(solver, pt.base.vpp)
-        return Solution(status=name, objective=int(solver.objective_value), bound=float(solver.best_objective_bound),
-                        assign=assign, layers=layers, deterministic_time=solver.deterministic_time,
-                        wall_time_s=solver.wall_time)
-    bound = math.inf if status == cp_model.INFEASIBLE else (
-        float(solver.best_objective_bound) if status == cp_model.UNKNOWN else 0.0)
-    return Solution(status=name, objective=None, bound=bound, assign=(), layers=(),
-                    deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time)
+    return run_model(md, xv, pt.base, classes, params, hint=hint)

@@ -9,13 +9,11 @@ of the table (k indexes them); "assign" is the group of each stage, "layers" its
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from hgplan.costmodel.memory import GIB
 from hgplan.domain import NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig
-from hgplan.planner.costs import MIB, TAIL_CLASSES, CostSource, tail_class
+from hgplan.planner.costs import TAIL_CLASSES, CostSource, capacity_mib, layers_that_fit, tail_class
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,8 +67,7 @@ class CostTables:
 
     def memory_layers(self, s: int, k: int) -> int:
         """Most layers stage s can hold on group k within its memory (negative when not even none fit)."""
-        room = self.cap_mib[k] - self.mem_a_mib[s][k]
-        return room // self.mem_b_mib[s][k] if self.mem_b_mib[s][k] > 0 else (self.num_layers if room >= 0 else -1)
+        return layers_that_fit(self.mem_a_mib[s][k], self.mem_b_mib[s][k], self.cap_mib[k], self.num_layers)
 
     def cycle_extras(self, assign: list[int]) -> list[int] | None:
         """Per stage, what its cycle holds besides its layers: v x the sends of the boundaries it touches, plus the
@@ -152,7 +149,7 @@ def build_tables(costs: CostSource, cfg: ParallelConfig, groups: list[NodeGroup]
         lat_us=tuple(tuple(0 if lk is None else lk.lat_us for lk in row) for row in links),
         mem_a_mib=tuple(tuple(memory[k][s][0] for k in range(len(groups))) for s in range(cfg.pp)),
         mem_b_mib=tuple(tuple(memory[k][s][1] for k in range(len(groups))) for s in range(cfg.pp)),
-        cap_mib=tuple(math.floor(g.gpu.hbm_gib * GIB / MIB) for g in groups),
+        cap_mib=tuple(capacity_mib(g) for g in groups),
         tail_a_us=tuple(tuple(t[c][0] for t in tails) for c in range(len(TAIL_CLASSES))),
         tail_b_us=tuple(tuple(t[c][1] for t in tails) for c in range(len(TAIL_CLASSES))),
         tied_us=tuple(tuple(0 if lk is None else lk.tied_us for lk in row) for row in links))
