@@ -197,6 +197,8 @@ def write_file_atomic(path_str: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+            # mkstemp makes the file 0600; give it the mode open() would: an existing file's, else 0666 less the umask
+            os.fchmod(fh.fileno(), _existing_mode(target) or (_default_dir_mode() & 0o666))
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -240,6 +242,13 @@ def _stage_files(folder: Path, files: dict[str, str], executable_suffix: str) ->
         (folder / name).write_text(content)
         if name.endswith(executable_suffix):
             (folder / name).chmod(0o755)
+
+
+def _existing_mode(path: Path) -> int | None:
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return None
 
 
 def _default_dir_mode() -> int:

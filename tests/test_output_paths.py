@@ -97,6 +97,22 @@ def test_a_new_directory_gets_the_mode_mkdir_would_give(cli, plan_path, tmp_path
     assert (tmp_path / "new").stat().st_mode & 0o777 == 0o750
 
 
+def test_a_written_file_gets_the_mode_open_would_give(plan_path, tmp_path):
+    """A new file: 0666 less the umask (not mkstemp's 0600); a replaced file keeps its mode."""
+    from hgplan.io import write_file_atomic
+    mask = os.umask(0o022)
+    try:
+        write_file_atomic(str(tmp_path / "new.json"), "{}")
+        kept = tmp_path / "kept.json"
+        kept.write_text("old")
+        kept.chmod(0o640)
+        write_file_atomic(str(kept), "{}")
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o644
+    assert kept.stat().st_mode & 0o777 == 0o640 and kept.read_text() == "{}"
+
+
 @pytest.mark.parametrize("existing", [False, True])
 def test_two_concurrent_exports_into_one_directory(tmp_path, existing):
     """Six trials of two writers racing for one directory (new, or existing and empty): one wins, the other gets
