@@ -1,5 +1,5 @@
-"""Fuzz tally (issue 13): feed N generated documents (default 10,000) through validate, search, explain, export and
-diff, and print how each command ended, the slowest cases and the peak memory. Exit 1 if any command raised
+"""Fuzz tally (issue 13): feed N generated documents (default 10,000) through validate, search, explain, export,
+diff and report, and print how each command ended, the slowest cases and the peak memory. Exit 1 if any command raised
 (a traceback for a user), exited with another code than 0-3, or took more than 10 s.
 
     python benchmarks/fuzz.py [--cases 10000] [--seed 20261123]
@@ -48,7 +48,7 @@ def main() -> int:
     tally = collections.Counter((o.command, o.exit_code) for o in outcomes)
     print(f"{args.cases} cases, {len(outcomes)} commands in {wall:.0f} s (seed {args.seed})")
     print(f"{'command':<10} {'runs':>6} " + " ".join(f"{'exit ' + str(c):>7}" for c in (0, 1, 2, 3)) + "   other")
-    for command in ("validate", "search", "explain", "export", "diff"):
+    for command in ("validate", "search", "explain", "export", "diff", "report"):
         runs = [o for o in outcomes if o.command == command]
         counts = " ".join(f"{tally[(command, c)]:>7}" for c in (0, 1, 2, 3))
         other = sum(1 for o in runs if o.exit_code not in (0, 1, 2, 3))

@@ -1,4 +1,5 @@
-"""Structure-aware fuzz cases for hgplan's commands (issue 13), shared by tests/test_fuzz.py and benchmarks/fuzz.py.
+"""Structure-aware fuzz cases for hgplan's commands (issues 13, 14), shared by tests/test_fuzz.py and
+benchmarks/fuzz.py.
 
 A case is one generated document (cluster, model, training settings or plan file) and the command line that feeds it
 to hgplan. Documents are mutations of the shipped examples: a value swapped for another type, an extreme or
@@ -17,8 +18,10 @@ from pathlib import Path
 import yaml
 
 KINDS = ("cluster", "model", "training", "plan")
-SEARCH_EVERY = 40
-"""One cluster document in this many that also goes through `search` (the others through validate and explain)."""
+SEARCH_EVERY = 20
+"""One cluster document in this many goes through `search`, mutated so that it most often stays valid (a number
+scaled within its plausible range), so the search itself runs on it; the others go through validate."""
+SCALES = (0.5, 0.8, 1.25, 2.0)
 EXTREMES = [0, -1, 1, 2 ** 31, 2 ** 63, 10 ** 30, 1e308, -1e308, 1e-300, float("nan"), float("inf"), float("-inf"),
             0.5, -0.0, True, False, None, "", "12", "x" * 100_000, [], {}, [1, 2], {"a": 1}]
 TAGS = ["!!python/object/apply:os.system ['echo pwned']", "!!binary aGVsbG8=", "!custom 3", "!!set {a, b}",
@@ -83,6 +86,22 @@ def _mutate_tree(rng: random.Random, doc) -> tuple[object, str]:
     return doc, f"{action} at {'.'.join(map(str, path))}"
 
 
+def _scale_number(rng: random.Random, doc) -> tuple[object, str]:
+    """Scale one number of the parsed document by a modest factor (integers stay integers, at least 1): a fleet that
+    most often stays valid, so the search itself runs on it."""
+    numbers = [p for p, v in _paths(doc) if p and isinstance(v, int | float) and not isinstance(v, bool)]
+    if not numbers:
+        return doc, "unchanged"
+    path = rng.choice(numbers)
+    parent = doc
+    for p in path[:-1]:
+        parent = parent[p]
+    factor = rng.choice(SCALES)
+    value = parent[path[-1]] * factor
+    parent[path[-1]] = max(1, round(value)) if isinstance(parent[path[-1]], int) else value
+    return doc, f"scale x{factor} at {'.'.join(map(str, path))}"
+
+
 def _yaml_text(rng: random.Random, text: str) -> tuple[str, str]:
     """A text-level mutation that keeps most of the document: YAML features a parser must survive."""
     lines = text.splitlines()
@@ -142,9 +161,13 @@ def make_case(seeds: Seeds, seed: int, index: int) -> Case:
     rng = random.Random(seed * 1_000_003 + index)
     kind = KINDS[index % len(KINDS)]
     if kind == "cluster":
-        text, what = _as_text(rng, rng.choice(seeds.clusters), json_doc=False)
+        base = rng.choice(seeds.clusters)
         cmds = [("validate", "{doc}", "--json")]
-        if index % (SEARCH_EVERY * len(KINDS)) == 0:
+        if index % (SEARCH_EVERY * len(KINDS)) != 0:
+            text, what = _as_text(rng, base, json_doc=False)
+        else:
+            doc, what = _scale_number(rng, yaml.safe_load(base))
+            text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
             cmds.append(("search", "-c", "{doc}", "-m", "gpt-1.7b", "--seq-len", "1024", "--global-batch", "64",
                          "--time-limit", "2", "--no-baselines", "--top", "1", "--json"))
         return Case(index, kind, what, text, ".yaml", tuple(cmds))
@@ -160,7 +183,7 @@ def make_case(seeds: Seeds, seed: int, index: int) -> Case:
     text, what = _as_text(rng, seeds.plan, json_doc=True)
     return Case(index, kind, what, text, ".json", (
         ("explain", "{doc}", "--json"), ("export", "{doc}", "-f", "megatron", "--json"),
-        ("diff", "{doc}", "{plan}", "--json")))
+        ("diff", "{doc}", "{plan}", "--json"), ("report", "{doc}", "-o", "-")))
 
 
 def load_seeds(plan_text: str) -> Seeds:

@@ -49,6 +49,8 @@ class Explanation:
 
     report: ExplainReport
     timeline: str | None = None
+    ops: tuple[Op, ...] = ()
+    """The simulator's ops of one iteration (with the timeline only)."""
 
 
 def build_plan(*, fleet: Fleet, model: ModelArch, tp: int, pp: int, dp: int, cp: int, mbs: int, vpp: int,
@@ -267,4 +269,5 @@ def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
         boundaries=_boundaries(pred), findings=notes, what_if=ifs,
         upper_bound=UpperBound(tokens_per_s=upper, definition=UPPER_BOUND_DEFINITION,
                                share_reached=round(pred.tokens_per_s / upper, 4)), **extra)
-    return Explanation(report=report, timeline=timeline_text(list(pred.ops), plan.config.pp) if timeline else None)
+    return Explanation(report=report, timeline=timeline_text(list(pred.ops), plan.config.pp) if timeline else None,
+                       ops=pred.ops)

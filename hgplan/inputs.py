@@ -106,7 +106,8 @@ def _fields_at(root: type[BaseModel], loc: tuple) -> list[str]:
     return list(cur.model_fields) if cur is not None else []
 
 
-_UNION_TAGS = {"str", "GpuSpec"}
+_UNION_TAGS = {"str", "constrained-str", "GpuSpec"}
+"""pydantic's names for the branches of the `gpu` union (an id, bounded in length, or an inline spec)."""
 
 
 def _value_at(data: Any, loc: tuple) -> Any:
@@ -119,19 +120,32 @@ def _value_at(data: Any, loc: tuple) -> Any:
     return cur
 
 
+def _one_per_mistake(errors: list[dict], root: type[BaseModel]) -> list[dict]:
+    """The errors without a required key's 'missing' when an unknown key beside it is its misspelling (its closest
+    allowed name): one error ('did you mean') for the one mistake, not two."""
+    misspelt = set()
+    for err in errors:
+        if err["type"] == "extra_forbidden":
+            raw_loc = tuple(err["loc"])
+            close = difflib.get_close_matches(str(raw_loc[-1]), _fields_at(root, raw_loc[:-1]), n=1, cutoff=0.6)
+            if close:
+                misspelt.add(raw_loc[:-1] + (close[0],))
+    return [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) in misspelt)]
+
+
 def pydantic_issues(exc: ValidationError, *, data: Any, lines: dict[Path_, int], source: str,
                     root: type[BaseModel]) -> list[InputIssue]:
     """A pydantic validation error as located input issues (file line, key path, message)."""
     issues: list[InputIssue] = []
     seen: set[tuple[str, str]] = set()
-    for err in exc.errors(include_url=False):
+    for err in _one_per_mistake(exc.errors(include_url=False), root):
         raw_loc = tuple(err["loc"])
         tag_positions = [i for i, p in enumerate(raw_loc) if p in _UNION_TAGS]
         if tag_positions:
             i = tag_positions[0]
             value = _value_at(data, raw_loc[:i])
             tag = raw_loc[i]
-            if isinstance(value, dict) and tag == "str":
+            if isinstance(value, dict) and tag in ("str", "constrained-str"):
                 continue
             if isinstance(value, str) and tag == "GpuSpec":
                 continue

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from hgplan.documents import ExplainReport, SearchReport, StageRecord
+from hgplan.documents import ExplainReport, SearchReport, StageRecord, StageResult
 from hgplan.export.common import Export
 
 
@@ -58,13 +58,14 @@ def explanation(out: Console, report: ExplainReport, timeline: str | None) -> No
     out.print(f"iteration {p.iteration_time_s:.3f} s  |  {p.tokens_per_s:,.0f} tokens/s  |  "
               f"{p.model_tflops_per_gpu:.1f} model TFLOP/s/GPU  |  MFU {p.mfu:.1%}  |  bubble {p.bubble_fraction:.1%}")
     table = Table("stage", "node group", *(("tp/dp/recompute",) if asym else ()), "GPUs", "layers", "fwd+bwd s/mb",
-                  "compute s", "p2p s", "DP sync s", "memory GiB", "capacity", "headroom")
+                  "compute s", "p2p s", "DP sync s", "memory GiB", "capacity", "used", "headroom")
     for s, st in zip(report.stages, plan.stages):
         mark = "" if s.fits else " [red]OOM[/]"
         mesh = (f"{st.tp}/{st.dp}/{st.recompute}",) if asym else ()
         table.add_row(str(s.index), s.node_group, *mesh, str(s.gpus), str(s.layers), f"{s.fwd_s + s.bwd_s:.4f}",
                       f"{s.compute_s:.3f}", f"{s.p2p_s:.3f}", f"{s.dp_sync_s:.3f}", f"{s.memory_gib:.1f}{mark}",
-                      f"{s.memory_capacity_gib:g}", f"{s.headroom_gib:.1f}")
+                      f"{s.memory_capacity_gib:g}", f"{s.memory_gib / s.memory_capacity_gib:.0%}",
+                      f"{s.headroom_gib:.1f}")
     out.print(table)
     for line in report.findings:
         plain(out, line)
@@ -86,6 +87,12 @@ def stage_summary(stages: list[StageRecord]) -> str:
     return " | ".join(f"{g}: {','.join(map(str, ls))}" for g, ls in parts)
 
 
+def memory_cell(stages: list[StageResult]) -> str:
+    """The fullest stage's per-GPU memory: 'used/capacity GiB (share)', e.g. '61.7/80 (77%)'."""
+    s = max(stages, key=lambda s: s.memory_gib / s.memory_capacity_gib)
+    return f"{s.memory_gib:.1f}/{s.memory_capacity_gib:g} ({s.memory_gib / s.memory_capacity_gib:.0%})"
+
+
 def degrees(pl) -> str:
     """TP/CP/PP/DP of a plan record; 'per mesh' when its stages carry their own."""
     return f"per mesh/{pl.cp}/{pl.pp}/per mesh" if pl.asymmetric else f"{pl.tp}/{pl.cp}/{pl.pp}/{pl.dp}"
@@ -95,13 +102,13 @@ def search_report(out: Console, report: SearchReport) -> None:
     """`hgplan search`: the ranked plans, what the search proved, the baselines and the idle GPUs."""
     s = report.search
     table = Table("#", "tokens/s", "iter s", "MFU", "GPUs", "TP/CP/PP/DP", "mbs,vpp,recompute",
-                  "stages (node group: layers)", "headroom GiB", title="plans")
+                  "stages (node group: layers)", "memory GiB (fullest)", title="plans")
     for e in report.plans:
         p, pl = e.prediction, e.plan
         table.add_row(str(e.rank), f"{p.tokens_per_s:,.0f}", f"{p.iteration_time_s:.3f}", f"{p.mfu:.1%}",
                       str(e.gpus_used), degrees(pl),
                       f"{pl.micro_batch_size},{pl.vpp},{pl.recompute}", stage_summary(pl.stages),
-                      f"{e.worst_headroom_gib:.1f}")
+                      memory_cell(e.stages))
     out.print(table)
     c = s.candidates
     if s.gap_proven and s.proof is not None:

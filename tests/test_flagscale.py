@@ -171,6 +171,12 @@ def test_cli_search_and_export_flagscale(a100_t4, tmp_path):
     assert doc["asymmetric"]["best_is_asymmetric"]
     r = runner.invoke(app, ["export", str(tmp_path / "plan.json"), "-f", "megatron"])
     assert r.exit_code == 1 and "flagscale" in r.output
+    # report: FlagScale's launch by default for an asymmetric plan; another target's refusal shown, not an error
+    r = runner.invoke(app, ["report", str(tmp_path / "plan.json"), "-o", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    assert 'data-launch="flagscale"' in (tmp_path / "r.html").read_text()
+    r = runner.invoke(app, ["report", str(tmp_path / "plan.json"), "-f", "megatron", "-o", str(tmp_path / "m.html")])
+    assert r.exit_code == 0 and 'data-launch="refused"' in (tmp_path / "m.html").read_text()
     # explain: the mesh boundary's re-sharding and the speedup over the stock best, both from the plan file
     r = runner.invoke(app, ["explain", str(tmp_path / "plan.json"), "--json"])
     assert r.exit_code == 0, r.output

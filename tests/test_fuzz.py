@@ -1,6 +1,6 @@
-"""Issue 13: at least 2,000 generated documents per run through validate, search, explain, export and diff: every
-one ends with exit 0, 1, 2 or 3 (never a traceback), each command within 10 s, and the run within 1 GiB of memory.
-benchmarks/fuzz.py runs 10,000 and prints the tally."""
+"""Issues 13, 14: at least 2,000 generated documents per run through validate, search, explain, export, diff and
+report: every one ends with exit 0, 1, 2 or 3 (never a traceback), each command within 10 s, and the run within 1 GiB
+of memory. benchmarks/fuzz.py runs 10,000 and prints the tally."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_two_thousand_generated_documents_never_traceback(plan_path, tmp_path):
     by_command = {}
     for o in outcomes:
         by_command.setdefault(o.command, set()).add(o.exit_code)
-    for command in ("validate", "explain", "export", "diff"):
+    for command in ("validate", "explain", "export", "diff", "report"):
         assert 0 in by_command[command] and 2 in by_command[command], (command, by_command[command])
-    assert "search" in by_command
+    assert 0 in by_command["search"], by_command["search"]  # the search runs on some fleets, not only rejects them
     assert len({o.index for o in outcomes}) == CASES

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import traceback
 
-from hgplan.cli import bench, calibrate, catalog, explain, export, search  # noqa: F401 - registers the commands
+from hgplan.cli import bench, calibrate, catalog, explain, export, report, search  # noqa: F401 - registers the commands
 from hgplan.cli.base import app, err
 
 __all__ = ["app", "main"]

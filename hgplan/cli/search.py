@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Callable
+from typing import Annotated
 
 import typer
 
 from hgplan.cli.base import (ClusterOpt, JsonOpt, ModelOpt, app, emit_json, err, file_to_stdout,
                              command_started_s, handles_errors, out, warn, wrote)
 from hgplan.cli.options import TrainingFlags, parse_percent, training_options
+from hgplan.cli.progress import SearchProgress
 from hgplan.domain import Target
 from hgplan.errors import InputError
 
@@ -39,22 +40,6 @@ def _check_search_flags(top: int, time_limit: float, max_pp: int | None, solver_
         problem = extra_params_error(solver_params)
         if problem:
             raise InputError(f"--solver-params {solver_params!r}: {problem}")
-
-
-def _run_with_progress(fn: Callable, solver_log: bool):
-    if not err.is_terminal or solver_log:
-        return fn(None)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as bar:
-        task = bar.add_task("search", total=None)
-
-        def cb(done: int, total: int) -> None:
-            """Move the progress bar to `done` of `total` candidates."""
-            bar.update(task, completed=done, total=total)
-
-        return fn(cb)
 
 
 def _inputs(cluster: str, model: str, profile: str | None, flags: TrainingFlags):
@@ -93,20 +78,41 @@ def _same_inputs(base_file, path: str, csrc, msrc, train, target: str) -> None:
                                              "to gate anyway") for d in diffs])
 
 
-def _write_outputs(report, result, *, output: str | None, export_model: str | None, cluster, model,
-                   profile=None) -> None:
-    """The plan file (-o) and the last CP-SAT model (--export-model), each written atomically."""
+def _write_outputs(report, result, *, output: str | None, export_model: str | None, html: str | None, cluster,
+                   model, profile=None) -> None:
+    """The plan file (-o), its HTML report (--report) and the last CP-SAT model (--export-model), each written
+    atomically."""
     from hgplan.io import write_file_atomic
     from hgplan.planfile import make_plan_file
 
-    if output:
+    if output or html:
         pf = make_plan_file(report, cluster_text=cluster.text, model_text=model.text, model_sha256=model.sha256,
                             profile_text=profile.text if profile else None)
-        write_file_atomic(output, json.dumps(pf.to_json_dict(), indent=2) + "\n")
-        wrote(output, "plan file")
+        if output:
+            write_file_atomic(output, json.dumps(pf.to_json_dict(), indent=2) + "\n")
+            wrote(output, "plan file")
+        if html:
+            from hgplan.cli.report import write_report
+            from hgplan.io import catalog
+            from hgplan.planfile import load_plan
+
+            source = output if output and output != "-" else "(this search)"
+            write_report(load_plan(pf.to_json_dict(), source, catalog()), html, source=source)
     if export_model and result.last_model_text:
         write_file_atomic(export_model, result.last_model_text)
         wrote(export_model, "last CP-SAT model")
+
+
+def _write_or_print(report, result, outputs: dict, *, as_json: bool, to_stdout: bool) -> None:
+    """The files (_write_outputs); if one cannot be written after all (its path went away during the search), the
+    result is still printed, then exit 2."""
+    try:
+        _write_outputs(report, result, **outputs)
+    except (OSError, InputError) as exc:
+        _print_report(report, as_json, to_stdout)
+        warn(f"the search finished but its output could not be written ({exc}); the result is on stdout; fix the "
+             "path and re-run", "error")
+        raise typer.Exit(2) from None
 
 
 def _print_report(report, as_json: bool, to_stdout: bool) -> None:
@@ -135,6 +141,8 @@ def search(
                                             "a plan the proof finds faster is ranked too.")] = False,
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Evaluate the three baselines.")] = True,
     solver_log: Annotated[bool, typer.Option("--solver-log", help="CP-SAT progress to stderr.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (a live display on a "
+                                                              "terminal, a line every 5 s elsewhere).")] = False,
     solver_params: Annotated[str | None, typer.Option("--solver-params", help="Extra CP-SAT parameters in text "
                                                       "format, e.g. 'linearization_level: 2' (recorded in the JSON; "
                                                       "num_workers > 1 makes runs non-reproducible).")] = None,
@@ -143,6 +151,8 @@ def search(
     output: Annotated[str | None, typer.Option("-o", "--output", help="Write the best plan as a plan file "
                                                                     "('-': standard output; the table then goes to "
                                                                     "stderr).")] = None,
+    html_report: Annotated[str | None, typer.Option("--report", help="Write the best plan's HTML report (as `hgplan "
+                                                                     "report` does) to this file.")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="Calibration profile from `hgplan calibrate`: "
                                                                   "constants measured on your fleet.")] = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="A committed plan file to gate against (CI).")] = None,
@@ -160,33 +170,29 @@ def search(
     from hgplan.planner.api import plan_training
     from hgplan.planner.options import SearchOptions
 
-    _check_search_flags(top, time_limit, max_pp, solver_params, writes=(output, export_model))
-    to_stdout = file_to_stdout(output, export_model, as_json=as_json)
+    _check_search_flags(top, time_limit, max_pp, solver_params, writes=(output, export_model, html_report))
+    to_stdout = file_to_stdout(output, export_model, html_report, as_json=as_json)
     gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression, "--max-regression")
-    base_file = _baseline_file(baseline)
-    fleet, warnings, csrc, arch, msrc, train, psrc = _inputs(cluster, model, profile, flags)
-    if base_file is not None and not allow_different_inputs:
-        _same_inputs(base_file, baseline, csrc, msrc, train, target.value)
-    opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
-                         solver_log=solver_log, solver_params=solver_params or "", keep_model=export_model is not None,
-                         prove_gap=prove_gap,
-                         wall_deadline_s=command_started_s() + time_limit * (1 - OUTPUT_SHARE))
-    report, result = _run_with_progress(lambda cb: plan_training(
-        fleet, arch, train, opts, cluster=ClusterInput(ref=csrc.ref, sha256=csrc.sha256), model_ref=msrc.ref,
-        progress=cb, log=lambda line: warn(line, ""), with_baselines=baselines), solver_log)
+    with SearchProgress(started_s=command_started_s(), time_limit_s=time_limit, quiet=quiet,
+                        solver_log=solver_log) as progress:
+        base_file = _baseline_file(baseline)
+        fleet, warnings, csrc, arch, msrc, train, psrc = _inputs(cluster, model, profile, flags)
+        if base_file is not None and not allow_different_inputs:
+            _same_inputs(base_file, baseline, csrc, msrc, train, target.value)
+        opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
+                             solver_log=solver_log, solver_params=solver_params or "",
+                             keep_model=export_model is not None, prove_gap=prove_gap,
+                             wall_deadline_s=command_started_s() + time_limit * (1 - OUTPUT_SHARE))
+        report, result = plan_training(
+            fleet, arch, train, opts, cluster=ClusterInput(ref=csrc.ref, sha256=csrc.sha256), model_ref=msrc.ref,
+            progress=progress, log=lambda line: warn(line, ""), with_baselines=baselines)
     if psrc is not None:
         report.inputs.profile = ClusterInput(ref=psrc.ref, sha256=psrc.sha256)
     report.warnings[:0] = warnings
     for w in report.warnings:
         warn(w)
-    try:
-        _write_outputs(report, result, output=output, export_model=export_model, cluster=csrc, model=msrc,
-                       profile=psrc)
-    except (OSError, InputError) as exc:  # the path went away during the search: the result is still printed
-        _print_report(report, as_json, to_stdout)
-        warn(f"the search finished but its output could not be written ({exc}); the result is on stdout; fix the "
-             "path and re-run", "error")
-        raise typer.Exit(2) from None
+    _write_or_print(report, result, dict(output=output, export_model=export_model, html=html_report, cluster=csrc,
+                                         model=msrc, profile=psrc), as_json=as_json, to_stdout=to_stdout)
     if base_file is not None:
         report.regression = regression_check(base_file, report, bound)
     _print_report(report, as_json, to_stdout)

@@ -135,6 +135,8 @@ class Op:
     chunk: int
     start_s: float
     end_s: float
+    send_s: float = 0.0
+    """How long the stage is then busy sending the result to its neighbour (0 when nothing is sent)."""
 
 
 def schedule_order(stage: int, p: int, m: int, v: int) -> list[tuple[str, int, int]]:
@@ -236,7 +238,7 @@ class _Simulation:
                 arrived[produced] = free + ((f_lat if forward else b_lat) if sends else 0.0)
             if self.keep_ops:
                 kind, mb, chunk = self.orders[s][i]
-                self.ops.append(Op(s, kind, mb, chunk, start, end))
+                self.ops.append(Op(s, kind, mb, chunk, start, end, free - end))
             i += 1
         if end is not None:
             self.finish[s] = end  # ops of a stage end in order

@@ -25,9 +25,10 @@ from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
 from hgplan.planner.candidates import base_configs, cand_key
 from hgplan.planner.certify import certify
-from hgplan.planner.costs import CostSource
+from hgplan.planner.costs import US, CostSource
 from hgplan.planner.mesh_search import MeshResult, mesh_search
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
+from hgplan.planner.progress import Progress, ProgressFn
 from hgplan.planner.search import Found, SearchResult, seeded_search, solve_params
 from hgplan.planner.tables import eligible
 from hgplan.report import plan_record, prediction_record, rounded, stage_results, training_record
@@ -175,7 +176,7 @@ def _baseline_records(baselines: list[bl.Baseline], best: Prediction) -> dict[st
 
 
 def _prove(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, result: SearchResult,
-           checked: list, warnings: list[str]) -> tuple[ProofRecord, list]:
+           checked: list, warnings: list[str], progress: ProgressFn | None = None) -> tuple[ProofRecord, list]:
     """--prove-gap: bound the simulated time of every plan of the stock family, in what the search left of the time
     limit; returns the record and the plans the proof found faster than the search's best (checked, by the
     reported model)."""
@@ -183,7 +184,8 @@ def _prove(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Search
     best_s = min(pred.iteration_time_s for _, pred, f in checked if isinstance(f, Found))
     left = max(0.0, DTIME_PER_WALL * opts.budget_s - result.deterministic_time)
     cert = certify(CostSource(fleet, model, train), result.candidates, best_s, opts, hints={
-        cand_key(f.cfg): f for f in result.found}, dtime_budget=left, stop_at_s=opts.stop_at_s(start))
+        cand_key(f.cfg): f for f in result.found}, dtime_budget=left, stop_at_s=opts.stop_at_s(start),
+        progress=progress)
     faster = [e for e in _checked(cert.found, fleet, model, train, warnings, required=False)
               if e[1].iteration_time_s < best_s]
     bound_s = cert.bound_us / 1e6 if result.listed_all else 0.0
@@ -244,12 +246,19 @@ STOCK_DESCRIPTION = ("the best stock plan of the same search: one tp and dp for 
                      "--target flagscale only")
 
 
+def _phase(progress: ProgressFn | None, phase: str, unit: str, result: SearchResult) -> None:
+    """Report a phase after the stock search (no count: it is short), with that search's best and bound."""
+    if progress is not None:
+        progress(Progress(phase, 0, 0, unit, result.best_us / US, result.bound_us / US))
+
+
 def _mesh_family(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, result: SearchResult,
-                 log: Callable[[str], None] | None) -> MeshResult | None:
+                 log: Callable[[str], None] | None, progress: ProgressFn | None = None) -> MeshResult | None:
     """With --target flagscale, the asymmetric family, from the stock best as the incumbent, in what the stock search
     left of the time limit (deterministic time, so runs stay reproducible)."""
     if opts.target != Target.FLAGSCALE or not result.found:
         return None
+    _phase(progress, "meshes", "one process mesh per node group", result)
     groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
     left = max(0.1, opts.budget_s - result.deterministic_time / DTIME_PER_WALL)
     return mesh_search(CostSource(fleet, model, train), groups, replace(opts, budget_s=left),
@@ -257,7 +266,7 @@ def _mesh_family(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: 
 
 
 def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
-                  cluster: ClusterInput, model_ref: str, progress: Callable[[int, int], None] | None = None,
+                  cluster: ClusterInput, model_ref: str, progress: ProgressFn | None = None,
                   log: Callable[[str], None] | None = None, with_baselines: bool = True) -> tuple[SearchReport, SearchResult]:
     """Search and assemble the report (and the raw result, for --export-model).
 
@@ -280,10 +289,13 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
         warnings.append(f"the time limit ended while the configurations were being listed ({result.candidates_total} "
                         "so far): nothing is known of the others, so the search has no bound and its gap is 100%; "
                         "raise --time-limit")
-    mesh = _mesh_family(fleet, model, train, opts, result, log)
+    mesh = _mesh_family(fleet, model, train, opts, result, log, progress)
     found = list(result.found) + (mesh.found[:RERANKED] if mesh else [])
+    _phase(progress, "ranking", f"simulating {len(found)} plans", result)
     checked = _checked(found, fleet, model, train, warnings)
-    proof, faster = _prove(fleet, model, train, opts, result, checked, warnings) if opts.prove_gap else (None, [])
+    proof, faster = (_prove(fleet, model, train, opts, result, checked, warnings, progress) if opts.prove_gap
+                     else (None, []))
+    _phase(progress if with_baselines else None, "baselines", "evaluating three baselines", result)
     checked = sorted(checked + faster, key=lambda e: e[1].iteration_time_s)
     stock_best = next((e for e in checked if isinstance(e[2], Found)), None)
     ranked = [(plan, pred, f, "proof" if f.solution.status.startswith("BOUND_") else "search")

@@ -16,6 +16,7 @@ from hgplan.plan import ParallelConfig, Recompute
 from hgplan.planner.bounds import BoundContext, candidate_bound_s, make_context
 from hgplan.planner.costs import US, CostSource
 from hgplan.planner.options import MAX_MICRO_BATCH, SearchOptions
+from hgplan.planner.progress import Progress, ProgressFn, Throttle
 from hgplan.planner.tables import eligible
 
 RECOMPUTE_ORDER = tuple(Recompute)
@@ -110,7 +111,8 @@ def _slot_capacities(base: ParallelConfig, hosts: list[NodeGroup], most: int) ->
 
 
 def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[NodeGroup],
-                         stop_at_s: float = math.inf) -> tuple[list[Candidate], bool]:
+                         stop_at_s: float = math.inf, *,
+                         progress: ProgressFn | None = None) -> tuple[list[Candidate], bool]:
     """Every outer candidate of the plan family with its lower bound, sorted by key (bound first), and whether the
     list is complete: listing stops once time.perf_counter() passes stop_at_s (a fleet of millions of GPUs has tens
     of thousands of candidates, each bounded here)."""
@@ -120,7 +122,10 @@ def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[No
     max_pp = min(L, opts.max_pp or L)
     out: list[Candidate] = []
     listed_all = True
-    for base in base_configs(model, train, opts, groups):
+    bases = list(base_configs(model, train, opts, groups))
+    report = Throttle(progress)
+    for n, base in enumerate(bases):
+        report(lambda: Progress("candidates", n, len(bases), "base configurations bounded"))
         if time.perf_counter() > stop_at_s:
             listed_all = False
             break
@@ -147,5 +152,7 @@ def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[No
                     continue  # no group holds pp stages and no link joins two groups that could
                 out.append(Candidate(cfg=cfg, lower_bound_us=lb * US, ctx=ctx,
                                      key=(round(lb * US), *cand_key(cfg))))
+    report(lambda: Progress("candidates", len(bases) if listed_all else n, len(bases), "base configurations bounded"),
+           force=True)
     out.sort(key=lambda c: c.key)
     return out, listed_all

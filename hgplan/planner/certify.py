@@ -21,6 +21,7 @@ from hgplan.planner.candidates import Candidate, cand_key
 from hgplan.planner.costs import US, CostSource, capacity_mib, layers_that_fit
 from hgplan.planner.model import Solution
 from hgplan.planner.options import SearchOptions
+from hgplan.planner.progress import Progress, ProgressFn, Throttle
 from hgplan.planner.path_model import build_path_tables, solve_path
 from hgplan.planner.search import Found, solve_params, within
 from hgplan.planner.tables import build_tables
@@ -90,7 +91,8 @@ def cheap_bound_us(costs: CostSource, cand: Candidate, L: int) -> float:
 
 
 def certify(costs: CostSource, cands: list[Candidate], best_s: float, opts: SearchOptions, *,
-            hints: dict[tuple, Found], dtime_budget: float, stop_at_s: float) -> Certificate:
+            hints: dict[tuple, Found], dtime_budget: float, stop_at_s: float,
+            progress: ProgressFn | None = None) -> Certificate:
     """Bound the simulated time of every plan of `cands` (the whole listed family) given a plan of best_s."""
     best_us = best_s * US
     target = best_us * (1 - opts.max_gap)
@@ -99,7 +101,10 @@ def certify(costs: CostSource, cands: list[Candidate], best_s: float, opts: Sear
                    key=lambda e: (e[0], cands[e[1]].key))
     cert = Certificate(bound_us=best_us)
     hosts = {g.key: g for g in costs.fleet.groups}
+    report = Throttle(progress)
     for n, (cheap, i) in enumerate(order):
+        report(lambda: Progress("proof", n, len(order), "configurations bounded", best_s,
+                                min(cert.bound_us, cheap) / US))
         if cheap >= target:
             cert.pruned = len(order) - n
             cert.bound_us = min(cert.bound_us, cheap)

@@ -23,10 +23,11 @@ from hgplan.planner.block_bound import block_bound_us
 from hgplan.planner.bounds import subset_bounds_us
 from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
 from hgplan.planner.classes import interchangeable_classes
-from hgplan.planner.costs import CostSource
+from hgplan.planner.costs import US, CostSource
 from hgplan.planner.heuristic import greedy_hint, improve
 from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
+from hgplan.planner.progress import Progress, ProgressFn, Throttle
 from hgplan.planner.tables import CostTables, build_tables
 
 MAX_RETRIES = 3
@@ -131,10 +132,19 @@ class _State:
     limits: dict[str, float] = field(default_factory=dict)
     last_model: str | None = None
     log: Callable[[str], None] | None = None
+    open_items: list[int] = field(default_factory=list)
+    """Per candidate, its items on the heap; a candidate with none left is settled (progress only)."""
+    settled: int = 0
 
     def best_us(self) -> float:
         """The best plan's time so far (inf before any)."""
         return min((f.time_us for f in self.found.values()), default=math.inf)
+
+    def status(self, heap: list) -> Progress:
+        """Where the search stands: candidates settled, the best plan and the bound so far (seconds)."""
+        best = self.best_us()
+        bound = min([best, min(self.closed_bounds, default=best)] + ([heap[0][0]] if heap else []))
+        return Progress("search", self.settled, len(self.open_items), "configurations settled", best / US, bound / US)
 
 
 def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf) -> SolverParams:
@@ -215,7 +225,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
 
 
 def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
-               progress: Callable[[int, int], None] | None = None, seeds: list[Found] | None = None,
+               progress: ProgressFn | None = None, seeds: list[Found] | None = None,
                costs: CostSource | None = None, log: Callable[[str], None] | None = None) -> SearchResult:
     """Best-first over items by lower bound. A popped item is first refined (subset, then block bounds); then it
     is solved; a solve that stops at its time limit goes back with its improved bound and twice the time."""
@@ -223,21 +233,23 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     stop_at = opts.stop_at_s(start)
     costs = costs or CostSource(fleet, model, train)
     groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
-    cands, listed_all = enumerate_candidates(costs, opts, groups, stop_at)
+    cands, listed_all = enumerate_candidates(costs, opts, groups, stop_at, progress=progress)
     order, by_key = [g.key for g in fleet.groups], {g.key: g for g in groups}
     L, m_of = model.num_layers, (lambda c: c.num_microbatches(train.global_batch_size))
     heap = [(c.lower_bound_us, c.key, Stage.CANDIDATE, i, ()) for i, c in enumerate(cands)]
     heapq.heapify(heap)
     # plans found beforehand (e.g. each node group alone) are incumbents from the start
-    st = _State(found={("seed", n): f for n, f in enumerate(seeds or [])}, log=log)
-    pruned = skipped = done = 0
-    stopped = "complete"
+    st = _State(found={("seed", n): f for n, f in enumerate(seeds or [])}, log=log, open_items=[1] * len(cands))
+    pruned = skipped = 0
+    stopped, report = "complete", Throttle(progress)
     if not listed_all:  # nothing is known of the configurations not listed: no bound but 0
         heap, stopped, skipped = [], "wall", len(cands)
         st.closed_bounds.append(0.0)
     while heap:
+        report(lambda: st.status(heap))
         lb, key, stage, i, subset = heapq.heappop(heap)
         cand = cands[i]
+        st.open_items[i] -= 1
         if lb >= st.best_us() * (1 - opts.max_gap):
             pruned = len({e[3] for e in heap} | {i})
             st.closed_bounds.append(lb)
@@ -251,20 +263,22 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
         if stage == Stage.CANDIDATE:  # split the candidate by the set of node groups it uses, each with its bound
             for sub, sub_lb in sorted(subset_bounds_us(cand.ctx, cand.cfg, L=L, m=m_of(cand.cfg)).items()):
                 heapq.heappush(heap, (max(lb, sub_lb), key, Stage.SUBSET, i, sub))
+                st.open_items[i] += 1
         elif stage in (Stage.SUBSET, Stage.BLOCK):
             # about to be solved: first the block bound, without and then with the choice of end groups (slower,
             # tighter); either often closes the item without a solve
             block = block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m_of(cand.cfg), ends_known=stage == Stage.BLOCK)
             heapq.heappush(heap, (max(lb, block), key, stage + 1, i, subset))
+            st.open_items[i] += 1
         else:
             retry = _solve_item(costs, cand, (i, subset), stage, lb, st, opts, remaining, order, by_key)
             if retry is not None:
                 heapq.heappush(heap, (retry, key, stage + 1, i, subset))
-            if progress and stage == Stage.SOLVE:
-                done += 1
-                progress(done, len(cands))
-    if progress:
-        progress(len(cands), len(cands))
+                st.open_items[i] += 1
+        st.settled += st.open_items[i] == 0
+    if stopped == "complete":
+        st.settled = len(cands)
+    report(lambda: st.status(heap), force=True)
     return _result(st, cands, opts, pruned=pruned, skipped=skipped, stopped=stopped, start=start,
                    listed_all=listed_all)
 
@@ -287,8 +301,14 @@ def _result(st: _State, cands: list[Candidate], opts: SearchOptions, *, pruned: 
                         candidates=cands)
 
 
+def _seed_progress(progress: ProgressFn | None, done: int, total: int, seeds: list[Found]) -> None:
+    if progress:
+        best = min((f.time_us / US for f in seeds), default=math.inf)
+        progress(Progress("seeds", done, total, "node groups searched alone", best))
+
+
 def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
-                  progress: Callable[[int, int], None] | None = None,
+                  progress: ProgressFn | None = None,
                   log: Callable[[str], None] | None = None) -> tuple[SearchResult, list[Found]]:
     """Each node group alone first (one per class of interchangeable groups; a quarter of the time limit, shared),
     then the whole fleet seeded with their best plans as incumbents. Returns the main result and the per-group plans
@@ -303,11 +323,13 @@ def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
         alone = [c[0] for c in interchangeable_classes(fleet, fleet.groups)]
         share = replace(opts, budget_s=opts.budget_s / (4 * len(alone)), top_k=RERANKED)
         used = 0.0
-        for key in alone:
+        for n, key in enumerate(alone):
+            _seed_progress(progress, n, len(alone), seeds)
             res = run_search(fleet, model, train, replace(share, groups=(key,)), costs=costs, log=log)
             seeds += res.found
             used += res.deterministic_time
             limits = {k: max(v, limits.get(k, 0.0)) for k, v in res.solver_limits.items()}
+        _seed_progress(progress, len(alone), len(alone), seeds)
         # what the seeds left goes to the fleet search, counted in deterministic time so runs stay reproducible
         opts = replace(opts, budget_s=max(0.1, opts.budget_s - used / DTIME_PER_WALL))
     result = run_search(fleet, model, train, opts, progress=progress, seeds=seeds, costs=costs, log=log)
