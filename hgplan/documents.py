@@ -6,10 +6,10 @@ when the document has it."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from hgplan.yamlio import text_sha256  # noqa: F401 - the digest every document records, re-exported
 
 SCHEMA_VERSION = "1"
 """Version of every JSON document hgplan writes; a reader refuses another."""
@@ -306,11 +306,6 @@ class SearchReport(Doc):
     baselines: dict[str, BaselineRecord] | None = None
     asymmetric: AsymmetricRecord | None = None
     regression: RegressionRecord | None = None
-
-
-def text_sha256(text: str) -> str:
-    """The digest recorded for an input text (hex sha256 of its UTF-8 bytes)."""
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class SourceText(Doc):

@@ -19,7 +19,7 @@ from hgplan.domain import (ATTENTION_ALIASES, ArchEfficiency, Attention, Fleet, 
 from hgplan.cluster_checks import cluster_semantics
 from hgplan.errors import InputError, InputIssue
 from hgplan.schema import MOE_KEYS, ClusterSpec, GpuSpec, IntraNodeSpec, ModelSpec, TrainingSpec
-from hgplan.yamlio import Path_, dotted, line_for, parse_yaml
+from hgplan.yamlio import Path_, dotted, line_for, parse_shipped_yaml, parse_yaml
 
 
 # --------------------------------------------------------------------------- catalog
@@ -60,9 +60,7 @@ class Catalog:
 def build_catalog(*, gpus_text: str, archs_text: str, nics_text: str,
                   model_texts: dict[str, str], cluster_texts: dict[str, str], validation_text: str = "") -> Catalog:
     """Build the catalog from the texts of the profile files. Shipped data must be valid."""
-    gpus_doc, _ = parse_yaml(gpus_text, "profiles/gpus.yaml")
-    archs_doc, _ = parse_yaml(archs_text, "profiles/architectures.yaml")
-    nics_doc, _ = parse_yaml(nics_text, "profiles/nics.yaml")
+    gpus_doc, archs_doc, nics_doc = (parse_shipped_yaml(t) for t in (gpus_text, archs_text, nics_text))
     archs = {k: ArchEfficiency(**v) for k, v in archs_doc["architectures"].items()}
     gpus = {}
     for entry in gpus_doc["gpus"]:
@@ -71,7 +69,7 @@ def build_catalog(*, gpus_text: str, archs_text: str, nics_text: str,
             raise InputError(f"profiles/gpus.yaml: GPU {spec.id} names unknown arch {spec.arch!r}")
         gpus[spec.id] = spec
     transports = {k: TransportProfile(name=k, **v) for k, v in nics_doc["transports"].items()}
-    validation = (parse_yaml(validation_text, "profiles/validation.yaml")[0] or {}) if validation_text else {}
+    validation = (parse_shipped_yaml(validation_text) or {}) if validation_text else {}
     return Catalog(gpus=gpus, archs=archs, transports=transports, validation=validation,
                    model_texts=dict(sorted(model_texts.items())), cluster_texts=dict(sorted(cluster_texts.items())))
 
@@ -339,10 +337,25 @@ def load_model(text: str, source: str) -> ModelArch:
 
 # --------------------------------------------------------------------------- training
 
-def load_training(text: str, source: str) -> dict[str, Any]:
-    """Parse a training YAML into the keyword form accepted by make_training (CLI flags override it)."""
-    data, lines = parse_yaml(text, source)
-    _require_mapping(data, source, "training", "keys seq_length, global_batch_size, precision")
+def load_training(text: str, source: str) -> tuple[dict[str, Any], list[str]]:
+    """Parse a training file into the keyword form accepted by make_training (CLI flags override it), and the flags
+    of a Megatron argument file it does not read. The file is a YAML mapping (hgplan's keys or Megatron's argument
+    names) or a Megatron-LM argument file (megatron_args.py)."""
+    from hgplan.megatron_args import from_megatron_keys, from_recipe, is_argument_file, is_recipe, parse_argument_file
+
+    ignored: list[str] = []
+    if is_argument_file(text):
+        data, ignored = parse_argument_file(text, source)
+        if not data.get("bf16") and not data.get("fp16"):
+            raise InputError([InputIssue(source=source, line=None, path="bf16", message=(
+                "the argument file trains in fp32 (neither --bf16 nor --fp16), which hgplan does not model; add "
+                "--bf16 or --fp16"))])
+        lines: dict = {}
+    else:
+        data, lines = parse_yaml(text, source)
+        _require_mapping(data, source, "training", "keys seq_length, global_batch_size, precision")
+        if is_recipe(data):
+            (data, ignored), lines = from_recipe(data, source), {}
     try:
         TrainingSpec.model_validate(data)
     except ValidationError as exc:
@@ -350,7 +363,7 @@ def load_training(text: str, source: str) -> dict[str, Any]:
         if real:
             only = ValidationError.from_exception_data(exc.title, real)  # type: ignore[arg-type]
             raise InputError(pydantic_issues(only, data=data, lines=lines, source=source, root=TrainingSpec)) from None
-    return dict(data)
+    return from_megatron_keys(dict(data), source), ignored
 
 
 def make_training(values: dict[str, Any], model: ModelArch, source: str = "<cli>") -> TrainingSettings:

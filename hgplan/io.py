@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hgplan.documents import text_sha256
 from hgplan.domain import Fleet, ModelArch
 from hgplan.errors import InputError, InputIssue
 from hgplan.inputs import Catalog, build_catalog, load_cluster, load_model
+from hgplan.yamlio import text_sha256
 
 
 def profiles_dir() -> Path:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from hgplan.documents import ExplainReport, SearchReport, StageRecord, StageResult
-from hgplan.export.common import Export
+if TYPE_CHECKING:  # annotations only: `validate` and `profiles` need neither (start-up time)
+    from hgplan.documents import ExplainReport, SearchReport, StageRecord, StageResult
+    from hgplan.export.common import Export
 
 
 def plain(console: Console, text: str) -> None:

@@ -225,6 +225,18 @@ class TrainingSpec(_Strict):
         "--scatter-gather-tensors-in-pipeline (on by default) sent 1/TP of the activations per TP rank across a "
         "stage boundary and all-gathered them on the receiving node; megatron-core sends the whole tensor from every "
         "TP rank unless sequence parallelism splits it.")
+    # Megatron-LM's spellings (hgplan/megatron_args.py maps them before validation; listed here for the schema)
+    bf16: bool | None = Field(None, strict=True,
+                              description="Megatron-LM's --bf16: precision bf16 (or fp8 with fp8_format).")
+    fp16: bool | None = Field(None, strict=True, description="Megatron-LM's --fp16: precision fp16.")
+    fp8_format: Literal["e4m3", "hybrid"] | None = Field(
+        None, description="Megatron-LM's --fp8-format (dest fp8): precision fp8; needs bf16: true beside it.")
+    fp8: Literal["e4m3", "hybrid"] | None = Field(None, description="Megatron-LM's dest of --fp8-format.")
+    attention_backend: Literal["flash", "fused", "unfused", "local", "auto"] | None = Field(
+        None, description="Megatron-LM's --attention-backend: flash -> flash2, local -> unfused (Megatron's own "
+        "DotProductAttention), the others by name.")
+    use_flash_attn: bool | None = Field(None, strict=True,
+                                        description="Megatron-LM's older --use-flash-attn: attention flash2.")
 
 
 MOE_KEYS = frozenset({"num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",

@@ -1,7 +1,8 @@
-"""Safe YAML parsing that remembers the line of every key, so messages can say file:line."""
+"""Safe YAML parsing that remembers the line of every key, so messages can say file:line; input texts' digests."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -87,6 +88,18 @@ def _duplicate_keys(node: yaml.Node, path: Path_, source: str, out: list[InputIs
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _duplicate_keys(item, (*path, i), source, out)
+
+
+def text_sha256(text: str) -> str:
+    """The digest recorded for an input text (hex sha256 of its UTF-8 bytes)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_shipped_yaml(text: str) -> Any:
+    """A YAML file shipped with hgplan (the catalog), parsed with libyaml's safe loader where PyYAML has it: read on
+    every command, it costs a tenth of parse_yaml's time. Its files are checked by parse_yaml in the tests
+    (tests/test_cli_basics.py), so the line numbers and duplicate-key checks that user input needs are not needed."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
 
 
 def parse_yaml(text: str, source: str) -> tuple[Any, dict[Path_, int]]:

@@ -77,3 +77,19 @@ def test_random_text_never_traceback(cli, tmp_path, raw):
     assert r.code in (0, 2)
     if r.code == 0:
         json.loads(r.stdout)
+
+
+def test_shipped_catalog_files_pass_the_strict_parser():
+    """The catalog is read with libyaml's loader (yamlio.parse_shipped_yaml, fast at start-up); every shipped file
+    must also pass the strict parser user input goes through (no duplicate keys, no aliases blowing up, no
+    oversized document), and both must read the same data."""
+    from pathlib import Path
+
+    from hgplan.yamlio import parse_shipped_yaml, parse_yaml
+
+    root = Path(__file__).resolve().parent.parent / "profiles"
+    files = sorted(root.rglob("*.yaml"))
+    assert len(files) >= 10
+    for path in files:
+        text = path.read_text()
+        assert parse_yaml(text, str(path))[0] == parse_shipped_yaml(text), path

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.util
 import json
 import os
 import sys
@@ -10,7 +12,6 @@ import time
 from typing import Annotated, Any, Callable
 
 import typer
-import typer.rich_utils  # typer renders --help and usage errors with it
 from rich.console import Console
 
 from hgplan import __version__
@@ -25,7 +26,7 @@ def command_started_s() -> float:
     """The time.perf_counter() reading at which the running command started: time limits count from here."""
     return _started["at_s"]
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="Plan LLM training on heterogeneous, geo-distributed GPU fleets.")
 profiles_app = typer.Typer(no_args_is_help=True, help="List and show the shipped GPU, model and cluster catalog.")
@@ -35,9 +36,6 @@ app.add_typer(profiles_app, name="profiles")
 # otherwise.
 PIPED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 180
 out = Console(soft_wrap=True, width=PIPED_WIDTH)
-if PIPED_WIDTH is not None:  # the same for --help: option names are never cut
-    typer.rich_utils.MAX_WIDTH = PIPED_WIDTH
-_format_usage_error = typer.rich_utils.rich_format_error
 
 
 def _usage_error(exc: Any) -> None:
@@ -48,10 +46,49 @@ def _usage_error(exc: Any) -> None:
         issue = InputIssue(source="", line=None, path=param.opts[0] if getattr(param, "opts", None) else "",
                            message=exc.format_message())
         emit_json(error_document(2, "usage", [issue]))
-    _format_usage_error(exc)
+    _format_usage_error["rich"](exc)
 
 
-typer.rich_utils.rich_format_error = _usage_error
+_format_usage_error: dict[str, Callable] = {}
+
+
+def _adjust_rich_utils(module: Any) -> None:
+    """typer renders --help and usage errors with typer.rich_utils, which costs a fifth of a second to import, so it
+    is adjusted when typer first imports it rather than imported here: piped --help as wide as the tables (option
+    names never cut), and usage errors through _usage_error."""
+    if PIPED_WIDTH is not None:
+        module.MAX_WIDTH = PIPED_WIDTH
+    _format_usage_error["rich"] = module.rich_format_error
+    module.rich_format_error = _usage_error
+
+
+class _OnImport(importlib.abc.MetaPathFinder):
+    """Runs a function on a module right after its first import (a meta-path finder that wraps the loader)."""
+
+    def __init__(self, name: str, then: Callable[[Any], None]):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        """The module's own spec, its loader wrapped to call `then` once the module has run."""
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        run, then = spec.loader.exec_module, self.then
+
+        def exec_module(module: Any) -> None:
+            """Run the module, then adjust it."""
+            run(module)
+            then(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if "typer.rich_utils" in sys.modules:
+    _adjust_rich_utils(sys.modules["typer.rich_utils"])
+else:
+    sys.meta_path.insert(0, _OnImport("typer.rich_utils", _adjust_rich_utils))
 err = Console(stderr=True, soft_wrap=True)
 
 

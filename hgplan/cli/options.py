@@ -39,7 +39,12 @@ class TrainingFlags:
 
         values: dict[str, Any] = {}
         if self.training:
-            values.update(load_training(read_text(self.training, "training"), self.training))
+            read, ignored = load_training(read_text(self.training, "training"), self.training)
+            values.update(read)
+            if ignored:
+                warn(f"{self.training}: only the training settings are read from a Megatron file; not read (the "
+                     f"parallelism and its options are the plan's: search chooses them, explain takes them as flags; "
+                     f"--model gives the model): {' '.join(ignored)}")
         for key, val in (("seq_length", self.seq_len), ("global_batch_size", self.global_batch),
                          ("precision", self.precision), ("attention", self.attention), ("runtime", self.runtime),
                          ("transformer_impl", self.transformer_impl)):
