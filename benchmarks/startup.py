@@ -32,7 +32,8 @@ def main() -> int:
     args = ap.parse_args()
     from hgplan.io import catalog
 
-    cases = [("--version", ["--version"])] + [("validate", ["validate", name]) for name in sorted(catalog().cluster_texts)]
+    fleets = sorted(catalog().cluster_texts)
+    cases = [("--version", ["--version"])] + [("validate", ["validate", name]) for name in fleets]
     missed = 0
     print(f"{'command':<34} {'median s':>9} {'target s':>9}")
     for kind, argv in cases:

@@ -17,6 +17,27 @@ for folder in (ROOT / "tests", ROOT / "benchmarks"):
         sys.path.insert(0, str(folder))
 
 
+@pytest.fixture(scope="session")
+def overfull_plan(tmp_path_factory):
+    """A plan file hand-edited so that it does not fit: two-site's best Llama-3.1-70B plan with half the spare layers
+    of the first stage's node group moved onto the first stage (~105 of 80 GiB per GPU)."""
+    folder = tmp_path_factory.mktemp("overfull")
+    r = CliRunner().invoke(app, ["search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096",
+                                 "--global-batch", "512", "--top", "1", "--no-baselines",
+                                 "-o", str(folder / "plan.json")])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads((folder / "plan.json").read_text())
+    stages = doc["plan"]["stages"]
+    moved = sum(s["layers"] - 1 for s in stages[1:] if s["node_group"] == stages[0]["node_group"]) // 2
+    stages[0]["layers"] += moved
+    for s in stages[1:]:
+        while moved and s["layers"] > 1:
+            s["layers"] -= 1
+            moved -= 1
+    (folder / "edited.json").write_text(json.dumps(doc))
+    return folder / "edited.json"
+
+
 class Run:
     def __init__(self, result):
         self.result = result

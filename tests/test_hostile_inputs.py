@@ -122,25 +122,10 @@ def test_deep_json_plan_file_is_exit_2(cli, write):
     assert r.code == 2 and "nests too deeply" in r.stderr
 
 
-def test_a_plan_that_does_not_fit_is_not_exported_and_explains_with_exit_1(cli, tmp_path):
+def test_a_plan_that_does_not_fit_is_not_exported_and_explains_with_exit_1(cli, overfull_plan):
     """A hand-edited plan whose first stage needs ~105 of 80 GiB: export exit 1 naming the stage and the numbers;
     explain still explains it, then exits 1."""
-    import json
-
-    src = tmp_path / "plan.json"
-    r = cli("search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512", "--top", "1",
-            "--no-baselines", "-o", src)
-    assert r.code == 0, r.stderr
-    doc = json.loads(src.read_text())
-    stages = doc["plan"]["stages"]
-    moved = sum(s["layers"] - 1 for s in stages[1:] if s["node_group"] == stages[0]["node_group"]) // 2
-    stages[0]["layers"] += moved
-    for s in stages[1:]:
-        while moved and s["layers"] > 1:
-            s["layers"] -= 1
-            moved -= 1
-    edited = tmp_path / "edited.json"
-    edited.write_text(json.dumps(doc))
+    edited = overfull_plan
     e = cli("export", edited, "--format", "megatron")
     assert e.code == 1 and "the plan does not fit: stage 0 on" in e.stderr and "GiB per GPU of 80 GiB" in e.stderr
     x = cli("explain", edited)

@@ -102,23 +102,10 @@ def test_search_report_is_the_report_of_its_plan_file(cli, tmp_path):
     assert cli(*args, "--report", tmp_path / "missing" / "r.html").code == 2  # checked before the search
 
 
-def test_report_of_a_plan_that_does_not_fit_is_written_and_exits_1(cli, tmp_path):
-    """A hand-edited plan whose first stage takes the layers of the others (test_hostile_inputs' edit): the report
-    is written in full, marks the overflow, refuses the launch section, and the command exits 1."""
-    src = tmp_path / "plan.json"
-    r = cli("search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512", "--top",
-            "1", "--no-baselines", "-o", src)
-    assert r.code == 0, r.stderr
-    doc = json.loads(src.read_text())
-    stages = doc["plan"]["stages"]
-    moved = sum(s["layers"] - 1 for s in stages[1:] if s["node_group"] == stages[0]["node_group"]) // 2
-    stages[0]["layers"] += moved
-    for s in stages[1:]:
-        while moved and s["layers"] > 1:
-            s["layers"] -= 1
-            moved -= 1
-    edited = tmp_path / "edited.json"
-    edited.write_text(json.dumps(doc))
+def test_report_of_a_plan_that_does_not_fit_is_written_and_exits_1(cli, tmp_path, overfull_plan):
+    """A hand-edited plan whose first stage takes the layers of the others: the report is written in full, marks
+    the overflow, refuses the launch section, and the command exits 1."""
+    edited = overfull_plan
     r = cli("report", edited, "-o", tmp_path / "r.html")
     assert r.code == 1 and "not achievable" in r.stderr, r.stderr
     html = (tmp_path / "r.html").read_text()
