@@ -62,9 +62,12 @@ class SearchProgress:
             self._bar.update(self._task, completed=p.done, numbers=_numbers(p))
 
     def _lines(self) -> None:
-        while not self._stop.wait(LINE_EVERY_S):
+        """A line at every LINE_EVERY_S of the command's time (counted from its start, imports included)."""
+        due = self.started_s + LINE_EVERY_S
+        while not self._stop.wait(max(0.0, due - time.perf_counter())):
             now = time.perf_counter()
             warn(progress_line(self.latest, elapsed_s=now - self.started_s, left_s=self.deadline_s - now), "")
+            due = max(due + LINE_EVERY_S, now + 0.5 * LINE_EVERY_S)
 
     def __enter__(self):
         if self.mode == "lines":

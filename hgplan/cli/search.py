@@ -165,16 +165,16 @@ def search(
     *, flags: TrainingFlags,
 ) -> None:
     """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with its gap to the search's bound."""
-    from hgplan.documents import ClusterInput
-    from hgplan.planfile import regression_check
-    from hgplan.planner.api import plan_training
-    from hgplan.planner.options import SearchOptions
-
     _check_search_flags(top, time_limit, max_pp, solver_params, writes=(output, export_model, html_report))
     to_stdout = file_to_stdout(output, export_model, html_report, as_json=as_json)
     gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression, "--max-regression")
     with SearchProgress(started_s=command_started_s(), time_limit_s=time_limit, quiet=quiet,
                         solver_log=solver_log) as progress:
+        from hgplan.documents import ClusterInput
+        from hgplan.planfile import regression_check
+        from hgplan.planner.api import plan_training
+        from hgplan.planner.options import SearchOptions
+
         base_file = _baseline_file(baseline)
         fleet, warnings, csrc, arch, msrc, train, psrc = _inputs(cluster, model, profile, flags)
         if base_file is not None and not allow_different_inputs:
