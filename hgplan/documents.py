@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
 from hgplan.yamlio import text_sha256  # noqa: F401 - the digest every document records, re-exported
 
 SCHEMA_VERSION = "1"
@@ -197,7 +198,7 @@ class SearchInputs(Doc):
     cluster: ClusterInput
     model: ModelInput
     training: TrainingRecord
-    target: str
+    target: Literal["megatron", "deepspeed", "flagscale"]
     profile: ClusterInput | None = Field(None, description="the calibration profile (--profile): path and sha256")
 
 
@@ -234,6 +235,9 @@ class ProofRecord(Doc):
     pruned_by_bound: int = Field(description="configurations whose cheap lower bound was already within --max-gap")
     skipped_by_budget: int = Field(description="configurations left at their cheap lower bound when time ran out")
     faster_plans_found: int = Field(description="plans the proof found faster, under the simulator, than the search's")
+    chains: int = Field(0, description="the simulator's critical chains added to the lower-bound models (each bounds "
+                                       "every plan of its schedule shape)")
+    resolves: int = Field(0, description="solves again after adding chains")
     solver_statuses: dict[str, int]
     deterministic_time: float
     stopped_by: Literal["complete", "budget", "wall"]
@@ -331,7 +335,8 @@ class PlanInputs(Doc):
     cluster: SourceText
     model: ModelSourceText
     training: TrainingRecord
-    target: str = "megatron"
+    target: Literal["megatron", "deepspeed", "flagscale"] = "megatron"
+    """The framework the plan was searched for (domain.Target)."""
     profile: SourceText | None = None
     """The calibration profile the plan was made with, embedded so the plan file stays self-contained."""
 

@@ -116,7 +116,8 @@ def search_report(out: Console, report: SearchReport) -> None:
         out.print(f"search: best plan {s.iteration_time_s:.3f} s per iteration (pipeline simulator); proven bound "
                   f"{s.proof.bound_s:.3f} s on the simulated time of every plan: gap {s.gap_on_reported:.2%} "
                   f"({s.proof.solved} configurations solved, {s.proof.pruned_by_bound} pruned, "
-                  f"{s.proof.skipped_by_budget} left at a weaker bound; {s.proof.stopped_by})")
+                  f"{s.proof.skipped_by_budget} left at a weaker bound, {s.proof.chains} simulator chains added; "
+                  f"{s.proof.stopped_by})")
     else:
         out.print(f"search: best plan {s.iteration_time_s:.3f} s per iteration (pipeline simulator); gap to the "
                   f"search's bound {s.bound_s:.3f} s: {s.gap_on_reported:.2%} (estimated, not proven; on its own "

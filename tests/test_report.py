@@ -145,3 +145,15 @@ def test_chromium_renders_the_report_of_every_example(plans, cli, tmp_path):
         pixels = [raw[i:i + 3] for i in range(0, len(raw), 3)]
         inked = sum(1 for p in pixels if min(p) < 200) / len(pixels)
         assert image.size == (1320, 1800) and len(set(pixels)) > 50 and inked > 0.03, (name, len(set(pixels)), inked)
+
+
+def test_a_plan_file_naming_no_known_target_is_exit_2(plans, cli, tmp_path):
+    """benchmarks/fuzz.py case 6511 (seed 20261123): inputs.target emptied; every command that reads the plan file
+    refuses it (exit 2) instead of the report raising on the unknown launch target."""
+    doc = json.loads(plans["two-site"].read_text())
+    doc["inputs"]["target"] = ""
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    for command in (("report", bad, "-o", tmp_path / "r.html"), ("explain", bad), ("export", bad, "-f", "megatron")):
+        r = cli(*command)
+        assert r.code == 2 and "inputs.target" in r.stderr, (command, r.stderr)

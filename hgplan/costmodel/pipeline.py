@@ -204,13 +204,16 @@ class _Simulation:
     its inputs have arrived, until every op has run (O(ops + sweeps x p))."""
 
     def __init__(self, fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],
-                 *, microbatches: int, vpp: int, keep_ops: bool):
+                 *, microbatches: int, vpp: int, keep_ops: bool, track: bool = False):
         p, v = len(fwd), vpp
         self.p, self.m, self.v, self.keep_ops = p, microbatches, vpp, keep_ops
+        self.up = [s - 1 if s > 0 else p - 1 for s in range(p)]
+        # with track: per stage and op, the op it waited for (the producer of its input, or the stage's previous op)
+        self.pred: list[list[tuple[int, int] | None]] | None = [[] for _ in range(p)] if track else None
+        self.producer: dict[int, tuple[int, int]] = {}
         self.programs = _programs(p, microbatches, vpp)
         # per stage: forward and backward duration per chunk, (busy, latency) after a forward and after a backward
-        up = [s - 1 if s > 0 else p - 1 for s in range(p)]  # the boundary a stage's backward output crosses
-        self.rates = [(fwd[s] / v, bwd[s] / v, xf[s], lat[s], xb[up[s]], lat[up[s]]) for s in range(p)]
+        self.rates = [(fwd[s] / v, bwd[s] / v, xf[s], lat[s], xb[self.up[s]], lat[self.up[s]]) for s in range(p)]
         self.pos = [0] * p
         self.free = [0.0] * p
         self.finish = [0.0] * p
@@ -231,11 +234,15 @@ class _Simulation:
                     break
                 start = t if t > free else free
             else:
-                start = free
+                t = start = free
             end = start + (f_dur if forward else b_dur)
             free = end + ((f_busy if forward else b_busy) if sends else 0.0)
             if produced >= 0:
                 arrived[produced] = free + ((f_lat if forward else b_lat) if sends else 0.0)
+            if self.pred is not None:  # what the op waited for: its input (when that set its start) or the stage
+                self.pred[s].append(self.producer[wait] if wait >= 0 and start == t else ((s, i - 1) if i else None))
+                if produced >= 0:
+                    self.producer[produced] = (s, i)
             if self.keep_ops:
                 kind, mb, chunk = self.orders[s][i]
                 self.ops.append(Op(s, kind, mb, chunk, start, end, free - end))
@@ -275,3 +282,56 @@ def simulate(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float
     return (PipelineResult(iteration_s=total, finish_s=tuple(sim.finish), cycle_s=max(cycles),
                            bottleneck_stage=bottleneck,
                            bubble_fraction=max(0.0, 1.0 - busy / total) if total > 0 else 0.0), sim.ops)
+
+
+@dataclass(frozen=True, slots=True)
+class PathCounts:
+    """A chain of ops and transfers through the simulator's schedule, as counts: chunk forwards and backwards per
+    stage, sends forward (xf) and back (xb) and latencies per boundary. The schedule, hence the chain, depends only on
+    (p, m, v): for any stage times, the op that ends the chain ends no earlier than its weight (weight())."""
+
+    stage: int
+    """The stage whose last op ends the chain."""
+    fwd: tuple[int, ...]
+    bwd: tuple[int, ...]
+    xf: tuple[int, ...]
+    xb: tuple[int, ...]
+    lat: tuple[int, ...]
+
+    def weight(self, fwd: list, bwd: list, xf: list, xb: list, lat: list, *, vpp: int = 1):
+        """v x the chain's length for these stage times (numbers or CP-SAT linear expressions, as path_terms)."""
+        total = sum(c * x for c, x in zip(self.fwd, fwd) if c) + sum(c * x for c, x in zip(self.bwd, bwd) if c)
+        for counts, times in ((self.xf, xf), (self.xb, xb), (self.lat, lat)):
+            total += sum(vpp * c * x for c, x in zip(counts, times) if c)
+        return total
+
+
+def critical_paths(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float], *,
+                   microbatches: int, vpp: int = 1) -> list[PathCounts]:
+    """Per stage, the chain of ops that sets when its last op ends in simulate(): each op's start was set by its
+    input's arrival (the producer's op, send and latency) or by the stage's previous op (and its send). The chain's
+    weight equals that end here and bounds it from below for any other stage times (planner/certify.py adds these
+    chains to the lower-bound model of the gap's proof)."""
+    p, m, v = len(fwd), microbatches, vpp
+    sim = _Simulation(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v, keep_ops=False, track=True)
+    sim.run()
+    out = []
+    for last in range(p):
+        counts = {name: [0] * p for name in ("fwd", "bwd", "xf", "xb", "lat")}
+        node: tuple[int, int] | None = (last, len(sim.programs[last]) - 1)
+        while node is not None:
+            s, i = node
+            forward = sim.programs[s][i][0]
+            counts["fwd" if forward else "bwd"][s] += 1
+            pred = sim.pred[s][i]
+            if pred is not None:
+                ps, pi = pred
+                p_forward, p_sends = sim.programs[ps][pi][0], sim.programs[ps][pi][1]
+                if p_sends:  # the predecessor's send keeps its stage busy, and its data lands a latency later
+                    edge = ps if p_forward else sim.up[ps]
+                    counts["xf" if p_forward else "xb"][edge] += 1
+                    if ps != s:
+                        counts["lat"][edge] += 1
+            node = pred
+        out.append(PathCounts(stage=last, **{k: tuple(c) for k, c in counts.items()}))
+    return out

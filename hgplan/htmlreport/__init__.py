@@ -78,8 +78,10 @@ def _head(lp: LoadedPlan, r, source: str) -> list[str]:
     pred, c, t, plan = r.prediction, r.plan, r.inputs.training, lp.plan
     gap_value, gap_caption = _gap_text(lp.file.search)
     title = f"{lp.model.name} on {lp.fleet.name}"
+    degrees = (f"per-stage tp and dp (hover a stage), cp {c.cp}, pp {c.pp}" if plan.asymmetric else
+               f"tp {c.tp}, cp {c.cp}, pp {c.pp}, dp {c.dp}")
     out = [f"<h1>hgplan plan report: {escape(title)}</h1><p class=\"sub\">seq {t.seq_length}, global batch "
-           f"{t.global_batch_size}, {escape(t.precision)}; tp {c.tp}, cp {c.cp}, pp {c.pp}, dp {c.dp}, micro-batch "
+           f"{t.global_batch_size}, {escape(t.precision)}; {degrees}, micro-batch "
            f"{c.micro_batch_size}, vpp {c.vpp}, recompute {escape(c.recompute)}, ZeRO {c.zero_stage}"
            f"{', sequence parallel' if c.sequence_parallel else ''}; plan file {escape(source)}</p>",
            kpis([(f"{pred.tokens_per_s:,.0f}", "tokens/s"), (f"{pred.iteration_time_s:.3f} s", "per iteration"),

@@ -15,6 +15,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from hgplan.costmodel.pipeline import PathCounts
 from hgplan.plan import ParallelConfig
 from hgplan.planner.bounds import BoundContext, integer_cycle_bound
 from hgplan.planner.candidates import Candidate, cand_key
@@ -40,6 +41,11 @@ class Certificate:
     stopped_by: str = "complete"
     found: list[Found] = field(default_factory=list)
     """Plans the lower-bound model found below T (status 'BOUND_' + CP-SAT's), to be evaluated."""
+    cuts: dict[tuple[int, int, int], list[PathCounts]] = field(default_factory=dict)
+    """Per schedule shape (p, m, v), the simulator's critical chains found so far: each bounds every plan of that
+    shape, whatever its stage times, so every candidate of the shape gets them."""
+    rounds: int = 0
+    """Re-solves after adding chains."""
 
 
 def _slots(costs: CostSource, cfg: ParallelConfig, ctx: BoundContext, L: int) -> list[tuple[float, int, int]]:
@@ -120,6 +126,47 @@ def certify(costs: CostSource, cands: list[Candidate], best_s: float, opts: Sear
     return cert
 
 
+MAX_CUT_ROUNDS = 8
+"""Re-solves of one candidate with the critical chains of its model's optimum added, at most."""
+MAX_CUTS = 400
+"""Chains kept per schedule shape (each is one more constraint in every model of the shape)."""
+
+
+def _solve_with_cuts(pt, cert: Certificate, opts: SearchOptions, *, upper: int, hint, left: float,
+                     stop_at_s: float) -> Solution:
+    """Solve the candidate's lower-bound model; while its optimum simulates longer than its bound (on the same
+    rounded-down tables), add that plan's critical chains (valid for every plan of the shape) and solve again."""
+    t = pt.base
+    cuts = cert.cuts.setdefault((t.pp, t.microbatches, t.vpp), [])
+    budget_end = cert.deterministic_time + left
+    for attempt in range(MAX_CUT_ROUNDS + 1):
+        params = within(solve_params(opts, 0, max(0.0, budget_end - cert.deterministic_time)), stop_at_s)
+        sol = solve_path(pt, params, upper_bound=upper, hint=hint, cuts=tuple(cuts))
+        cert.solved += attempt == 0
+        cert.rounds += attempt > 0
+        cert.deterministic_time += sol.deterministic_time
+        cert.statuses[sol.status] = cert.statuses.get(sol.status, 0) + 1
+        if sol.status != "OPTIMAL" or attempt == MAX_CUT_ROUNDS or time.perf_counter() > stop_at_s:
+            return sol
+        assign, layers = list(sol.assign), list(sol.layers)
+        value, chains = pt.simulated(assign, layers)
+        times, tails = _times(pt, sol), pt.tails(assign, layers)
+        new = [c for c in chains  # the chains that cut this plan off, once each
+               if c.weight(*times, vpp=t.vpp) + t.vpp * tails[c.stage] > sol.objective and c not in cuts]
+        if value <= sol.objective or not new or len(cuts) >= MAX_CUTS:
+            return sol
+        cuts.extend(new)
+        hint = (assign, layers)
+    return sol
+
+
+def _times(pt, sol: Solution) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """A solution's stage and boundary times on the lower-bound tables (forward, backward, sends twice, latency)."""
+    fwd, bwd = pt.stage_times(list(sol.assign), list(sol.layers))
+    xs, lat = pt.edge_times(list(sol.assign))
+    return fwd, bwd, xs, xs, lat
+
+
 def _certify_one(costs: CostSource, cand: Candidate, cheap: float, best_us: float, opts: SearchOptions,
                  hints: dict[tuple, Found], hosts: dict, cert: Certificate, left: float, stop_at_s: float) -> float:
     """Solve one candidate's lower-bound model below best_us; the bound it proves for the candidate's plans."""
@@ -131,11 +178,8 @@ def _certify_one(costs: CostSource, cand: Candidate, cheap: float, best_us: floa
     hint = None
     if prev is not None:  # the search's plan of this candidate, relabelled into these tables' groups
         hint = ([tables.groups.index(prev.tables.groups[k]) for k in prev.solution.assign], list(prev.solution.layers))
-    params = within(solve_params(opts, 0, left), stop_at_s)
-    sol = solve_path(pt, params, upper_bound=math.ceil(best_us * cfg.vpp), hint=hint)
-    cert.solved += 1
-    cert.deterministic_time += sol.deterministic_time
-    cert.statuses[sol.status] = cert.statuses.get(sol.status, 0) + 1
+    sol = _solve_with_cuts(pt, cert, opts, upper=math.ceil(best_us * cfg.vpp), hint=hint, left=left,
+                           stop_at_s=stop_at_s)
     if sol.status == "INFEASIBLE":
         return best_us
     if sol.objective is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from hgplan.costmodel.pipeline import path_terms
+from hgplan.costmodel.pipeline import PathCounts, critical_paths, path_terms
 from hgplan.planner.costs import US, CostSource, tail_class
 from hgplan.planner.model import (PlacementVars, SolverParams, Solution, _add_boundaries, _add_contiguity,
                                   _add_group_capacity, _add_group_order, _add_stage_placement, _new_vars, run_model,
@@ -79,18 +79,36 @@ class PathTables:
                        + (self.tied_us[assign[0]][assign[-1]] if s in (0, p - 1) else 0))
         return out
 
-    def objective(self, assign: list[int], layers: list[int]) -> int | None:
+    def edge_times(self, assign: list[int]) -> tuple[list[int], list[int]]:
+        """Per boundary (p of them, the unused ones 0), the send and the latency (us, lower bounds)."""
+        t = self.base
+        pairs = [(assign[a], assign[b]) for a, b in t.boundaries()]
+        xs = [self.send_us[k][k2] for k, k2 in pairs] + [0] * (t.pp - len(pairs))
+        lat = [self.lat_us[k][k2] for k, k2 in pairs] + [0] * (t.pp - len(pairs))
+        return xs, lat
+
+    def objective(self, assign: list[int], layers: list[int], cuts: tuple[PathCounts, ...] = ()) -> int | None:
         """v x the lower bound (us) of a placement, None if it breaks a rule of the family. Mirrors the model."""
         t, v = self.base, self.base.vpp
         if t.objective(assign, layers) is None:
             return None
         fwd, bwd = self.stage_times(assign, layers)
-        pairs = [(assign[a], assign[b]) for a, b in t.boundaries()]
-        xs = [self.send_us[k][k2] for k, k2 in pairs] + [0] * (t.pp - len(pairs))
-        lat = [self.lat_us[k][k2] for k, k2 in pairs] + [0] * (t.pp - len(pairs))
+        xs, lat = self.edge_times(assign)
         tails = self.tails(assign, layers)
-        return max(value + v * tails[0 if whole else s] for s, whole, value in
-                   path_terms(fwd, bwd, xs, xs, lat, microbatches=t.microbatches, vpp=v))
+        terms = [value + v * tails[0 if whole else s] for s, whole, value in
+                 path_terms(fwd, bwd, xs, xs, lat, microbatches=t.microbatches, vpp=v)]
+        return max(terms + [c.weight(fwd, bwd, xs, xs, lat, vpp=v) + v * tails[c.stage] for c in cuts])
+
+    def simulated(self, assign: list[int], layers: list[int]) -> tuple[int, list[PathCounts]]:
+        """v x the simulator's iteration time (us) on these lower-bound tables, and its critical chain to each
+        stage's last op: chains that bound every plan of the candidate, to add to its model when the model's
+        optimum simulates longer than its bound says."""
+        t, v = self.base, self.base.vpp
+        fwd, bwd = self.stage_times(assign, layers)
+        xs, lat = self.edge_times(assign)
+        tails = self.tails(assign, layers)
+        paths = critical_paths(fwd, bwd, xs, xs, lat, microbatches=t.microbatches, vpp=v)
+        return max(c.weight(fwd, bwd, xs, xs, lat, vpp=v) + v * tails[c.stage] for c in paths), paths
 
 
 def build_path_tables(costs: CostSource, base: CostTables, hosts: dict[str, object]) -> PathTables:
@@ -173,9 +191,11 @@ def _stage_vars(md: cp_model.CpModel, pt: PathTables, xv: PlacementVars) -> tupl
 
 
 def build_path_model(pt: PathTables, *, upper_bound: int | None = None,
-                     classes: tuple[tuple[int, ...], ...] | None = None) -> tuple[cp_model.CpModel, PlacementVars]:
+                     classes: tuple[tuple[int, ...], ...] | None = None,
+                     cuts: tuple[PathCounts, ...] = ()) -> tuple[cp_model.CpModel, PlacementVars]:
     """The family's placement rules (as planner/model.py, without its layer-order symmetry breaking, which the path
-    bound does not respect) and the lower-bound objective; with upper_bound, only plans strictly below it."""
+    bound does not respect) and the lower-bound objective (the path terms and the given critical chains, each with
+    its stage's tail); with upper_bound, only plans strictly below it."""
     t = pt.base
     md = cp_model.CpModel()
     xv = _new_vars(md, t)
@@ -195,6 +215,8 @@ def build_path_model(pt: PathTables, *, upper_bound: int | None = None,
     objective = md.new_int_var(0, horizon, "bound")
     for s, whole, value in terms:
         md.add(objective >= value + v * tails[0 if whole else s])
+    for c in cuts:
+        md.add(objective >= c.weight(fwd, bwd, sends, sends, lats, vpp=v) + v * tails[c.stage])
     if upper_bound is not None:
         md.add(objective <= upper_bound - 1)
     md.minimize(objective)
@@ -202,8 +224,8 @@ def build_path_model(pt: PathTables, *, upper_bound: int | None = None,
 
 
 def solve_path(pt: PathTables, params: SolverParams, *, upper_bound: int | None = None,
-               hint: tuple[list[int], list[int]] | None = None) -> Solution:
+               hint: tuple[list[int], list[int]] | None = None, cuts: tuple[PathCounts, ...] = ()) -> Solution:
     """Minimise the lower bound over one candidate. INFEASIBLE with upper_bound: every plan is at least it."""
     classes = path_classes(pt)
-    md, xv = build_path_model(pt, upper_bound=upper_bound, classes=classes)
+    md, xv = build_path_model(pt, upper_bound=upper_bound, classes=classes, cuts=cuts)
     return run_model(md, xv, pt.base, classes, params, hint=hint)
