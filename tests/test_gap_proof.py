@@ -74,22 +74,26 @@ def _plans_of(tables, rng: random.Random, most: int):
     return [(a, s) for a, s in pairs if tables.objective(a, s) is not None][:most]
 
 
+def _sampled_candidates(seed: int, count: int):
+    """Up to `count` candidates of the seed's small random fleet with their cost and lower-bound tables."""
+    fleet, model, train, opts, _, _ = exhaustive_case(seed)
+    costs = CostSource(fleet, model, train)
+    cands, _ = enumerate_candidates(costs, opts, list(fleet.groups))
+    hosts = {g.key: g for g in fleet.groups}
+    for cand in random.Random(seed).sample(cands, min(count, len(cands))):
+        tables = build_tables(costs, cand.cfg, list(fleet.groups))
+        if tables is not None:
+            yield cand, tables, build_path_tables(costs, tables, hosts)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_lower_bound_tables_stay_below_every_plans_reported_time(seed):
     """Through the integer tables (rounded down, tail lines below the tail): on small random fleets, for every plan
     tried, the lower-bound model's value is at or below the reported iteration time, and CP-SAT's optimum of it is
     the least value of all the candidate's plans (>= 500 plans over the six fleets)."""
-    fleet, model, train, opts, _, _ = exhaustive_case(seed)
-    costs = CostSource(fleet, model, train)
-    cands, _ = enumerate_candidates(costs, opts, list(fleet.groups))
-    rng = random.Random(seed)
-    hosts = {g.key: g for g in fleet.groups}
-    checked = 0
-    for cand in rng.sample(cands, min(6, len(cands))):
-        tables = build_tables(costs, cand.cfg, list(fleet.groups))
-        if tables is None:
-            continue
-        pt = build_path_tables(costs, tables, hosts)
+    checked, rng = 0, random.Random(seed)
+    fleet, model, train = exhaustive_case(seed)[:3]
+    for cand, tables, pt in _sampled_candidates(seed, 6):
         values = []
         for assign, layers in _plans_of(tables, rng, 40):
             value = pt.objective(assign, layers)
@@ -169,20 +173,11 @@ def test_chains_lift_the_model_to_the_simulated_optimum(seed):
     """On small random fleets, the lower-bound model with the critical chains of its optima added (certify's loop)
     never rises above the least simulated time of the candidate's plans (on the same rounded-down tables), and
     where it converges it reaches it (within CP-SAT's relative gap limit)."""
-    fleet, model, train, opts, _, _ = exhaustive_case(seed)
-    costs = CostSource(fleet, model, train)
-    cands, _ = enumerate_candidates(costs, opts, list(fleet.groups))
-    rng = random.Random(seed)
-    hosts = {g.key: g for g in fleet.groups}
     exact = 0
-    for cand in rng.sample(cands, min(8, len(cands))):
-        tables = build_tables(costs, cand.cfg, list(fleet.groups))
-        if tables is None:
-            continue
+    for _, tables, pt in _sampled_candidates(seed, 8):
         plans = _plans_of(tables, random.Random(0), 10 ** 6)
         if not plans or len(plans) > 3000:
             continue
-        pt = build_path_tables(costs, tables, hosts)
         least = min(pt.simulated(a, s)[0] for a, s in plans)
         cert = Certificate(bound_us=math.inf)
         sol = _solve_with_cuts(pt, cert, SearchOptions(), upper=None, hint=None, left=60.0, stop_at_s=math.inf)

@@ -85,11 +85,13 @@ def test_a_baseline_faster_than_every_solver_plan_is_returned_first():
 
 
 def test_ranking_by_the_reported_model_can_overturn_the_search_objective(cli):
-    """docs/planner.md: on three-generations the search objective's runner-up is faster simulated and comes first."""
+    """docs/planner.md: on three-generations the plan returned first has a closed-form objective (6.12 s) above the
+    runner-up's simulated time (6.03 s, a polished plan): the plans are ranked by the reported time, not by the
+    search objective."""
     doc = cli("search", "-c", "three-generations", "-m", "llama2-13b", "--seq-len", "4096", "--global-batch", "256",
               "--json", "--no-baselines").json()
-    objectives = [p["solver"]["objective_s"] for p in doc["plans"]]
-    assert objectives[0] > min(objectives)
-    by_objective = doc["plans"][objectives.index(min(objectives))]["prediction"]["iteration_time_s"]
-    gain = 1 - doc["plans"][0]["prediction"]["iteration_time_s"] / by_objective
-    assert 0.005 < gain < 0.007
+    times = [p["prediction"]["iteration_time_s"] for p in doc["plans"]]
+    assert times == sorted(times)
+    first, second = doc["plans"][:2]
+    assert first["solver"]["objective_s"] > second["prediction"]["iteration_time_s"] > times[0]
+    assert second["solver"]["status"].startswith("SIM_")

@@ -24,7 +24,7 @@ from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
 from hgplan.planner.candidates import base_configs, cand_key
-from hgplan.planner.certify import certify
+from hgplan.planner.certify import certify, polish
 from hgplan.planner.costs import US, CostSource
 from hgplan.planner.mesh_search import MeshResult, mesh_search
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
@@ -120,6 +120,17 @@ def _checked(found: list[Found], fleet: Fleet, model: ModelArch, train: Training
     return sorted(evaluated, key=lambda e: e[1].iteration_time_s)
 
 
+def _fastest_per_config(checked: list[tuple[Plan, Prediction, Found]]) -> list[tuple[Plan, Prediction, Found]]:
+    """The fastest checked stock plan of each configuration (the search's or its polished twin) and every asymmetric
+    plan, fastest first."""
+    best: dict[tuple, tuple[Plan, Prediction, Found]] = {}
+    for n, entry in enumerate(checked):
+        key = cand_key(entry[2].cfg) if isinstance(entry[2], Found) else ("mesh", n)
+        if key not in best or entry[1].iteration_time_s < best[key][1].iteration_time_s:
+            best[key] = entry
+    return sorted(best.values(), key=lambda e: e[1].iteration_time_s)
+
+
 def _solver_record(result: SearchResult, opts: SearchOptions) -> SolverRecord:
     """The parameters every solve shared and the largest limits any solve ran under."""
     limits = {**solve_params(opts, 0).to_dict(), **result.solver_limits}
@@ -185,7 +196,8 @@ def _prove(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Search
     left = max(0.0, DTIME_PER_WALL * opts.budget_s - result.deterministic_time)
     cert = certify(CostSource(fleet, model, train), result.candidates, best_s, opts, hints={
         cand_key(f.cfg): f for f in result.found}, dtime_budget=left, stop_at_s=opts.stop_at_s(start),
-        progress=progress)
+        progress=progress, reported_s=lambda f: next((pred.iteration_time_s for _, pred, _ in
+                                                       _checked([f], fleet, model, train, [], required=False)), None))
     faster = [e for e in _checked(cert.found, fleet, model, train, warnings, required=False)
               if e[1].iteration_time_s < best_s]
     bound_s = cert.bound_us / 1e6 if result.listed_all else 0.0
@@ -291,9 +303,12 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                         "so far): nothing is known of the others, so the search has no bound and its gap is 100%; "
                         "raise --time-limit")
     mesh = _mesh_family(fleet, model, train, opts, result, log, progress)
-    found = list(result.found) + (mesh.found[:RERANKED] if mesh else [])
-    _phase(progress, "ranking", f"simulating {len(found)} plans", result)
-    checked = _checked(found, fleet, model, train, warnings)
+    _phase(progress, "ranking", f"simulating and polishing {len(result.found)} plans", result)
+    polished = polish(CostSource(fleet, model, train), result.found, opts,
+                      stop_at_s=opts.stop_at_s(time.perf_counter()),
+                      dtime_budget=max(0.0, DTIME_PER_WALL * opts.budget_s - result.deterministic_time) / 2)
+    found = list(result.found) + polished + (mesh.found[:RERANKED] if mesh else [])
+    checked = _fastest_per_config(_checked(found, fleet, model, train, warnings))
     proof, faster = (_prove(fleet, model, train, opts, result, checked, warnings, progress) if opts.prove_gap
                      else (None, []))
     _phase(progress if with_baselines else None, "baselines", "evaluating three baselines", result)
