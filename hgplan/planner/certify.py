@@ -219,6 +219,8 @@ def polish(costs: CostSource, found: list[Found], opts: SearchOptions, *, dtime_
         pt = build_path_tables(costs, f.tables, hosts)
         sol = _solve_with_cuts(pt, cert, opts, upper=None, hint=(list(f.solution.assign), list(f.solution.layers)),
                                left=left, stop_at_s=stop_at_s)
-        if sol.objective is not None:
-            out.append(Found(cfg=f.cfg, tables=f.tables, solution=replace(sol, status="SIM_" + sol.status)))
+        closed = f.tables.objective(list(sol.assign), list(sol.layers)) if sol.objective is not None else None
+        if closed is not None:  # kept with its closed-form objective, as every plan of the search (solver.objective_s)
+            out.append(Found(cfg=f.cfg, tables=f.tables, solution=replace(sol, status="SIM_" + sol.status,
+                                                                          objective=closed, bound=0.0)))
     return out
