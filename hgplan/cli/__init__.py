@@ -13,13 +13,14 @@ import sys
 import traceback
 
 from hgplan.cli import bench, calibrate, catalog, explain, export, report, search  # noqa: F401 - registers the commands
-from hgplan.cli.base import app, err
+from hgplan.cli.base import _started, app, err
 
 __all__ = ["app", "main"]
 
 
 def main() -> None:
     """Console entry point; turns unexpected exceptions into exit 101 with a bug-report hint."""
+    _started["process"] = True  # the command's time limit counts from when its modules began to load
     try:
         app()
     except SystemExit:
