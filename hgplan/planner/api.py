@@ -186,15 +186,16 @@ def _baseline_records(baselines: list[bl.Baseline], best: Prediction) -> dict[st
     return out
 
 
-def _prove(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, result: SearchResult,
-           checked: list, warnings: list[str], progress: ProgressFn | None = None) -> tuple[ProofRecord, list]:
+def _prove(costs: CostSource, opts: SearchOptions, result: SearchResult, checked: list, warnings: list[str],
+           progress: ProgressFn | None = None) -> tuple[ProofRecord, list]:
     """--prove-gap: bound the simulated time of every plan of the stock family, in what the search left of the time
     limit; returns the record and the plans the proof found faster than the search's best (checked, by the
     reported model)."""
     start = time.perf_counter()
+    fleet, model, train = costs.fleet, costs.model, costs.train
     best_s = min(pred.iteration_time_s for _, pred, f in checked if isinstance(f, Found))
     left = max(0.0, DTIME_PER_WALL * opts.budget_s - result.deterministic_time)
-    cert = certify(CostSource(fleet, model, train), result.candidates, best_s, opts, hints={
+    cert = certify(costs, result.candidates, best_s, opts, hints={
         cand_key(f.cfg): f for f in result.found}, dtime_budget=left, stop_at_s=opts.stop_at_s(start),
         progress=progress, reported_s=lambda f: next((pred.iteration_time_s for _, pred, _ in
                                                        _checked([f], fleet, model, train, [], required=False)), None))
@@ -265,16 +266,16 @@ def _phase(progress: ProgressFn | None, phase: str, unit: str, result: SearchRes
         progress(Progress(phase, 0, 0, unit, result.best_us / US, result.bound_us / US))
 
 
-def _mesh_family(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, result: SearchResult,
-                 log: Callable[[str], None] | None, progress: ProgressFn | None = None) -> MeshResult | None:
+def _mesh_family(costs: CostSource, opts: SearchOptions, result: SearchResult, log: Callable[[str], None] | None,
+                 progress: ProgressFn | None = None) -> MeshResult | None:
     """With --target flagscale, the asymmetric family, from the stock best as the incumbent, in what the stock search
     left of the time limit (deterministic time, so runs stay reproducible)."""
     if opts.target != Target.FLAGSCALE or not result.found:
         return None
     _phase(progress, "meshes", "one process mesh per node group", result)
-    groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
+    groups = [g for g in costs.fleet.groups if opts.groups is None or g.key in opts.groups]
     left = max(0.1, opts.budget_s - result.deterministic_time / DTIME_PER_WALL)
-    return mesh_search(CostSource(fleet, model, train), groups, replace(opts, budget_s=left),
+    return mesh_search(costs, groups, replace(opts, budget_s=left),
                        incumbent_us=result.best_us, log=log)
 
 
@@ -288,7 +289,8 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     # with --target flagscale the stock family gets half the time limit and the asymmetric family the rest
     stock_opts = replace(opts, top_k=max(opts.top_k, RERANKED),
                          budget_s=opts.budget_s / 2 if opts.target == Target.FLAGSCALE else opts.budget_s)
-    result, seeds = seeded_search(fleet, model, train, stock_opts, progress=progress, log=log)
+    costs = CostSource(fleet, model, train)  # one cost cache for the search, polishing, the proof, the meshes
+    result, seeds = seeded_search(fleet, model, train, stock_opts, progress=progress, log=log, costs=costs)
     if not result.found:
         if not result.listed_all:
             raise NoAnswerError(f"the time limit ended before any plan was found, while the configurations were "
@@ -302,14 +304,14 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
         warnings.append(f"the time limit ended while the configurations were being listed ({result.candidates_total} "
                         "so far): nothing is known of the others, so the search has no bound and its gap is 100%; "
                         "raise --time-limit")
-    mesh = _mesh_family(fleet, model, train, opts, result, log, progress)
+    mesh = _mesh_family(costs, opts, result, log, progress)
     _phase(progress, "ranking", f"simulating and polishing {len(result.found)} plans", result)
-    polished = polish(CostSource(fleet, model, train), result.found, opts,
+    polished = polish(costs, result.found, opts,
                       stop_at_s=opts.stop_at_s(time.perf_counter()),
                       dtime_budget=max(0.0, DTIME_PER_WALL * opts.budget_s - result.deterministic_time) / 2)
     found = list(result.found) + polished + (mesh.found[:RERANKED] if mesh else [])
     checked = _fastest_per_config(_checked(found, fleet, model, train, warnings))
-    proof, faster = (_prove(fleet, model, train, opts, result, checked, warnings, progress) if opts.prove_gap
+    proof, faster = (_prove(costs, opts, result, checked, warnings, progress) if opts.prove_gap
                      else (None, []))
     _phase(progress if with_baselines else None, "baselines", "evaluating three baselines", result)
     checked = sorted(checked + faster, key=lambda e: e[1].iteration_time_s)

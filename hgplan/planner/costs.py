@@ -132,6 +132,12 @@ def edge_tail_inputs(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train:
     return out
 
 
+def _tail_key(g: NodeGroup, cfg: ParallelConfig) -> tuple:
+    """The cache key of a stage's tail: the same for every pipeline depth from 2 on (the edge stages' parameters and
+    the reduction do not depend on it)."""
+    return g.key, (cfg if cfg.pp <= 2 else replace(cfg, pp=2))
+
+
 class CostSource:
     """Memoised integer costs for one (fleet, model, training settings).
 
@@ -187,7 +193,7 @@ class CostSource:
     def tail(self, g: NodeGroup, cfg: ParallelConfig) -> TailCosts:
         """The data-parallel tail of a stage on g, per stage class, for this configuration's pipeline shape (the
         same for every depth from 2 on: the edge stages' parameters and the reduction do not depend on it)."""
-        key = (g.key, cfg if cfg.pp <= 2 else replace(cfg, pp=2))
+        key = _tail_key(g, cfg)
         if key not in self._tail:
             gc = self.group(g, cfg)
             m = cfg.num_microbatches(self.train.global_batch_size)
@@ -204,7 +210,7 @@ class CostSource:
         at every layer count from 1 to L: the chord's slope, the intercept lowered until no count is below it, both
         rounded down. The tables' tail (tail()) is a fit through 1 and 2 layers, which the tail is not proven to
         stay above; the proof of the gap on the reported time needs this one."""
-        key = (g.key, cfg if cfg.pp <= 2 else replace(cfg, pp=2))
+        key = _tail_key(g, cfg)
         if key not in self._tail_floor:
             gc = self.group(g, cfg)
             m = cfg.num_microbatches(self.train.global_batch_size)

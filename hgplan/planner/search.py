@@ -309,12 +309,13 @@ def _seed_progress(progress: ProgressFn | None, done: int, total: int, seeds: li
 
 def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
                   progress: ProgressFn | None = None,
-                  log: Callable[[str], None] | None = None) -> tuple[SearchResult, list[Found]]:
+                  log: Callable[[str], None] | None = None,
+                  costs: CostSource | None = None) -> tuple[SearchResult, list[Found]]:
     """Each node group alone first (one per class of interchangeable groups; a quarter of the time limit, shared),
     then the whole fleet seeded with their best plans as incumbents. Returns the main result and the per-group plans
-    (the single-group baseline)."""
+    (the single-group baseline). `costs`: the caller's cost cache, to share with what follows the search."""
     start = time.perf_counter()
-    costs = CostSource(fleet, model, train)
+    costs = costs or CostSource(fleet, model, train)
     seeds: list[Found] = []
     limits: dict[str, float] = {}
     if len(fleet.groups) > 1 and opts.groups is None:
