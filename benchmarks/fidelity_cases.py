@@ -126,12 +126,15 @@ def case_from_row(row: dict, catalog: Catalog) -> Case | str:
     gbs, mbs = batch["global_batch_size"], batch.get("micro_batch_size")
     recompute_text = str(row.get("recompute", "")).lower()
     if mosaic:
+        # every row of the table ran llm-foundry's Triton FlashAttention (FlashAttention-1 class, it takes MPT's ALiBi
+        # bias): scripts/train/benchmarking/submit_benchmarks.py at 061f2c7c sets attn_impl from --attn_impl, default
+        # 'triton', and sweep.sh never passes it
         fleet = _fleet(catalog, _gpu_id(hw["gpu"]), n,
                        Transport.INFINIBAND if rid.startswith("mosaic_h100") else Transport.ROCE,
                        400 if rid.startswith("mosaic_h100") else 200, 8)
         train = TrainingSettings(seq_length=model.max_position_embeddings, global_batch_size=gbs,
                                  precision=Precision.FP8 if "fp8" in precision_text else Precision.BF16,
-                                 attention=Attention.FLASH2, runtime=Runtime.FSDP)
+                                 attention=Attention.FLASH1, runtime=Runtime.FSDP)
         rc = Recompute.NONE if recompute_text == "none" else Recompute.FULL
         plans = _plans(layers=model.num_layers, tp=1, pp=1, dp=n, gbs=gbs, mbs_options=[mbs], vpp_options=[1],
                        recompute=rc, sp=False, zero=3, overlap=True)
@@ -229,4 +232,19 @@ def summary(results: list[Result]) -> dict:
     errs = [abs(r.error) for r in results]
     worst = max(results, key=lambda r: abs(r.error))
     return {"rows": len(results), "median_abs_error": statistics.median(errs), "worst_abs_error": abs(worst.error),
-            "worst_row": worst.id}
+            "worst_row": worst.id, "signed_median_error": statistics.median(r.error for r in results)}
+
+
+ISSUE_10_TARGETS = {"median_abs_error": 0.05, "worst_abs_error": 0.15, "signed_median_error": 0.03}
+"""Issue 10's targets: median |error| <= 5%, worst <= 15%, signed median within +-3% (the benchmark reports them;
+its exit status keeps issue 3's looser 10% / 25%, which tests/test_fidelity.py asserts)."""
+
+
+def target_lines(summ: dict) -> list[str]:
+    """One line per issue-10 target: the figure, the bound and whether it is met."""
+    out = []
+    for key, bound in ISSUE_10_TARGETS.items():
+        value = summ[key]
+        ok = abs(value) <= bound
+        out.append(f"target {key:20} {value:+7.1%}  bound +-{bound:.0%}  {'met' if ok else 'MISSED'}")
+    return out

@@ -14,10 +14,11 @@ VALIDATED = "validated"
 """Checked against published or shared measurements (benchmarks/fidelity.py, benchmarks/h100_measured.py)."""
 PHYSICS = "physics"
 """Datasheet figures and assumed efficiencies only: no measurement of this GPU, link or kernel backs it."""
-VALIDATED_ATTENTION = {("hopper", "fused"), ("hopper", "flash2"), ("ampere", "flash2"), ("ampere", "unfused"),
-                       ("hopper", "unfused")}
+VALIDATED_ATTENTION = {("hopper", "fused"), ("hopper", "flash2"), ("hopper", "unfused"), ("ampere", "unfused"),
+                       ("ampere", "flash1"), ("hopper", "flash1")}
 """(architecture, attention kernel) pairs measured: the H100 sheet (fused, flash2, unfused) and the calibration
-set's A100 runs (llm-foundry's FlashAttention-2, Megatron's unfused path)."""
+set's runs (llm-foundry's Triton FlashAttention on A100 and H100, Megatron's unfused path on A100). No published
+run in the set used FlashAttention-2 or cuDNN attention on an A100."""
 RDMA_VALIDATED = {Transport.INFINIBAND, Transport.ROCE}
 """Multi-node calibration runs (up to 3072 A100 GPUs over InfiniBand, llm-foundry on RoCE) exercise these."""
 
@@ -39,7 +40,8 @@ def _gpu_entries(g, train: TrainingSettings, validation: dict, tp: int) -> list[
                               f"datasheet peak x {g.arch} efficiency{residual}" if residual else
                               f"datasheet peak x {g.arch} efficiency; no published run on this GPU"))]
     kernel = attention_kernel(train, g)
-    calibrated_attention = {"attention_efficiency", "fused_attention_efficiency"} & set(g.calibrated)
+    calibrated_attention = {"attention_efficiency", "fused_attention_efficiency",
+                            "flash1_attention_efficiency"} & set(g.calibrated)
     att = CALIBRATED if calibrated_attention else (VALIDATED if (g.arch, kernel.value) in VALIDATED_ATTENTION
                                                    else PHYSICS)
     out.append(BasisEntry(term=f"attention on {g.id} ({kernel.value})", basis=att,

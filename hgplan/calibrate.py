@@ -92,6 +92,8 @@ def _params(runs: list[Run]) -> list[Param]:
             names = ["gemm_efficiency", "hbm_efficiency", "collective_efficiency"]
             if kernel is Attention.FUSED and g.eff.fused_attention_efficiency is not None:
                 names.append("fused_attention_efficiency")
+            elif kernel is Attention.FLASH1 and g.eff.flash1_attention_efficiency is not None:
+                names.append("flash1_attention_efficiency")
             elif kernel is not Attention.UNFUSED:
                 names.append("attention_efficiency")
             out.update({("gpu", g.id, n): None for n in names})

@@ -470,6 +470,7 @@ class GpuConstants(Doc):
     gemm_efficiency: float | None = Field(None, gt=0, le=2)
     attention_efficiency: float | None = Field(None, gt=0, le=2)
     fused_attention_efficiency: float | None = Field(None, gt=0, le=2)
+    flash1_attention_efficiency: float | None = Field(None, gt=0, le=2)
     hbm_efficiency: float | None = Field(None, gt=0, le=2)
     collective_efficiency: float | None = Field(None, gt=0, le=2)
 

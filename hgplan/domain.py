@@ -35,6 +35,9 @@ class Attention(StrEnum):
     """cuDNN / Transformer Engine fused attention (FlashAttention-3 class on Hopper); never stores the scores."""
     FLASH2 = "flash2"
     """FlashAttention-2 (flash-attn, PyTorch SDPA's flash backend); never stores the scores."""
+    FLASH1 = "flash1"
+    """FlashAttention-1-class kernels: flash-attn 1.x and the Triton FlashAttention port (llm-foundry's MPT with
+    `attn_impl: triton`, the one that takes an ALiBi bias); never stores the scores."""
     UNFUSED = "unfused"
     """Megatron's unfused softmax path: the scores are materialised."""
 
@@ -107,6 +110,9 @@ class ArchEfficiency:
     """Clock of a training step's matmul phases relative to the clock the datasheet peak assumes (power cap)."""
     fused_attention_efficiency: float | None = None
     """cuDNN / Transformer Engine fused attention, fwd+bwd, of the sustained peak (None: as attention_efficiency)."""
+    flash1_attention_efficiency: float | None = None
+    """FlashAttention-1-class kernels (flash-attn 1.x, the Triton port), fwd+bwd, of the sustained peak (None: as
+    attention_efficiency)."""
     flash_attention: bool = True
     """Whether FlashAttention-class kernels exist for the architecture (not on Volta or Turing)."""
     gemm_waves: bool = False

@@ -208,10 +208,11 @@ class TrainingSpec(_Strict):
     precision: Literal["bf16", "fp16", "fp8"] = Field("bf16", description="bf16; fp16 (Volta, Turing); fp8: "
                                                       "Transformer Engine fp8 linear layers, bf16 elsewhere.")
     optimizer: Literal["adam"] = Field("adam", description="Adam with fp32 master weights.")
-    attention: Literal["auto", "fused", "flash2", "flash", "unfused"] = Field(
+    attention: Literal["auto", "fused", "flash2", "flash", "flash1", "unfused"] = Field(
         "auto", description="auto: what the runtime and the GPU use (fused with Transformer Engine where the GPU has "
         "FlashAttention-class kernels, unfused on Volta/Turing or the local spec, flash2 for FSDP); fused: cuDNN / "
-        "Transformer Engine fused attention; flash2 (or flash): FlashAttention-2; unfused: Megatron's path that "
+        "Transformer Engine fused attention; flash2 (or flash): FlashAttention-2; flash1: FlashAttention-1-class "
+        "kernels (flash-attn 1.x, the Triton port llm-foundry's MPT runs); unfused: Megatron's path that "
         "materialises the scores.")
     runtime: Literal["megatron", "deepspeed", "fsdp"] = Field(
         "megatron", description="Framework whose behaviour the cost model follows (ZeRO-3 gathers one buffer per layer "

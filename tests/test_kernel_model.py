@@ -57,6 +57,33 @@ def test_fused_attention_is_faster_than_flash2_on_hopper():
     assert flash2 / (h.bf16_tflops * 1e12) == pytest.approx(0.225, abs=0.01)
 
 
+def test_flash1_is_flashattention_1_class_on_ampere_and_as_flash2_on_hopper():
+    """FlashAttention-1-class kernels (flash-attn 1.x, llm-foundry's Triton port) at the top of FlashAttention's
+    published 25-40% of A100 peak; no published Hopper figure, so there they run at FA2's in-step rate."""
+    from hgplan.costmodel.compute import attention_rate
+    a, h = gpu("A100-SXM4-80GB"), gpu("H100-SXM5-80GB")
+    a_flash1, a_flash2 = (attention_rate(a, Precision.BF16, k) for k in (Attention.FLASH1, Attention.FLASH2))
+    assert a_flash1 / (a.bf16_tflops * 1e12) == pytest.approx(0.40)
+    assert a_flash1 < a_flash2
+    assert attention_rate(h, Precision.BF16, Attention.FLASH1) == attention_rate(h, Precision.BF16, Attention.FLASH2)
+    # asked for, it runs where FlashAttention-class kernels exist; Volta still falls back to the unfused path
+    asked = TrainingSettings(seq_length=2048, global_batch_size=8, attention=Attention.FLASH1, runtime=Runtime.FSDP)
+    assert attention_kernel(asked, a) is Attention.FLASH1
+    assert attention_kernel(asked, gpu("V100-SXM2-32GB")) is Attention.UNFUSED
+
+
+def test_llm_foundry_rows_are_priced_with_the_kernel_they_ran():
+    """The calibration set's llm-foundry rows ran attn_impl: triton (submit_benchmarks.py's default): flash1."""
+    import yaml
+
+    import fidelity_cases as fidelity
+    rows = yaml.safe_load((Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "calibration.yaml")
+                          .read_text())["rows"]
+    mosaic = [fidelity.case_from_row(r, catalog()) for r in rows if r["id"].startswith("mosaic")]
+    cases = [c for c in mosaic if not isinstance(c, str)]
+    assert len(cases) >= 130 and all(c.train.attention is Attention.FLASH1 for c in cases)
+
+
 def test_full_recompute_does_not_rerun_the_output_layer():
     """Megatron's full recompute checkpoints transformer layers only: the LM head's backward is the same."""
     h, model = gpu("H100-SXM5-80GB"), llama8b()

@@ -70,7 +70,8 @@ _TRAINING_OPTIONS: dict[str, Any] = {
     "precision": Annotated[str | None, typer.Option("--precision", help="bf16 (default) or fp16.")],
     "training": Annotated[str | None, typer.Option("--training", help="Training settings YAML (flags override it).")],
     "attention": Annotated[str | None, typer.Option("--attention", help="auto (default: what the runtime and GPU "
-                                                    "use), fused, flash2 (alias flash) or unfused.")],
+                                                    "use), fused, flash2 (alias flash), flash1 (flash-attn "
+                                                    "1.x, Triton FlashAttention) or unfused.")],
     "transformer_impl": Annotated[str | None, typer.Option("--transformer-impl", help="transformer_engine (default) "
                                                            "or local (megatron-core's PyTorch fallbacks).")],
     "runtime": Annotated[str | None, typer.Option("--runtime", help="megatron (default), deepspeed or fsdp.")],

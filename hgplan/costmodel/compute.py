@@ -132,6 +132,8 @@ def attention_rate(gpu: GpuType, precision: Precision, kernel: Attention) -> flo
     eff = gpu.eff.attention_efficiency
     if kernel is Attention.FUSED and gpu.eff.fused_attention_efficiency is not None:
         eff = gpu.eff.fused_attention_efficiency
+    if kernel is Attention.FLASH1 and gpu.eff.flash1_attention_efficiency is not None:
+        eff = gpu.eff.flash1_attention_efficiency
     return sustained_peak_flops(gpu, precision) * eff
 
 
