@@ -145,10 +145,16 @@ MAX_CUTS = 400
 def _solve_with_cuts(pt, cert: Certificate, opts: SearchOptions, *, upper: int, hint, left: float,
                      stop_at_s: float) -> Solution:
     """Solve the candidate's lower-bound model; while its optimum simulates longer than its bound (on the same
-    rounded-down tables), add that plan's critical chains (valid for every plan of the shape) and solve again."""
+    rounded-down tables), add that plan's critical chains (valid for every plan of the shape) and solve again.
+
+    Returns the plan of the round that simulates fastest (a later round, stopped at its limit, can return a worse
+    one than an earlier round's optimum), with the highest bound any round proved (each is valid for every plan of
+    the candidate) and the last round's status."""
     t = pt.base
     cuts = cert.cuts.setdefault((t.pp, t.microbatches, t.vpp), [])
     budget_end = cert.deterministic_time + left
+    best: tuple[int, Solution] | None = None
+    bound = -math.inf
     for attempt in range(MAX_CUT_ROUNDS + 1):
         params = within(solve_params(opts, 0, max(0.0, budget_end - cert.deterministic_time)), stop_at_s)
         sol = solve_path(pt, params, upper_bound=upper, hint=hint, cuts=tuple(cuts))
@@ -156,19 +162,26 @@ def _solve_with_cuts(pt, cert: Certificate, opts: SearchOptions, *, upper: int, 
         cert.rounds += attempt > 0
         cert.deterministic_time += sol.deterministic_time
         cert.statuses[sol.status] = cert.statuses.get(sol.status, 0) + 1
-        if sol.status != "OPTIMAL" or attempt == MAX_CUT_ROUNDS or time.perf_counter() > stop_at_s:
-            return sol
+        bound = max(bound, sol.bound)
+        if sol.objective is None:
+            break
         assign, layers = list(sol.assign), list(sol.layers)
         value, chains = pt.simulated(assign, layers)
+        if best is None or value < best[0]:
+            best = (value, sol)
+        if sol.status != "OPTIMAL" or attempt == MAX_CUT_ROUNDS or time.perf_counter() > stop_at_s:
+            break
         times, tails = _times(pt, sol), pt.tails(assign, layers)
         new = [c for c in chains  # the chains that cut this plan off, once each
                if c.weight(*times, vpp=t.vpp) + t.vpp * tails[c.stage] > sol.objective and c not in cert.seen]
         if value <= sol.objective or not new or len(cuts) >= MAX_CUTS:
-            return sol
+            break
         cuts.extend(new)
         cert.seen.update(new)
         hint = (assign, layers)
-    return sol
+    if best is None:
+        return sol
+    return replace(best[1], status=sol.status, bound=bound)
 
 
 def _times(pt, sol: Solution) -> tuple[list[int], list[int], list[int], list[int], list[int]]:

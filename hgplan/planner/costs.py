@@ -99,20 +99,34 @@ def stage_tail_s(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConf
                        bwd_s=layers * bwd_per_layer_s + edge_bwd_s))
 
 
+def tail_fit_points(num_layers: int, only_stage: bool) -> tuple[int, int]:
+    """The two layer counts the tables' linear tail passes through: a one-stage pipeline holds every layer, so its
+    line is exact there (L - 1, L); other stages hold from 1 to L - 1 layers, so theirs is the chord from 2 to L.
+    Why not 1 and 2: one or two layers' tail is dominated by the edge stage's embedding or LM head and by the first
+    bucket's exposed reduction; a line through them charged a 70B one-stage plan 42 ms where the cost model charges
+    228 ms."""
+    if num_layers < 3:
+        return 1, 2
+    return (num_layers - 1, num_layers) if only_stage else (2, num_layers)
+
+
 def tail_coeffs(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings, *,
                 fwd_per_layer_s: float, bwd_per_layer_s: float, edge_params: float = 0.0, edge_fwd_s: float = 0.0,
-                edge_bwd_s: float = 0.0) -> tuple[float, float]:
+                edge_bwd_s: float = 0.0, only_stage: bool = False) -> tuple[float, float]:
     """DP sync + optimizer after the flush of a stage on g, linear in its layers: (intercept, slope) seconds.
 
-    Evaluated at 1 and 2 layers (plus the embedding or LM head of an edge stage: its parameters and work);
-    the exposed part of an overlapped reduction grows linearly once it exceeds the backward window, and the
-    optimizer step is linear in parameters.
+    The line through the cost model's tail at the two layer counts of tail_fit_points (with the embedding or LM head
+    of an edge stage: its parameters and work). Past a few layers the tail is close to linear: the exposed part of an
+    overlapped reduction grows with the bytes once it exceeds the backward window, and the optimizer step is linear
+    in parameters. This is the search objective's tail; the proof of the gap uses CostSource.tail_floor, a line
+    proven at or below the tail at every layer count.
     """
+    n1, n2 = tail_fit_points(model.num_layers, only_stage)
     t1, t2 = (stage_tail_s(fleet, g, model, cfg, train, n, fwd_per_layer_s=fwd_per_layer_s,
                            bwd_per_layer_s=bwd_per_layer_s, edge_params=edge_params, edge_fwd_s=edge_fwd_s,
-                           edge_bwd_s=edge_bwd_s) for n in (1, 2))
-    slope = max(0.0, t2 - t1)
-    return max(0.0, t1 - slope), slope
+                           edge_bwd_s=edge_bwd_s) for n in (n1, n2))
+    slope = max(0.0, (t2 - t1) / (n2 - n1))
+    return max(0.0, t1 - slope * n1), slope
 
 
 def edge_tail_inputs(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings,
@@ -198,9 +212,10 @@ class CostSource:
             gc = self.group(g, cfg)
             m = cfg.num_microbatches(self.train.global_batch_size)
             pairs = []
-            for edge in edge_tail_inputs(g, self.model, cfg, self.train, m):
+            for cls, edge in enumerate(edge_tail_inputs(g, self.model, cfg, self.train, m)):
                 intercept, slope = tail_coeffs(self.fleet, g, self.model, cfg, self.train,
-                                               fwd_per_layer_s=gc.fwd_layer_s, bwd_per_layer_s=gc.bwd_layer_s, **edge)
+                                               fwd_per_layer_s=gc.fwd_layer_s, bwd_per_layer_s=gc.bwd_layer_s,
+                                               only_stage=TAIL_CLASSES[cls] == "only", **edge)
                 pairs.append((to_us(intercept), to_us(slope)))
             self._tail[key] = TailCosts(by_class=tuple(pairs))
         return self._tail[key]
