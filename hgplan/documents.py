@@ -246,7 +246,8 @@ class ProofRecord(Doc):
 class SearchStats(Doc):
     """bound_s, relative_gap: proven, of the search objective (closed-form tables); gap_on_reported: of the reported
     (simulated) iteration_time_s, proven only if gap_proven (with --prove-gap, for the stock family: proof;
-    gap_note says which; docs/planner.md)."""
+    gap_note says which; docs/planner.md). Unproven, it is negative when the simulated time is below the search
+    objective's bound: that bound then says nothing of the simulated time."""
 
     stopped_by: Literal["complete", "budget", "wall"]
     candidates: CandidateCounts
