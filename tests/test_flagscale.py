@@ -195,3 +195,23 @@ def test_export_refuses_a_plan_breaking_a_rule(a100_t4):
     mixed = replace(plan, stages=(replace(plan.stages[0], recompute=Recompute.SELECTIVE),) + plan.stages[1:])
     with pytest.raises(PlanningError, match="R13"):
         export_flagscale(mixed, fleet, model, train)
+
+
+
+def test_flagscale_target_keeps_the_polished_stock_plan():
+    """--target flagscale polishes the stock family within its half of the time limit, before the mesh search runs
+    to the deadline: its stock best is the plain search's (two-site: 10.228 s, not the closed form's 10.935 s)."""
+    from hgplan.documents import ClusterInput
+    from hgplan.domain import TrainingSettings
+    from hgplan.planner.api import plan_training
+
+    fleet, _, _ = resolve_cluster("two-site", catalog())
+    model, _ = resolve_model("llama3.1-70b")
+    train = TrainingSettings(seq_length=4096, global_batch_size=512)
+    ref = ClusterInput(ref="two-site", sha256="")
+    plain, _ = plan_training(fleet, model, train, SearchOptions(budget_s=20), cluster=ref, model_ref="llama3.1-70b",
+                             with_baselines=False)
+    flag, _ = plan_training(fleet, model, train, SearchOptions(target=Target.FLAGSCALE, budget_s=20), cluster=ref,
+                            model_ref="llama3.1-70b", with_baselines=False)
+    assert flag.asymmetric.stock_iteration_time_s == plain.plans[0].prediction.iteration_time_s
+    assert flag.plans[0].prediction.iteration_time_s <= plain.plans[0].prediction.iteration_time_s

@@ -188,3 +188,31 @@ def test_chains_lift_the_model_to_the_simulated_optimum(seed):
             assert least <= sol.objective <= sol.bound * (1 + SearchOptions().solve_gap) + 1
             exact += 1
     assert exact >= 1
+
+
+def test_the_proof_ends_within_the_calls_time_limit(monkeypatch):
+    """plan_training's budget covers the search and the proof: the proof is told to stop by the call's start plus
+    budget_s, not by its own start plus budget_s (a 1024-GPU proof ran 60 s after a 13 s search)."""
+    import time
+
+    from hgplan.documents import ClusterInput
+    from hgplan.io import catalog, resolve_cluster, resolve_model
+    from hgplan.planner import api
+    from hgplan.domain import TrainingSettings
+
+    seen = []
+    real = api.certify
+
+    def spy(*args, stop_at_s, **kwargs):
+        seen.append(stop_at_s)
+        return real(*args, stop_at_s=stop_at_s, **kwargs)
+
+    monkeypatch.setattr(api, "certify", spy)
+    fleet, _, _ = resolve_cluster("mixed-vendor", catalog())
+    model, _ = resolve_model("llama3.1-8b")
+    train = TrainingSettings(seq_length=2048, global_batch_size=64)
+    started = time.perf_counter()
+    api.plan_training(fleet, model, train, SearchOptions(budget_s=30, prove_gap=True, max_pp=4),
+                      cluster=ClusterInput(ref="mixed-vendor", sha256=""), model_ref="llama3.1-8b",
+                      with_baselines=False)
+    assert len(seen) == 1 and seen[0] - started <= 30 + 0.05  # the old deadline was the search's length later
