@@ -102,7 +102,9 @@ class SearchResult:
     """'complete', 'budget' or 'wall'."""
     statuses: dict[str, int] = field(default_factory=dict)
     solver_limits: dict[str, float] = field(default_factory=dict)
-    """The largest limits any solve of this search ran under (what the solves really used)."""
+    """The largest limits any solve of this search was given (max_time_in_seconds: the wall-clock safety net as
+    configured; a solve near the time limit is cut to the time left, which the record leaves out to stay
+    reproducible)."""
     last_model_text: str | None = None
     """The last CP-SAT model solved, in text format (only with SearchOptions.keep_model)."""
     listed_all: bool = True
@@ -186,9 +188,12 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     prev = st.found.get(item)
     hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else \
         improve(tables, greedy_hint(tables, order))
-    params = within(solve_params(opts, attempt, remaining), opts.wall_deadline_s)
+    configured = solve_params(opts, attempt, remaining)
+    params = within(configured, opts.wall_deadline_s)
+    # the record keeps the limits as configured: the cut to the time left before the deadline depends on the clock,
+    # and the JSON of two runs must be the same
     for name in ("max_deterministic_time", "max_time_in_seconds"):
-        st.limits[name] = max(st.limits.get(name, 0.0), getattr(params, name))
+        st.limits[name] = max(st.limits.get(name, 0.0), getattr(configured, name))
     best_now = st.best_us()
     hint_obj = tables.objective(*hint) if prev is None else None
     if hint_obj is not None:  # the warm start is itself a valid plan: keep it
