@@ -263,6 +263,11 @@ class SearchStats(Doc):
     wall_time_s: float | None = None
     proof: ProofRecord | None = None
 
+    @property
+    def bound_above_reported(self) -> bool:
+        """The unproven bound is above the simulated time, so gap_on_reported (negative) says nothing of it."""
+        return not self.gap_proven and self.gap_on_reported < 0
+
 
 class AsymmetricRecord(Doc):
     """`--target flagscale`: the asymmetric (process-mesh) family searched beside the stock one, both judged by the

@@ -118,7 +118,7 @@ def search_report(out: Console, report: SearchReport) -> None:
                   f"({s.proof.solved} configurations solved, {s.proof.pruned_by_bound} pruned, "
                   f"{s.proof.skipped_by_budget} left at a weaker bound, {s.proof.chains} simulator chains added; "
                   f"{s.proof.stopped_by})")
-    elif s.gap_on_reported < 0:
+    elif s.bound_above_reported:
         out.print(f"search: best plan {s.iteration_time_s:.3f} s per iteration (pipeline simulator), below the "
                   f"search's bound {s.bound_s:.3f} s: the simulator overlaps what the search's closed form "
                   f"serialises, so that bound says nothing of the simulated time (--prove-gap proves one; on its own "

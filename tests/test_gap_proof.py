@@ -9,12 +9,17 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import time
 
 import pytest
 
 from exhaustive import block_placements, compositions
 from hgplan.costmodel.evaluate import evaluate
 from hgplan.costmodel.pipeline import critical_paths, lower_bound_s, simulate
+from hgplan.documents import ClusterInput
+from hgplan.domain import TrainingSettings
+from hgplan.io import catalog, resolve_cluster, resolve_model
+from hgplan.planner import api
 from hgplan.planner.certify import Certificate, _solve_with_cuts
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import US, CostSource
@@ -193,13 +198,6 @@ def test_chains_lift_the_model_to_the_simulated_optimum(seed):
 def test_the_proof_ends_within_the_calls_time_limit(monkeypatch):
     """plan_training's budget covers the search and the proof: the proof is told to stop by the call's start plus
     budget_s, not by its own start plus budget_s (a 1024-GPU proof ran 60 s after a 13 s search)."""
-    import time
-
-    from hgplan.documents import ClusterInput
-    from hgplan.io import catalog, resolve_cluster, resolve_model
-    from hgplan.planner import api
-    from hgplan.domain import TrainingSettings
-
     seen = []
     real = api.certify
 

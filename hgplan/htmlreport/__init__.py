@@ -49,7 +49,7 @@ def _export(lp: LoadedPlan, fmt: ExportFormat, fits: bool) -> tuple[Export | Non
 def _gap_text(stats: SearchStats | None) -> tuple[str, str]:
     if stats is None:
         return "-", "gap: not from a search"
-    if not stats.gap_proven and stats.gap_on_reported < 0:
+    if stats.bound_above_reported:
         return "-", "gap: the search's bound is above the simulated time and says nothing of it"
     kind = "proven" if stats.gap_proven else "estimated"
     return f"{stats.gap_on_reported:.1%}", f"gap to the bound ({kind})"

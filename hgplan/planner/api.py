@@ -192,15 +192,19 @@ def _prove(costs: CostSource, opts: SearchOptions, result: SearchResult, checked
     limit; returns the record and the plans the proof found faster than the search's best (checked, by the
     reported model)."""
     start = time.perf_counter()
-    fleet, model, train = costs.fleet, costs.model, costs.train
     best_s = min(pred.iteration_time_s for _, pred, f in checked if isinstance(f, Found))
     left = max(0.0, DTIME_PER_WALL * opts.budget_s - result.deterministic_time)
+    evaluated: list[tuple[Plan, Prediction, Found]] = []  # each plan the proof finds, checked once, as it is found
+
+    def reported_s(f: Found) -> float | None:
+        entries = _checked([f], costs.fleet, costs.model, costs.train, warnings, required=False)
+        evaluated.extend(entries)
+        return entries[0][1].iteration_time_s if entries else None
+
     cert = certify(costs, result.candidates, best_s, opts, hints={
         cand_key(f.cfg): f for f in result.found}, dtime_budget=left, stop_at_s=opts.stop_at_s(start),
-        progress=progress, reported_s=lambda f: next((pred.iteration_time_s for _, pred, _ in
-                                                       _checked([f], fleet, model, train, [], required=False)), None))
-    faster = [e for e in _checked(cert.found, fleet, model, train, warnings, required=False)
-              if e[1].iteration_time_s < best_s]
+        progress=progress, reported_s=reported_s)
+    faster = [e for e in evaluated if e[1].iteration_time_s < best_s]
     bound_s = cert.bound_us / 1e6 if result.listed_all else 0.0
     if cert.stopped_by != "complete":
         warnings.append(f"the time limit ended before the proof of the gap on the reported time was done "

@@ -48,6 +48,7 @@ class Certificate:
     rounds: int = 0
     """Re-solves after adding chains."""
     seen: set[PathCounts] = field(default_factory=set)
+    """Every chain in `cuts`, whatever its shape: the membership test of each new chain."""
 
 
 def _slots(costs: CostSource, cfg: ParallelConfig, ctx: BoundContext, L: int) -> list[tuple[float, int, int]]:
@@ -211,7 +212,6 @@ def _certify_one(costs: CostSource, cand: Candidate, cheap: float, best_us: floa
             status="BOUND_" + sol.status, objective=sol.objective, bound=sol.bound, assign=sol.assign,
             layers=sol.layers, deterministic_time=sol.deterministic_time, wall_time_s=sol.wall_time_s)))
     return max(cheap, min(sol.bound, math.ceil(best_us * cfg.vpp)) / cfg.vpp)
-
 
 
 def polish(costs: CostSource, found: list[Found], opts: SearchOptions, *, dtime_budget: float,

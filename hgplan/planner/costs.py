@@ -223,8 +223,8 @@ class CostSource:
     def tail_floor(self, g: NodeGroup, cfg: ParallelConfig) -> tuple[tuple[int, int], ...]:
         """Per TAIL_CLASSES entry, (intercept_us, slope_us) of a line at or below the cost model's tail of a stage on g
         at every layer count from 1 to L: the chord's slope, the intercept lowered until no count is below it, both
-        rounded down. The tables' tail (tail()) is a fit through 1 and 2 layers, which the tail is not proven to
-        stay above; the proof of the gap on the reported time needs this one."""
+        rounded down. The tables' tail (tail()) is a line through the two layer counts of tail_fit_points, which
+        the tail is not proven to stay above; the proof of the gap on the reported time needs this one."""
         key = _tail_key(g, cfg)
         if key not in self._tail_floor:
             gc = self.group(g, cfg)
