@@ -95,10 +95,11 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     how = {"prove_gap": args.prove_gap, "budget_s": args.time_limit}
-    # (GPUs, sites, GPU types, node groups); the last two go beyond the grid: more node groups than types
+    # (GPUs, sites, GPU types, node groups); the last five have more node groups than types (racks or pods of one
+    # hardware per site: interchangeable within a site), as the grid asks (fleets of 16, 32 and 64 groups)
     grid = [(64, 1, 1, None), (64, 2, 3, None), (256, 2, 2, None), (512, 2, 3, None), (1024, 1, 1, None),
             (1024, 3, 4, None), (1024, 4, 5, None), (4096, 3, 4, None), (16384, 1, 1, None), (16384, 4, 5, None),
-            (1024, 4, 5, 8), (640, 5, 5, 10), (1024, 4, 4, 16)]
+            (1024, 4, 5, 8), (640, 5, 5, 10), (1024, 4, 4, 16), (2048, 4, 4, 32), (4096, 4, 4, 64)]
     if args.quick:
         grid = [g for g in grid if g[0] <= 1024]
     if args.beyond:
@@ -109,7 +110,6 @@ def main() -> int:
         name, model = model_for(n)
         train = TrainingSettings(seq_length=4096, global_batch_size=max(512, n // 2))
         row = measure(fleet, model, train, args.repeat if n <= 1024 else 1, **how)
-        row["target"] = groups is None  # the grid: one node group per GPU type
         rows.append(row)
     cat = catalog()
     example_models = {"two-site": "llama3.1-70b", "mixed-nic": "gpt-7.5b", "three-generations": "llama2-13b",
@@ -125,7 +125,6 @@ def main() -> int:
                                  precision=Precision(precision))
         row = measure(fleet, model, train, args.repeat if fleet.num_gpus <= 1024 else 1, **how)
         row["fleet"] = f"example:{ex}"
-        row["target"] = True
         rows.append(row)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -139,10 +138,9 @@ def main() -> int:
                   f"{'yes' if r['beats_baselines'] else 'NO':>5}")
         print("(gap: on the reported (simulated) time, proven only where 'proven' says so; negative: the simulated "
               "time is below the\n search's bound, which then says nothing of it; obj gap: proven on the search "
-              "objective; rows with more node\n groups than GPU types are beyond the issue's grid and not held "
-              "to its targets)")
+              "objective)")
     ok = all(0 <= r["gap"] <= 0.01 and r["beats_baselines"] and r["median_s"] <= (10 if r["gpus"] <= 1024 else 60)
-             for r in rows if r["target"])
+             for r in rows)
     return 0 if ok else 1
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,21 +44,85 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
         return math.inf
     bb = _BlockBound(ctx, cfg, subset, L=L, m=m, tail=terms.tail, edges=terms.edges)
     if len(subset) == 1:
-        best = bb.compute_value(bb.roles(subset[0], subset[0])) + bb.ends_cost(subset[0], subset[0])
+        best = bb.compute_value(*bb.roles(subset[0], subset[0])) + bb.ends_cost(subset[0], subset[0])
     elif not ends_known:
-        best = bb.compute_value(bb.roles(None, None)) + bb.ends_cost(None, None)
+        best = bb.compute_value(*bb.roles(None, None)) + bb.ends_cost(None, None)
     else:
         # The unknown-ends roles ask less of every group than any choice of ends, so their value is a lower bound
         # on each order's compute term: orders whose ends alone already reach the best found are skipped.
-        floor_value = bb.compute_value(bb.roles(None, None))
+        floor_value = bb.compute_value(*bb.roles(None, None))
         best = math.inf
-        for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in itertools.permutations(subset, 2)):
+        for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in _end_choices(ctx, subset)):
             if floor_value + cost >= best:
                 break
-            best = min(best, bb.compute_value(bb.roles(first, last)) + cost)
+            best = min(best, bb.compute_value(*bb.roles(first, last)) + cost)
     if not math.isfinite(best):
         return math.inf
     return (best + terms.fill_extra) / cfg.vpp * US
+
+
+def _end_choices(ctx: BoundContext, subset: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The (first, last) groups worth bounding: one pair per pair of classes of interchangeable groups (planner/
+    classes.py), since swapping two interchangeable groups changes no cost and so no bound (64 groups in four classes:
+    16 choices instead of 4,032)."""
+    classes = ctx.classes or tuple((k,) for k in sorted(ctx.groups))
+    present = [members for c in classes if (members := [k for k in c if k in subset])]
+    return [(a[0], b[0]) if a is not b else (a[0], a[1]) for a in present for b in present if a is not b or len(a) > 1]
+
+
+def _held(c: float, role: Role, v: int) -> tuple[int | None, int | None]:
+    """Layers a group's block holds at cycle c as one stage, and in its two end stages (None: cannot be formed)."""
+    vt, lone, end_a, end_b, _, slots = role
+    one = v * math.floor((c - lone) / vt + FLOOR_EPS)
+    held_a = v * math.floor((c - end_a) / vt + FLOOR_EPS)
+    held_b = v * math.floor((c - end_b) / vt + FLOOR_EPS)
+    return (one if one >= v else None), (held_a + held_b if min(held_a, held_b) >= v and slots >= 2 else None)
+
+
+@dataclass(frozen=True, slots=True)
+class _WanEnds:
+    """The block ends a placement over several sites must spend on the WAN.
+
+    The blocks form a path (a ring with interleaving) that visits every site of the set. Every maximal run of one
+    site's blocks is entered and left over the WAN, except at the path's own two ends, so each site has at least two
+    block ends that send to another site, and a path's two end sites (if they differ) at least one. Such an end's
+    stage pays at least its group's cheapest send to another site instead of its cheapest partner's, and holds fewer
+    layers at a cycle C. Per group, the layers lost with one or two WAN ends are the least over the block shapes it
+    can take (one stage; two or more, whose end stages take them); the sites' cheapest choices of ends then bound
+    what the whole placement loses, which is subtracted from the capacity in _BlockBound.feasible."""
+
+    site: tuple[int, ...]
+    """Per group (the roles' order), its site's index."""
+    variants: tuple[tuple[Role, Role, Role | None], ...]
+    """Per group, its role with no, one and two WAN ends (None: that group cannot have two: a path's end block)."""
+    sites: int
+    single: frozenset[int] | None
+    """Sites that may have only one WAN end (a path's end sites); None: any two sites (the ends are unknown)."""
+    v: int
+
+    def loss(self, c: float) -> float:
+        """Least layers the WAN ends cost the placement at cycle c (inf: no placement)."""
+        one_end, two_ends = [math.inf] * self.sites, [math.inf] * self.sites
+        second = [math.inf] * self.sites  # the second-cheapest single end of the site (another group)
+        for s, (r0, r1, r2) in zip(self.site, self.variants):
+            base = _held(c, r0, self.v)
+            lost = [min((b - w for b, w in zip(base, _held(c, r, self.v)) if b is not None and w is not None),
+                        default=math.inf)
+                    if r is not None else math.inf for r in (r1, r2)]
+            if lost[0] < one_end[s]:
+                one_end[s], second[s] = lost[0], one_end[s]
+            else:
+                second[s] = min(second[s], lost[0])
+            two_ends[s] = min(two_ends[s], lost[1])
+        need = [min(two, one + sec) for two, one, sec in zip(two_ends, one_end, second)]
+        allowed = range(self.sites) if self.single is None else sorted(self.single)
+
+        def gain(s: int) -> float:
+            """What a site saves with one WAN end instead of two."""
+            return 0.0 if math.isinf(one_end[s]) else need[s] - one_end[s]
+
+        single = sorted(allowed, key=gain, reverse=True)[:2]
+        return sum(one_end[s] if s in single else need[s] for s in range(self.sites))
 
 
 class _BlockBound:
@@ -79,31 +144,62 @@ class _BlockBound:
                            if k in e and e in ctx.pair_send)
             sends = (sends or [0.0]) * 2 if self.r == 2 or len(sends) < 2 else sends
             self.cross[k] = (sends[0], sends[1])
+        # a block end that leaves or enters its site sends at least the group's cheapest send to another site
+        site_names = sorted({k.split("/")[0] for k in subset})
+        self.site = {k: site_names.index(k.split("/")[0]) for k in subset}
+        self.wan = {k: min((ctx.pair_send[e] for e in itertools.combinations(subset, 2) if k in e
+                            and e in ctx.pair_send and self.site[e[0]] != self.site[e[1]]), default=math.inf)
+                    for k in subset}
+        self.sites = len(site_names)
         self.by_speed = sorted(subset, key=lambda k: (self.tau[k], k))
         self.tau_min = self.tau[self.by_speed[0]]
         self.tau_arr = np.array([self.tau[k] for k in self.by_speed])
 
-    def roles(self, first: str | None, last: str | None) -> list[Role]:
-        """Per group, fastest first, its Role. Without known ends (None), every group gets the least of the roles:
-        one crossing and no edge work."""
-        v, gs, out = self.v, self.ctx.groups, []
-        for k in self.by_speed:
-            work_in = gs[k].first_s * (k == first), gs[k].last_s * (k == last)
-            inner = gs[k].self_send_s
-            # with interleaving the wrap-around boundary (last stage -> first) is one more crossing of the end blocks
-            crossings = 0 if self.r == 1 else (1 if v == 1 and (first is None or k in (first, last)) else 2)
-            c1, c2 = self.cross[k]
-            lone = v * (c1 + c2 if crossings == 2 else c1 * crossings) + sum(work_in)
-            if crossings == 2:
-                ends = (v * (c1 + inner), v * (c2 + inner))
-            elif crossings == 1:
-                ends = (v * (c1 + inner), v * inner + sum(work_in))
-            else:
-                ends = (v * inner + work_in[0], v * inner + work_in[1])
-            out.append((v * self.tau[k], lone, *ends, 2 * v * inner, gs[k].slots))
-        return out
+    def roles(self, first: str | None, last: str | None) -> tuple[list[Role], _WanEnds | None]:
+        """Per group, fastest first, its Role, and the WAN ends the sites demand (None within one site). Without
+        known ends (None), every group gets the least of the roles: one crossing and no edge work."""
+        base = [self.role(k, first, last, 0) for k in self.by_speed]
+        if self.sites == 1:
+            return base, None
+        ends_free = self.v == 1 and first is not None  # a path's own ends: no crossing there
+        variants = tuple((r0, self.role(k, first, last, 1),
+                          None if ends_free and k in (first, last) else self.role(k, first, last, 2))
+                         for k, r0 in zip(self.by_speed, base))
+        if self.v > 1:
+            single: frozenset[int] | None = frozenset()  # a ring enters and leaves every site
+        elif first is None:
+            single = None  # the path's two end sites, unknown: any two
+        else:
+            single = frozenset({self.site[first], self.site[last]}) if self.site[first] != self.site[last] \
+                else frozenset()
+        return base, _WanEnds(site=tuple(self.site[k] for k in self.by_speed), variants=variants,
+                              sites=self.sites, single=single, v=self.v)
 
-    def feasible(self, c: float, role: list[Role]) -> bool:
+    def role(self, k: str, first: str | None, last: str | None, wan: int) -> Role:
+        """Group k's Role when `wan` of its block's ends send to another site (at least self.wan[k] each). An end the
+        role leaves without a crossing (one end of every block without interleaving when the ends are unknown)
+        becomes one when wan = 2. Every send is at least the role's without WAN ends, end by end."""
+        v, gs = self.v, self.ctx.groups
+        work_in = gs[k].first_s * (k == first), gs[k].last_s * (k == last)
+        inner = gs[k].self_send_s
+        # with interleaving the wrap-around boundary (last stage -> first) is one more crossing of the end blocks
+        crossings = 0 if self.r == 1 else (1 if v == 1 and (first is None or k in (first, last)) else 2)
+        c1, c2 = self.cross[k]
+        # two crossings go to distinct partners: sorted, at least (c1, c2); one of them to another site: the larger
+        # at least wan; both: the smaller too
+        far = max(c2, self.wan[k])
+        sends = ((c1, c2)[:crossings] if not wan else (self.wan[k],) if crossings == 1 and wan == 1
+                 else (c1, far) if wan == 1 else (self.wan[k], far))
+        lone = v * sum(sends) + sum(work_in)
+        if len(sends) == 2:
+            ends = (v * (sends[0] + inner), v * (sends[1] + inner))
+        elif len(sends) == 1:
+            ends = (v * (sends[0] + inner), v * inner + sum(work_in))
+        else:
+            ends = (v * inner + work_in[0], v * inner + work_in[1])
+        return (v * self.tau[k], lone, *ends, 2 * v * inner, gs[k].slots)
+
+    def feasible(self, c: float, role: list[Role], wan: _WanEnds | None = None) -> bool:
         """Whether the p stages can all be formed at cycle c with the L layers.
 
         A group's stages beyond its first (or first two) add increments [first] + [interior] x n_more, a
@@ -137,7 +233,7 @@ class _BlockBound:
             gained, need = gained + take * value, need - take
             if not need:
                 break
-        return base_sum + gained >= self.L
+        return base_sum + gained - (wan.loss(c) if wan else 0) >= self.L
 
     def work_at(self, cs: np.ndarray, role: list[Role]) -> np.ndarray:
         """W at every cycle in cs, all at or above C* (where the stages can be formed): the most layers each group's
@@ -166,7 +262,7 @@ class _BlockBound:
         take = np.clip(self.L - before, 0, pool)
         return (take * self.tau_arr[None, :]).sum(axis=1)
 
-    def smallest_cycle(self, role: list[Role], hi: float) -> tuple[float, float]:
+    def smallest_cycle(self, role: list[Role], hi: float, wan: _WanEnds | None = None) -> tuple[float, float]:
         """(lo, hi) around C*, the smallest feasible cycle: lo stays below it (a valid bound), hi is feasible.
 
         Stage capacities only change where c - extra is a multiple of v tau, whole microseconds in the tables'
@@ -174,30 +270,31 @@ class _BlockBound:
         lo_us, hi_us = 0, math.ceil(hi * US)
         while hi_us - lo_us > 1:
             mid = (lo_us + hi_us) // 2
-            if self.feasible(mid / US, role):
+            if self.feasible(mid / US, role, wan):
                 hi_us = mid
             else:
                 lo_us = mid
         lo, hi = lo_us / US, hi_us / US
-        if not self.feasible(hi * (1 - 1e-9), role):
+        if not self.feasible(hi * (1 - 1e-9), role, wan):
             return hi * (1 - 1e-9), hi
         while hi - lo > 1e-9 * hi:  # not on the microsecond grid after all (rounding): finish in floating point
             mid = (lo + hi) / 2
-            if self.feasible(mid, role):
+            if self.feasible(mid, role, wan):
                 hi = mid
             else:
                 lo = mid
         return lo, hi
 
-    def compute_value(self, role: list[Role]) -> float:
+    def compute_value(self, role: list[Role], wan: _WanEnds | None = None) -> float:
         """min over C >= C* of (v m - 1) C + W(C) for these roles (inf if no placement)."""
+        every = role + ([r for rs in wan.variants for r in rs[1:] if r is not None] if wan else [])
         c_max = max(vt * self.units + max(lone, end_a, end_b) + inner_extra
-                    for vt, lone, end_a, end_b, inner_extra, _ in role)
-        if not self.feasible(c_max, role):
+                    for vt, lone, end_a, end_b, inner_extra, _ in every if math.isfinite(lone))
+        if not self.feasible(c_max, role, wan):
             return math.inf  # this order of ends admits no placement
         if self.vm == 1:  # a single micro-batch: only the work counts, least where every stage could hold every layer
             return float(self.work_at(np.array([c_max]), role)[0])
-        lo, hi = self.smallest_cycle(role, c_max)
+        lo, hi = self.smallest_cycle(role, c_max, wan)
         # W is non-increasing: on [c_i, c_i+1) the value is at least (v m - 1) c_i + W(c_i+1); past lo + span
         # nothing can beat the value at C*.
         w_star = float(self.work_at(np.array([hi]), role)[0])

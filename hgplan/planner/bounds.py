@@ -79,11 +79,17 @@ class BoundContext:
     pair_lat: dict[tuple[str, str], float]
     classes: tuple[tuple[str, ...], ...] = ()
     """Interchangeable groups (planner/classes.py); empty means every group is a class of its own."""
+    per_class: tuple[tuple[GroupBound, int], ...]
+    """Each class's costs and its number of groups (what candidate_bound_s reads: one pass per class, not group)."""
+    cross_send_s: float
+    """The cheapest send and latency between two different groups (inf: no two are linked)."""
+    cross_lat_s: float
 
-    def subsets(self) -> list[tuple[str, ...]]:
-        """The sets of groups a placement may use, one per class of interchangeable sets."""
+    def subsets(self, stages: int | None = None) -> list[tuple[str, ...]]:
+        """The sets of groups a placement (of `stages` stages, when given) may use, one per class of interchangeable
+        sets."""
         classes = self.classes or tuple((k,) for k in sorted(self.groups))
-        return list(canonical_subsets(classes))
+        return list(canonical_subsets(classes, slots=[self.groups[c[0]].slots for c in classes], stages=stages))
 
 
 def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup]) -> BoundContext:
@@ -94,15 +100,18 @@ def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup])
     classes = interchangeable_classes(costs.fleet, hosts)
     by_key = {g.key: g for g in hosts}
     class_of = {k: c for c in classes for k in c}
+    between: dict[tuple[str, str], tuple[float, float] | None] = {}
     pair_send, pair_lat = {}, {}
     for a, b in itertools.combinations(sorted(by_key), 2):
         ra, rb = class_of[a][0], class_of[b][0]
         if ra == rb:  # two members of one class: the path between the class's first two members
             ra, rb = class_of[a][:2]
-        link = costs.link(by_key[ra], by_key[rb], cfg)
-        if link is not None:
-            pair_send[(a, b)] = link.send_us / US
-            pair_lat[(a, b)] = link.lat_us / US
+        if (ra, rb) not in between:
+            link = costs.link(by_key[ra], by_key[rb], cfg)
+            between[(ra, rb)] = None if link is None else (link.send_us / US, link.lat_us / US)
+        sent = between[(ra, rb)]
+        if sent is not None:
+            pair_send[(a, b)], pair_lat[(a, b)] = sent
     bounds: dict[str, GroupBound] = {}
     for c in classes:
         g = by_key[c[0]]
@@ -111,7 +120,10 @@ def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup])
                                   slots=g.num_gpus // cfg.gpus_per_stage, tail=tail_bound(costs, g, cfg),
                                   self_send_s=costs.link(g, g, cfg).send_us / US)
     groups = {g.key: bounds[class_of[g.key][0]] for g in hosts}
-    return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat, classes=classes)
+    return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat, classes=classes,
+                        per_class=tuple((bounds[c[0]], len(c)) for c in classes),
+                        cross_send_s=min(pair_send.values(), default=math.inf),
+                        cross_lat_s=min(pair_lat.values(), default=math.inf))
 
 
 def tail_bound(costs: CostSource, g: NodeGroup, cfg: ParallelConfig) -> TailBound:
@@ -131,19 +143,19 @@ def candidate_bound_s(ctx: BoundContext, *, L: int, p: int, v: int, m: int) -> f
     in the fill, and in the cycle of a stage that also holds at least v layers.
     Each adds the compute-only bounds, the edge layers and the smallest DP/optimizer tail of the fullest stage.
     """
-    vm, gs = v * m, ctx.groups
-    tail = min(gb.tail.least(math.ceil(L / p)) for gb in gs.values())
+    vm = v * m
+    per_class = ctx.per_class
+    tail = min(gb.tail.least(math.ceil(L / p)) for gb, _ in per_class)
     best = math.inf
-    for gb in gs.values():
+    for gb, _ in per_class:
         if gb.slots >= p:
             grouped = [(gb.layer_s, p, 0.0)]
             compute = max(relaxation_bound(grouped, L, vm),
                           (vm - 1) * integer_cycle_bound(grouped, L, v) + L * gb.layer_s)
             best = min(best, compute + gb.first_s + gb.last_s)
-    cross_send = min(ctx.pair_send.values(), default=math.inf)
-    cross_lat = min(ctx.pair_lat.values(), default=math.inf)
-    fastest = sorted((gb.layer_s, gb.slots) for gb in gs.values())
-    if p > 1 and sum(n for _, n in fastest) >= p and math.isfinite(cross_send) and len(fastest) > 1:
+    cross_send, cross_lat = ctx.cross_send_s, ctx.cross_lat_s
+    fastest = sorted((gb.layer_s, gb.slots * n) for gb, n in per_class)
+    if p > 1 and sum(n for _, n in fastest) >= p and math.isfinite(cross_send) and len(ctx.groups) > 1:
         grouped: Slots = []
         need = p
         for tau, n in fastest:
@@ -154,8 +166,8 @@ def candidate_bound_s(ctx: BoundContext, *, L: int, p: int, v: int, m: int) -> f
         # a stage next to the crossing sends it and holds at least v layers
         cyc = max(integer_cycle_bound(grouped, L, v), v * cross_send + v * fastest[0][0])
         compute = max(relaxation_bound(grouped, L, vm), (vm - 1) * cyc + L * fastest[0][0])
-        first_min = min(gb.first_s for gb in gs.values())
-        last_min = min(gb.last_s for gb in gs.values())
+        first_min = min(gb.first_s for gb, _ in per_class)
+        last_min = min(gb.last_s for gb, _ in per_class)
         best = min(best, compute + 2 * cross_send + 2 * cross_lat + first_min + last_min)
     return (best + v * tail) / v if math.isfinite(best) else math.inf
 
@@ -174,6 +186,36 @@ class SubsetTerms:
     tail: float
 
 
+def _class_pairs(ctx: BoundContext, subset: tuple[str, ...]) -> list[tuple[float, float, float, bool, int]]:
+    """The linked pairs of groups inside `subset`, as (fill cost, send, latency, joins two sites, count): pairs of
+    interchangeable groups have the same path, so each pair of classes is one row (64 groups in four classes: ten
+    rows for 2,016 pairs). The fill pays two sends and two latencies per crossing."""
+    classes = ctx.classes or tuple((k,) for k in sorted(ctx.groups))
+    present = [(c[:n], n) for c in classes if (n := sum(k in subset for k in c))]
+    rows = []
+    for i, (ci, ni) in enumerate(present):
+        for cj, nj in present[i:]:
+            if ci is cj and ni < 2:
+                continue
+            a, b = sorted(ci[:2] if ci is cj else (ci[0], cj[0]))
+            if (a, b) in ctx.pair_send:
+                send, lat = ctx.pair_send[(a, b)], ctx.pair_lat[(a, b)]
+                rows.append((2 * send + 2 * lat, send, lat, a.split("/")[0] != b.split("/")[0],
+                             ni * (ni - 1) // 2 if ci is cj else ni * nj))
+    return rows
+
+
+def _cheapest(rows: list[tuple[float, float, float, bool, int]], k: int, *,
+              by_send: bool = False) -> list[tuple[float, float, float, bool]]:
+    """The k cheapest pairs (by fill cost, or by send), counting each row's pairs."""
+    out: list[tuple[float, float, float, bool]] = []
+    for *pair, n in sorted(rows, key=lambda e: (e[1], e[0]) if by_send else e[:4]):
+        if len(out) >= k:
+            break
+        out += [tuple(pair)] * min(n, k - len(out))
+    return out
+
+
 def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) -> SubsetTerms | None:
     """Crossing, edge and tail terms of a placement on exactly `subset` (None when no such placement exists).
 
@@ -184,29 +226,29 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) 
     r, gs = len(subset), ctx.groups
     if sum(gs[k].slots for k in subset) < p or r > p:
         return None
-    linked = [(a, b) for a, b in itertools.combinations(subset, 2) if (a, b) in ctx.pair_send]
-    if len(linked) < r - 1:
+    pairs = _class_pairs(ctx, subset)  # (fill cost, send, latency, joins two sites, how many pairs)
+    if sum(n for *_, n in pairs) < r - 1:
         return None
-    sites = {k.split("/")[0] for k in subset}
-    inter = [e for e in linked if e[0].split("/")[0] != e[1].split("/")[0]]
-    if len(inter) < len(sites) - 1:
+    sites = len({k.split("/")[0] for k in subset})
+    inter = [e for e in pairs if e[3]]
+    if sum(n for *_, n in inter) < sites - 1:
         return None
-
-    def fill_cost(e: tuple[str, str]) -> float:  # the fill pays 2 sends and 2 latencies per crossing
-        """What a crossing adds to the fill: two sends and two latencies."""
-        return 2 * ctx.pair_send[e] + 2 * ctx.pair_lat[e]
-
-    must = sorted(inter, key=fill_cost)[:len(sites) - 1]
-    rest = sorted((e for e in linked if e not in must), key=fill_cost)[:r - 1 - len(must)]
-    crossings = sorted((ctx.pair_send[e], ctx.pair_lat[e]) for e in must + rest)
+    must = _cheapest(inter, sites - 1)
+    left: dict[tuple, int] = {}
+    for e in pairs:
+        left[e[:4]] = left.get(e[:4], 0) + e[4]
+    for e in must:
+        left[e] -= 1
+    rest = _cheapest([(*e, n) for e, n in left.items()], r - 1 - len(must))
+    crossings = sorted((send, lat) for _, send, lat, _ in must + rest)
     # the dearest send is at least the (sites-1)-th cheapest inter-site send and the (r-1)-th cheapest send of all
-    dearest = sorted(ctx.pair_send[e] for e in inter)[len(sites) - 2] if len(sites) > 1 else 0.0
+    dearest = sorted(send for _, send, _, _ in _cheapest(inter, sites - 1, by_send=True))[-1] if sites > 1 else 0.0
     if r > 1:
-        dearest = max(dearest, sorted(ctx.pair_send[e] for e in linked)[r - 2])
+        dearest = max(dearest, sorted(send for _, send, _, _ in _cheapest(pairs, r - 1, by_send=True))[-1])
     per_stage = math.ceil(L / p)
     return SubsetTerms(crossings=tuple(crossings), dearest=dearest,
                        edges=min(gs[k].first_s for k in subset) + min(gs[k].last_s for k in subset),
-                       fill_extra=sum(2 * send + 2 * lat for send, lat in crossings),
+                       fill_extra=sum(fill for fill, *_ in must + rest),
                        tail=min(gs[k].tail.least(per_stage) for k in subset))
 
 
@@ -221,7 +263,7 @@ def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int) 
     p, v, gs = cfg.pp, cfg.vpp, ctx.groups
     vm = v * m
     out: dict[tuple[str, ...], float] = {}
-    for subset in ctx.subsets():
+    for subset in ctx.subsets(p):
         r = len(subset)
         terms = subset_terms(ctx, subset, L=L, p=p)
         if terms is None:

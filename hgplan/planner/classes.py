@@ -38,9 +38,16 @@ def interchangeable_classes(fleet: Fleet, groups: Sequence[NodeGroup]) -> tuple[
     return tuple(sorted([tuple(keys) for keys in by_sig.values()] + alone))
 
 
-def canonical_subsets(classes: Sequence[Sequence[str]]) -> Iterator[tuple[str, ...]]:
+def canonical_subsets(classes: Sequence[Sequence[str]], *, slots: Sequence[int] | None = None,
+                      stages: int | None = None) -> Iterator[tuple[str, ...]]:
     """One non-empty set of groups per orbit under swapping interchangeable groups: the first k of each class, for
-    every choice of the k's. Each set comes out sorted."""
+    every choice of the k's. Each set comes out sorted. With `stages` (and each class's stage `slots` per group),
+    only the sets a pipeline of that many stages can use, one stage at least on each group: at most `stages`
+    groups, at least `stages` slots (tested on the k's, before a set is built: 64 groups in four classes have
+    83,520 sets)."""
     for counts in itertools.product(*(range(len(c) + 1) for c in classes)):
-        if any(counts):
-            yield tuple(sorted(k for c, n in zip(classes, counts) for k in c[:n]))
+        if not any(counts):
+            continue
+        if stages is not None and (sum(counts) > stages or sum(n * s for n, s in zip(counts, slots)) < stages):
+            continue
+        yield tuple(sorted(k for c, n in zip(classes, counts) for k in c[:n]))
