@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from hgplan.costmodel.pipeline import segment_loops
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource, tail_class
@@ -63,6 +64,12 @@ def best_for_tables(t: CostTables) -> tuple[float, list[int], list[int]] | None:
             sends[a] += val
             sends[b] += val
         cycle = (work + v * sends).max(axis=1)
+        if v == 1:  # 1F1B's loops (costmodel/pipeline.py), as CostTables.objective: whole microseconds, rounded up
+            chain = [t.send_us[assign[s]][assign[s + 1]] for s in range(p - 1)] + [0]
+            lats = [t.lat_us[assign[s]][assign[s + 1]] for s in range(p - 1)] + [0]
+            cols = [work[:, s] for s in range(p)]
+            for _, n, loop in segment_loops(cols, [0] * p, chain, chain, lats, microbatches=m):
+                cycle = np.maximum(cycle, -(-loop // n))
         fill = work.sum(axis=1) + sum(2 * t.send_us[assign[a]][assign[b]] + 2 * t.lat_us[assign[a]][assign[b]]
                                       for a, b in bounds if b == a + 1)
         cls = [tail_class(s, p) for s in range(p)]

@@ -47,7 +47,9 @@ def test_gap_is_not_called_proven_on_the_simulated_time(cli):
     r = cli("search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512")
     assert r.code == 0
     assert "proven bound" not in r.stdout
-    assert "estimated, not proven" in r.stdout
+    # either the gap is an estimate, or (two-site since 1F1B's loops are in the closed form) the simulated time is
+    # below the bound, which then says nothing of it
+    assert "estimated, not proven" in r.stdout or "says nothing of the simulated time" in r.stdout
     j = cli("search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512",
             "--json", "--no-baselines").json()["search"]
     assert j["gap_proven"] is False and "not a proof" in j["gap_note"]

@@ -204,15 +204,15 @@ def test_lower_bounds_never_exceed_the_exhaustive_optimum(seed):
 
 
 def _sites_of_threes(wan_gbps: int) -> Fleet:
-    """Two sites of three interchangeable 4-GPU groups each (H100 in one, A100 in the other) joined by a slow WAN:
-    each group's two cheapest partners are its neighbours in the site, so only the sites' structure says that the
-    WAN is paid."""
+    """Two sites of three interchangeable 4-GPU groups each (H100 in one, A100 in the other) joined by a slow WAN
+    (10 us latency, so that the sends, not 1F1B's loops through the latency, set the optimum): each group's two
+    cheapest partners are its neighbours in the site, so only the sites' structure says that the WAN is paid."""
     cat = catalog()
     groups = [NodeGroup(site=site, name=f"g{i}", num_nodes=1, gpu=cat.gpu_type(cat.gpus[gpu]), gpus_per_node=4,
                         intra_node_kind="nvlink", intra_node_gbytes_per_s=300, nic_transport=Transport.INFINIBAND,
                         nic_gbps=200, nic_count=1, gpu_hour_usd=None, order=i)
               for i, (site, gpu) in enumerate([("a", "H100-SXM5-80GB")] * 3 + [("b", "A100-SXM4-80GB")] * 3)]
-    links = [Link(scope="site", a="a", b="b", gbps=wan_gbps, latency_ms=10, transport=Transport.ETHERNET,
+    links = [Link(scope="site", a="a", b="b", gbps=wan_gbps, latency_ms=0.01, transport=Transport.ETHERNET,
                   egress_usd_per_gb=None)]
     return Fleet(name="sites-of-threes", groups=tuple(groups), links=tuple(links), transports=cat.transports)
 

@@ -8,6 +8,7 @@ xf[k], xb[k] = time the sender is busy pushing activations forward / gradients b
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -42,13 +43,33 @@ def _sends(p: int, v: int, xf: list[float], xb: list[float]) -> list[float]:
     return [v * x if v > 1 else x for x in chunk_sends(p, v, xf, xb)]
 
 
+def segment_loops(fwd: list, bwd: list, xf: list, xb: list, lat: list, *,
+                  microbatches: int) -> Iterator[tuple[int, int, object]]:
+    """The loops of 1F1B's steady state (no interleaving), as (first stage s, micro-batches n, length): values may be
+    numbers or CP-SAT linear expressions.
+
+    In the steady state stage s runs F(j + p - s) right after B(j), and stage t runs B(i - (p - t - 1)) right after
+    F(i). So for any s < t, from the end of B(j) on stage s: s sends the gradient up (xb[s-1]), runs F(j + p - s),
+    which goes down to stage t (forwards and sends, with latencies), t runs it, sends it on (xf[t], unless t is the
+    last stage) and runs B(j + t - s + 1), which climbs back to s: micro-batch j + n, n = t - s + 1, cannot end its
+    backward on s sooner than this loop after micro-batch j did, so the cycle is at least loop / n. With t = p - 1
+    this is the round trip to the last stage and back; a slow link inside the pipeline makes a short loop around
+    it the bound (20 ms each way between two stages that hold two micro-batches). Only loops that fit in the
+    iteration count (n < m)."""
+    p, m = len(fwd), microbatches
+    for s in range(p - 1):
+        loop = (xb[s - 1] if s > 0 else 0) + fwd[s] + bwd[s]
+        for t in range(s + 1, min(p, s + m - 1)):
+            loop = loop + xf[t - 1] + xb[t - 1] + 2 * lat[t - 1] + fwd[t] + bwd[t]
+            yield s, t - s + 1, loop + (xf[t] if t < p - 1 else 0)
+
+
 def closed_form(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],
                 *, microbatches: int, vpp: int = 1) -> PipelineResult:
     """T = (m - 1/v) * C + fill / v, C = max over stages of (F + B + sends), fill = sum(F + B) + boundary transfers.
 
     For uniform stages without communication this is Megatron's (m + (p - 1) / v) (F + B), i.e. bubble (p-1)/(v m).
-    With slow links, 1F1B also cannot cycle faster than a round trip from stage s to the end and back divided by
-    the p - s micro-batches it may have in flight; C includes that bound.
+    With slow links, 1F1B also cannot cycle faster than any of its loops (segment_loops): C includes them.
     """
     p, m, v = len(fwd), microbatches, vpp
     sends = _sends(p, v, xf, xb)
@@ -58,10 +79,9 @@ def closed_form(fwd: list[float], bwd: list[float], xf: list[float], xb: list[fl
     cycle = max(cycles)
     bottleneck = cycles.index(cycle)
     if v == 1:
-        for s in range(p - 1):
-            round_trip = sum(fwd[s:]) + sum(bwd[s:]) + sum(transfers[s:])
-            if round_trip / (p - s) > cycle and m > p - s:
-                cycle, bottleneck = round_trip / (p - s), s
+        for s, n, loop in segment_loops(fwd, bwd, xf, xb, lat, microbatches=m):
+            if loop / n > cycle:
+                cycle, bottleneck = loop / n, s
     total = (m - 1.0 / v) * cycle + fill / v
     finish = []
     for s in range(p):

@@ -10,7 +10,9 @@ L layers; b indexes the pipeline boundaries (stage a -> stage b, plus the wrap-a
 Variables: x[s][k] stage s on group k; u[s] layers of stage s divided by v; y[s][k] = layers if x[s][k] else 0;
 z[b,k,k'] the two ends of boundary b sit on k and k'; cycle and tail as in the objective (v-scaled microseconds):
     (v m - 1) cycle + sum_s work_s + sum_b (2 send_b + 2 lat_b) + v tail
-with cycle >= work_s + v x sends touching s, tail >= DP tail of each stage. Mirrors CostTables.objective.
+with cycle >= work_s + v x sends touching s, and without interleaving n x cycle >= each loop of n micro-batches
+through the 1F1B steady state (costmodel/pipeline.py, segment_loops); tail >= DP tail of each stage. Mirrors
+CostTables.objective.
 """
 
 from __future__ import annotations
@@ -205,7 +207,34 @@ def _cycle_and_fill(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> t
     fill = sum(work)
     for bi in _chain(t):
         fill += sum((2 * t.send_us[k][k2] + 2 * t.lat_us[k][k2]) * var for (b2, k, k2), var in xv.z.items() if b2 == bi)
+    if v == 1 and p > 1:
+        _add_segment_loops(md, t, xv, work, send_of, cycle, horizon)
     return cycle, fill
+
+
+def _add_segment_loops(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: list, send_of: dict,
+                       cycle: cp_model.IntVar, horizon: int) -> None:
+    """n x cycle >= every 1F1B loop of n micro-batches (costmodel/pipeline.py, segment_loops), over prefix sums of
+    the stages' work and the boundaries' sends and latencies, so each of the p (p - 1) / 2 loops is a constraint of
+    a few terms. Why: a slow link inside the pipeline bounds the cycle as the closed form says (CostTables.objective
+    mirrors it)."""
+    p, m = t.pp, t.microbatches
+    span = p * (3 * horizon + 2 * max(max(row) for row in t.lat_us)) + 1  # work + 2 sends + 2 latencies per stage
+    send = [md.new_int_var(0, horizon, f"send{b}") for b in range(p - 1)]
+    cross = [md.new_int_var(0, span, f"cross{b}") for b in range(p - 1)]
+    for b in range(p - 1):  # boundary b joins stage b and b + 1 (index b among the boundaries)
+        md.add(send[b] == send_of[b])
+        md.add(cross[b] == 2 * send[b] + sum(2 * t.lat_us[k][k2] * var for (b2, k, k2), var in xv.z.items()
+                                               if b2 == b))
+    prefix = [md.new_int_var(0, span, f"prefix{s}") for s in range(p + 1)]
+    md.add(prefix[0] == 0)
+    for s in range(p):
+        md.add(prefix[s + 1] == prefix[s] + work[s] + (cross[s] if s < p - 1 else 0))
+    for s in range(p - 1):
+        for last in range(s + 1, min(p, s + m - 1)):
+            loop = (prefix[last + 1] - prefix[s] - (cross[last] if last < p - 1 else 0)
+                    + (send[s - 1] if s > 0 else 0) + (send[last] if last < p - 1 else 0))
+            md.add((last - s + 1) * cycle >= loop)
 
 
 def tied_expr(md: cp_model.CpModel, tied_us: tuple[tuple[int, ...], ...], xv: PlacementVars, p: int):

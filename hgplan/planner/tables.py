@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hgplan.costmodel.pipeline import segment_loops
 from hgplan.domain import NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig
 from hgplan.planner.costs import TAIL_CLASSES, CostSource, capacity_mib, layers_that_fit, tail_class
@@ -109,6 +110,14 @@ class CostTables:
         fill = sum(work) + self.first_us[assign[0]] + self.last_us[assign[-1]] + sum(
             2 * self.send_us[assign[a]][assign[b]] + 2 * self.lat_us[assign[a]][assign[b]] for a, b in self.boundaries()
             if b == a + 1)
+        if v == 1:  # 1F1B's loops through slow links (costmodel/pipeline.py, segment_loops); whole microseconds
+            stage = [w + (self.first_us[k] if s == 0 else 0) + (self.last_us[k] if s == p - 1 else 0)
+                     for s, (w, k) in enumerate(zip(work, assign))]
+            send = [self.send_us[assign[s]][assign[s + 1]] for s in range(p - 1)] + [0]
+            lat = [self.lat_us[assign[s]][assign[s + 1]] for s in range(p - 1)] + [0]
+            zero = [0] * p
+            cycle = max([cycle] + [-(-loop // n) for _, n, loop in segment_loops(stage, zero, send, send, lat,
+                                                                                   microbatches=m)])
         tail = 0
         for s, (k, n) in enumerate(zip(assign, layers)):
             c = tail_class(s, p)
