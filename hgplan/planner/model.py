@@ -198,8 +198,10 @@ def _cycle_and_fill(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> t
         work.append(expr)
     send_of = {bi: sum(t.send_us[k][k2] * var for (b2, k, k2), var in xv.z.items() if b2 == bi)
                for bi, _ in enumerate(t.boundaries())}
+    most_send = max((val for row in t.send_us for val in row if val is not None), default=0)
+    # a loop of n micro-batches averages n stages' work, the sends and latencies between them and two edge sends
     horizon = (max(t.layer_us) * L + max(t.first_us) + max(t.last_us)
-               + 2 * v * max((val for row in t.send_us for val in row if val is not None), default=0) + 1)
+               + 2 * (v + 1) * most_send + 2 * max(max(row) for row in t.lat_us) + 1)
     cycle = md.new_int_var(0, horizon, "cycle")
     for s in range(p):
         touching = [send_of[bi] for bi, (a, b) in enumerate(t.boundaries()) if s in (a, b)]
