@@ -65,8 +65,7 @@ def _end_choices(ctx: BoundContext, subset: tuple[str, ...]) -> list[tuple[str, 
     """The (first, last) groups worth bounding: one pair per pair of classes of interchangeable groups (planner/
     classes.py), since swapping two interchangeable groups changes no cost and so no bound (64 groups in four classes:
     16 choices instead of 4,032)."""
-    classes = ctx.classes or tuple((k,) for k in sorted(ctx.groups))
-    present = [members for c in classes if (members := [k for k in c if k in subset])]
+    present = ctx.members(subset)
     return [(a[0], b[0]) if a is not b else (a[0], a[1]) for a in present for b in present if a is not b or len(a) > 1]
 
 

@@ -77,8 +77,8 @@ class BoundContext:
     pair_send: dict[tuple[str, str], float]
     """Sender-busy seconds between two different, linked groups (key ordered a < b)."""
     pair_lat: dict[tuple[str, str], float]
-    classes: tuple[tuple[str, ...], ...] = ()
-    """Interchangeable groups (planner/classes.py); empty means every group is a class of its own."""
+    classes: tuple[tuple[str, ...], ...]
+    """Interchangeable groups (planner/classes.py), each class sorted; a group unlike every other is a class alone."""
     per_class: tuple[tuple[GroupBound, int], ...]
     """Each class's costs and its number of groups (what candidate_bound_s reads: one pass per class, not group)."""
     cross_send_s: float
@@ -88,8 +88,12 @@ class BoundContext:
     def subsets(self, stages: int | None = None) -> list[tuple[str, ...]]:
         """The sets of groups a placement (of `stages` stages, when given) may use, one per class of interchangeable
         sets."""
-        classes = self.classes or tuple((k,) for k in sorted(self.groups))
-        return list(canonical_subsets(classes, slots=[self.groups[c[0]].slots for c in classes], stages=stages))
+        return list(canonical_subsets(self.classes, slots=[self.groups[c[0]].slots for c in self.classes],
+                                      stages=stages))
+
+    def members(self, subset: tuple[str, ...]) -> list[list[str]]:
+        """The groups of `subset` class by class (classes with none left out), in the classes' order."""
+        return [members for c in self.classes if (members := [k for k in c if k in subset])]
 
 
 def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup]) -> BoundContext:
@@ -190,18 +194,17 @@ def _class_pairs(ctx: BoundContext, subset: tuple[str, ...]) -> list[tuple[float
     """The linked pairs of groups inside `subset`, as (fill cost, send, latency, joins two sites, count): pairs of
     interchangeable groups have the same path, so each pair of classes is one row (64 groups in four classes: ten
     rows for 2,016 pairs). The fill pays two sends and two latencies per crossing."""
-    classes = ctx.classes or tuple((k,) for k in sorted(ctx.groups))
-    present = [(c[:n], n) for c in classes if (n := sum(k in subset for k in c))]
+    present = ctx.members(subset)
     rows = []
-    for i, (ci, ni) in enumerate(present):
-        for cj, nj in present[i:]:
-            if ci is cj and ni < 2:
+    for i, ci in enumerate(present):
+        for cj in present[i:]:
+            if ci is cj and len(ci) < 2:
                 continue
-            a, b = sorted(ci[:2] if ci is cj else (ci[0], cj[0]))
+            a, b = sorted(ci[:2] if ci is cj else (ci[0], cj[0]))  # any pair of the two classes: the same path
             if (a, b) in ctx.pair_send:
                 send, lat = ctx.pair_send[(a, b)], ctx.pair_lat[(a, b)]
                 rows.append((2 * send + 2 * lat, send, lat, a.split("/")[0] != b.split("/")[0],
-                             ni * (ni - 1) // 2 if ci is cj else ni * nj))
+                             len(ci) * (len(ci) - 1) // 2 if ci is cj else len(ci) * len(cj)))
     return rows
 
 
