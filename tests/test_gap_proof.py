@@ -214,3 +214,32 @@ def test_the_proof_ends_within_the_calls_time_limit(monkeypatch):
                       cluster=ClusterInput(ref="mixed-vendor", sha256=""), model_ref="llama3.1-8b",
                       with_baselines=False)
     assert len(seen) == 1 and seen[0] - started <= 30 + 0.05  # the old deadline was the search's length later
+
+
+def test_polishing_stops_at_a_plan_it_cannot_improve_within_its_limit(monkeypatch):
+    """polish() re-solves the search's plans one by one until one's model stops at its limit without a plan that
+    simulates faster than the search's: the next plans, of the same fleet and similar shapes, fare the same (on a
+    1000-GPU five-type fleet eight such solves took 15 s and improved none). After an optimal solve it goes on."""
+    from hgplan.planner import certify
+    from hgplan.planner.search import run_search
+
+    fleet, _, _ = resolve_cluster("mixed-vendor", catalog())
+    model, _ = resolve_model("llama3.1-8b")
+    train = TrainingSettings(seq_length=2048, global_batch_size=64)
+    found = run_search(fleet, model, train, SearchOptions(top_k=4, max_pp=4)).found
+    assert len(found) >= 2
+    calls: list[str] = []
+
+    def returning(status: str):
+        def solve_stub(pt, cert, opts, *, upper, hint, left, stop_at_s):  # the search's own plan back
+            calls.append(status)
+            return Solution(status=status, objective=1, bound=0.0, assign=tuple(hint[0]), layers=tuple(hint[1]),
+                            deterministic_time=0.0, wall_time_s=0.0)
+        return solve_stub
+
+    for status, solves in (("OPTIMAL", len(found)), ("FEASIBLE", 1)):
+        calls.clear()
+        monkeypatch.setattr(certify, "_solve_with_cuts", returning(status))
+        out = certify.polish(CostSource(fleet, model, train), found, SearchOptions(), dtime_budget=10.0,
+                             stop_at_s=math.inf)
+        assert len(calls) == solves and len(out) == solves

@@ -6,10 +6,13 @@ and whether it holds the embedding or the LM head. Every stage's cycle holds its
 pays: v x (its share of the block's two cheapest partners' sends and/or the send inside the group), and the
 embedding or head work; the first and last stages also pay their class's DP tail. That caps the layers a block
 of n stages holds at cycle C (taking, for a valid bound, the most a group gains from each extra stage as
-non-increasing). Then the smallest cycle C* whose capacity holds L layers, and min over C >= C* of
-(v m - 1) C + W(C), W being the cheapest way to place the layers within those capacities (fastest groups
-first), plus the edge, crossing and tail terms. With interleaving the wrap-around boundary (last stage back to
-the first) makes the end blocks touch two crossings too.
+non-increasing). Over several sites the capacity also loses what the WAN costs: the block ends that must send to
+another site (_WanEnds) and, without interleaving, the slack 1F1B's loops through the WAN's latency leave in the
+stages next to it (_LoopSlack). Then the smallest cycle C* whose capacity holds L layers, and min over C >= C* of
+(v m - 1) C + W(C), W being the cheapest way to place the layers within those capacities (the v layers of every
+stage a group must host on it, since the others' slots cannot take them, then fastest groups first), plus the
+edge, crossing and tail terms. With interleaving the wrap-around boundary (last stage back to the first) makes
+the end blocks touch two crossings too.
 
 Legend: as in planner/bounds.py (L, p, v, m, r, tau, C, W, c1, c2); a "role" row is one group's
 (v tau, lone, end_a, end_b, interior, slots): the sure extra seconds of a lone stage, of the two end stages of a
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -79,6 +82,46 @@ def _held(c: float, role: Role, v: int) -> tuple[int | None, int | None]:
 
 
 @dataclass(frozen=True, slots=True)
+class _LoopSlack:
+    """The slack 1F1B's loops demand around the WAN (without interleaving; costmodel/pipeline.py, segment_loops).
+
+    A maximal run of consecutive WAN crossings joins stages j..j+n-1 (n - 1 crossings, so n >= 2); if n < m it is a
+    loop: n C >= the stages' cycle demands plus twice each crossing's latency, i.e. the run's stages leave slack
+    C - demand summing to at least twice the run's latencies. Runs share no stage, so over all W WAN crossings of
+    the path (sites - 1 <= W <= r - 1, each a distinct pair of groups in two sites, so their latencies are at least
+    the W cheapest such) the stages next to them leave at least S(W) = 2 x those latencies, in at most 2W stages, at
+    most two per group (a block has two ends). A stage of group k leaving slack x holds at most (C - e' - x) / tau
+    layers (e' its extras, at least the group's cheapest WAN send), while the capacity counted it at
+    v floor((C - e) / (v tau)) > (C - e) / tau - v with e <= e': so it holds more than x / tau - v layers fewer, and
+    it keeps >= v layers, so x <= C - send - v tau. The least total loss puts the slack on the slowest groups first
+    (dropping the limit of 2W stages only lowers it)."""
+
+    stages: tuple[tuple[float, float], ...]
+    """(tau, cheapest WAN send) of each group, twice (two block ends), slowest first."""
+    need: tuple[tuple[int, float], ...]
+    """(W, S(W)) for every possible number of WAN crossings."""
+    v: int
+
+    def loss(self, c: float) -> float:
+        """Least layers the loops cost the stages next to the WAN at cycle c (inf: they cannot leave the slack)."""
+        room = [(tau, max(0.0, c - send - self.v * tau)) for tau, send in self.stages]
+        least = math.inf
+        for w, need in self.need:
+            fewer, left = 0.0, need
+            for tau, cap in room:
+                take = min(cap, left)
+                fewer, left = fewer + take / tau, left - take
+                if left <= 0:
+                    break
+            if left <= 1e-12:
+                least = min(least, fewer - self.v * 2 * w)
+        if least < 0:
+            return 0.0
+        # strictly more than `least` layers, in whole layers; the 1e-9 keeps rounding on the safe side
+        return least if math.isinf(least) else math.floor(least - 1e-9) + 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class _WanEnds:
     """The block ends a placement over several sites must spend on the WAN.
 
@@ -98,6 +141,8 @@ class _WanEnds:
     single: frozenset[int] | None
     """Sites that may have only one WAN end (a path's end sites); None: any two sites (the ends are unknown)."""
     v: int
+    loops: _LoopSlack | None = None
+    """The slack 1F1B's loops demand next to the WAN (None with interleaving, or runs longer than a loop)."""
 
     def loss(self, c: float) -> float:
         """Least layers the WAN ends cost the placement at cycle c (inf: no placement)."""
@@ -121,7 +166,8 @@ class _WanEnds:
             return 0.0 if math.isinf(one_end[s]) else need[s] - one_end[s]
 
         single = sorted(allowed, key=gain, reverse=True)[:2]
-        return sum(one_end[s] if s in single else need[s] for s in range(self.sites))
+        lost = sum(one_end[s] if s in single else need[s] for s in range(self.sites))
+        return lost + (self.loops.loss(c) if self.loops else 0.0)
 
 
 class _BlockBound:
@@ -153,6 +199,20 @@ class _BlockBound:
         self.by_speed = sorted(subset, key=lambda k: (self.tau[k], k))
         self.tau_min = self.tau[self.by_speed[0]]
         self.tau_arr = np.array([self.tau[k] for k in self.by_speed])
+        self.loops = self._loop_slack(m)
+        slots = sum(gs[k].slots for k in subset)
+        self.sure_layers = np.array([self.v * max(1, self.p - (slots - gs[k].slots)) for k in self.by_speed])
+
+    def _loop_slack(self, m: int) -> _LoopSlack | None:
+        """The loops' demand next to the WAN, when every run of WAN crossings is a loop (at most r stages, fewer
+        than m) and there is no interleaving (the closed form charges 1F1B's loops only)."""
+        if self.v > 1 or self.sites == 1 or self.r >= m:
+            return None
+        lats = sorted(self.ctx.pair_lat[e] for e in itertools.combinations(self.subset, 2)
+                      if e in self.ctx.pair_lat and self.site[e[0]] != self.site[e[1]])
+        need = tuple((w, 2 * sum(lats[:w])) for w in range(self.sites - 1, min(self.r - 1, len(lats)) + 1))
+        stages = sorted(((self.tau[k], self.wan[k]) for k in self.subset for _ in range(2)), reverse=True)
+        return _LoopSlack(stages=tuple(stages), need=need, v=self.v) if need else None
 
     def roles(self, first: str | None, last: str | None) -> tuple[list[Role], _WanEnds | None]:
         """Per group, fastest first, its Role, and the WAN ends the sites demand (None within one site). Without
@@ -172,7 +232,7 @@ class _BlockBound:
             single = frozenset({self.site[first], self.site[last]}) if self.site[first] != self.site[last] \
                 else frozenset()
         return base, _WanEnds(site=tuple(self.site[k] for k in self.by_speed), variants=variants,
-                              sites=self.sites, single=single, v=self.v)
+                              sites=self.sites, single=single, v=self.v, loops=self.loops)
 
     def role(self, k: str, first: str | None, last: str | None, wan: int) -> Role:
         """Group k's Role when `wan` of its block's ends send to another site (at least self.wan[k] each). An end the
@@ -237,7 +297,7 @@ class _BlockBound:
     def work_at(self, cs: np.ndarray, role: list[Role]) -> np.ndarray:
         """W at every cycle in cs, all at or above C* (where the stages can be formed): the most layers each group's
         block holds there, each group taking every spare stage the others leave (a relaxation of sum n = p), then
-        the L layers placed fastest group first."""
+        the layers every group must hold on it, then the rest fastest group first."""
         v, p = self.v, self.p
         vt, lone, end_a, end_b, inner_extra, slots = (np.array(col)[None, :] for col in zip(*role))
         c = cs[:, None]
@@ -257,8 +317,12 @@ class _BlockBound:
         extra = np.where(one_ok & pair_ok, inc1 + interior * np.minimum(n_more, spare - 1),
                          interior * np.minimum(n_more, spare))
         pool = base + np.where(spare > 0, extra, 0)
-        before = np.cumsum(pool, axis=1) - pool
-        take = np.clip(self.L - before, 0, pool)
+        # every group of the set hosts a stage, and at least the stages the others' slots leave over, each with >= v
+        # layers: those layers sit on it whatever their speed (a set that needs a slow group's stages pays for them)
+        sure = np.minimum(self.sure_layers[None, :], pool)
+        room = pool - sure
+        before = np.cumsum(room, axis=1) - room
+        take = sure + np.clip(self.L - sure.sum(axis=1)[:, None] - before, 0, room)
         return (take * self.tau_arr[None, :]).sum(axis=1)
 
     def smallest_cycle(self, role: list[Role], hi: float, wan: _WanEnds | None = None) -> tuple[float, float]:
@@ -289,8 +353,14 @@ class _BlockBound:
         every = role + ([r for rs in wan.variants for r in rs[1:] if r is not None] if wan else [])
         c_max = max(vt * self.units + max(lone, end_a, end_b) + inner_extra
                     for vt, lone, end_a, end_b, inner_extra, _ in every if math.isfinite(lone))
-        if not self.feasible(c_max, role, wan):
+        if not self.feasible(c_max, role, wan and replace(wan, loops=None)):
             return math.inf  # this order of ends admits no placement
+        for _ in range(64):  # 1F1B's loops through the WAN can make the cycle longer than any stage's demand
+            if self.feasible(c_max, role, wan):
+                break
+            c_max *= 2
+        else:
+            wan = replace(wan, loops=None)
         if self.vm == 1:  # a single micro-batch: only the work counts, least where every stage could hold every layer
             return float(self.work_at(np.array([c_max]), role)[0])
         lo, hi = self.smallest_cycle(role, c_max, wan)

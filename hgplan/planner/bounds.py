@@ -169,6 +169,8 @@ def candidate_bound_s(ctx: BoundContext, *, L: int, p: int, v: int, m: int) -> f
             need -= take
         # a stage next to the crossing sends it and holds at least v layers
         cyc = max(integer_cycle_bound(grouped, L, v), v * cross_send + v * fastest[0][0])
+        if v == 1 and m >= 3:  # 1F1B's loop of two micro-batches through the crossing (costmodel/pipeline.py)
+            cyc = max(cyc, cross_send + cross_lat + fastest[0][0])
         compute = max(relaxation_bound(grouped, L, vm), (vm - 1) * cyc + L * fastest[0][0])
         first_min = min(gb.first_s for gb, _ in per_class)
         last_min = min(gb.last_s for gb, _ in per_class)
@@ -184,6 +186,9 @@ class SubsetTerms:
     """(send, latency) of the |S| - 1 cheapest admissible crossings, cheapest first."""
     dearest: float
     """A lower bound on the dearest send of the path."""
+    wan_loop: float
+    """A lower bound on the send + latency of the path's dearest WAN crossing (0 within one site): without
+    interleaving, 1F1B's loop through it over its two stages (>= 1 layer each) gives 2 C >= 2 (tau + send + lat)."""
     edges: float
     """Embedding and LM-head work (cheapest first and last group)."""
     fill_extra: float
@@ -249,7 +254,8 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) 
     if r > 1:
         dearest = max(dearest, sorted(send for _, send, _, _ in _cheapest(pairs, r - 1, by_send=True))[-1])
     per_stage = math.ceil(L / p)
-    return SubsetTerms(crossings=tuple(crossings), dearest=dearest,
+    wan_loop = max(send + lat for _, send, lat, _ in _cheapest(inter, sites - 1)) if sites > 1 else 0.0
+    return SubsetTerms(crossings=tuple(crossings), dearest=dearest, wan_loop=wan_loop,
                        edges=min(gs[k].first_s for k in subset) + min(gs[k].last_s for k in subset),
                        fill_extra=sum(fill for fill, *_ in must + rest),
                        tail=min(gs[k].tail.least(per_stage) for k in subset))
@@ -258,8 +264,9 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) 
 def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int) -> dict[tuple[str, ...], float]:
     """Lower bound (us) per set S of groups a placement uses (fast; block_bound_us refines one S later).
 
-    Compute uses one slot of every group of S plus the fastest others; the crossings' sends and latencies sit in
-    the fill, and the stage next to the dearest crossing holds at least v layers besides sending it.
+    Compute uses the slots every group of S must fill (one, or the stages the others' slots leave over, each with v
+    layers at that group's rate) plus the fastest others; the crossings' sends and latencies sit in the fill, and
+    the stage next to the dearest crossing holds at least v layers besides sending it.
     (Charging the sends to particular slots' cycles is left to block_bound_us: with whole layers per stage, which
     slot absorbs a send best is not known in advance.)
     """
@@ -267,17 +274,22 @@ def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int) 
     vm = v * m
     out: dict[tuple[str, ...], float] = {}
     for subset in ctx.subsets(p):
-        r = len(subset)
         terms = subset_terms(ctx, subset, L=L, p=p)
         if terms is None:
             continue
-        chosen = [gs[k].layer_s for k in subset]
-        rest = sorted(gs[k].layer_s for k in subset for _ in range(gs[k].slots - 1))
-        taus = sorted(chosen + rest[:p - r])
+        # each group hosts a stage, and at least the stages the others' slots leave over, each with >= v layers
+        slots = sum(gs[k].slots for k in subset)
+        sure = {k: max(1, p - (slots - gs[k].slots)) for k in subset}
+        chosen = [gs[k].layer_s for k in subset for _ in range(sure[k])]
+        rest = sorted(gs[k].layer_s for k in subset for _ in range(gs[k].slots - sure[k]))
+        taus = sorted(chosen + rest[:p - len(chosen)])
         cyc = integer_cycle_bound([(tau, 1, 0.0) for tau in taus], L, v)
         if terms.crossings:  # the stage next to the dearest crossing sends it and works on >= v layers
             cyc = max(cyc, v * terms.dearest + v * min(taus))
-        compute = max(relaxation_bound([(tau, 1, 0.0) for tau in taus], L, vm), (vm - 1) * cyc + L * taus[0])
+        if v == 1 and m >= 3:  # the loop of two micro-batches through the dearest WAN crossing (segment_loops)
+            cyc = max(cyc, terms.wan_loop + min(taus))
+        work = sum(v * n * gs[k].layer_s for k, n in sure.items()) + (L - v * sum(sure.values())) * taus[0]
+        compute = max(relaxation_bound([(tau, 1, 0.0) for tau in taus], L, vm), (vm - 1) * cyc + work)
         out[subset] = (compute + terms.edges + terms.fill_extra + v * terms.tail) / v * US
     return out
 
