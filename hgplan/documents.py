@@ -214,6 +214,8 @@ class SolverRecord(Doc):
     budget_deterministic_s: float
     max_gap: float
     solver_params: str = Field("", description="text-format SatParameters given with --solver-params")
+    lower_bound_params: str = Field("", description="text-format SatParameters hgplan sets on its lower-bound models "
+                                    "(polishing and --prove-gap), before --solver-params")
 
 
 class CandidateCounts(Doc):

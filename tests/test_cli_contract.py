@@ -112,6 +112,7 @@ def test_solver_record_lists_the_limits_the_solves_used(plan_file):
     first_attempt_wall = max(SAFETY_WALL_MIN_S, SAFETY_WALL_FACTOR * opts.per_solve_s)
     assert solver["max_time_in_seconds"] >= first_attempt_wall and solver["max_time_in_seconds"] != 30.0
     assert solver["num_workers"] == 1 and solver["solver_params"] == ""
+    assert solver["lower_bound_params"] == "add_mir_cuts: false add_cg_cuts: false"
 
 
 def test_solver_params_and_export_model(cli, tmp_path):

@@ -10,6 +10,8 @@ import itertools
 import math
 import random
 import time
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
@@ -231,7 +233,8 @@ def test_polishing_stops_at_a_plan_it_cannot_improve_within_its_limit(monkeypatc
     calls: list[str] = []
 
     def returning(status: str):
-        def solve_stub(pt, cert, opts, *, upper, hint, left, stop_at_s):  # the search's own plan back
+        def solve_stub(pt, cert, opts, *, upper, hint, left, stop_at_s, patience_dtime):  # the search's plan back
+            assert patience_dtime == opts.per_solve_s
             calls.append(status)
             return Solution(status=status, objective=1, bound=0.0, assign=tuple(hint[0]), layers=tuple(hint[1]),
                             deterministic_time=0.0, wall_time_s=0.0)
@@ -243,3 +246,61 @@ def test_polishing_stops_at_a_plan_it_cannot_improve_within_its_limit(monkeypatc
         out = certify.polish(CostSource(fleet, model, train), found, SearchOptions(), dtime_budget=10.0,
                              stop_at_s=math.inf)
         assert len(calls) == solves and len(out) == solves
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """A stand-in critical chain: it always cuts the round's plan off."""
+    n: int
+    stage: int = 0
+
+    def weight(self, *times, vpp):
+        return 10 ** 9
+
+
+def test_polishing_rounds_stop_at_the_first_plan_no_faster_than_the_best(monkeypatch):
+    """Polishing wants a plan, not a bound: once its cut rounds have spent patience_dtime they stop at the first whose
+    plan simulates no faster than the best before it (cheap rounds, and the proof's rounds, go on, each raising the
+    bound). Rounds' plans simulate at 10, 8, 9, 7 (the last at its model's bound: converged)."""
+    from hgplan.planner import certify
+
+    simulated = [10, 8, 9, 7]
+
+    class Pt:
+        base = SimpleNamespace(pp=1, microbatches=4, vpp=1)
+
+        def simulated(self, assign, layers):
+            return simulated[layers[0]], [_Chain(layers[0])]
+
+        def tails(self, assign, layers):
+            return [0]
+
+        def stage_times(self, assign, layers):
+            return [0], [0]
+
+        def edge_times(self, assign):
+            return [], []
+
+    def round_stub(pt, params, *, upper_bound, hint, cuts):
+        n = len(cuts)  # one chain added per round: the round's index; the last round's bound reaches its plan
+        return Solution(status="OPTIMAL", objective=simulated[n] if n == len(simulated) - 1 else 1, bound=1.0,
+                        assign=(0,), layers=(n,), deterministic_time=0.5, wall_time_s=0.0)
+
+    monkeypatch.setattr(certify, "solve_path", round_stub)
+    for patience, rounds, best in ((1.0, 3, 8), (2.0, 4, 7), (math.inf, 4, 7)):  # 0.5 deterministic s a round
+        cert = Certificate(bound_us=math.inf)
+        sol = _solve_with_cuts(Pt(), cert, SearchOptions(), upper=None, hint=None, left=60.0, stop_at_s=math.inf,
+                               patience_dtime=patience)
+        assert cert.solved + cert.rounds == rounds and simulated[sol.layers[0]] == best
+
+
+def test_lower_bound_models_run_without_mir_and_cg_cuts_unless_the_user_says(monkeypatch):
+    """The lower-bound models get PATH_MODEL_PARAMS, and --solver-params after them (so the user's word wins)."""
+    from hgplan.planner import path_model
+
+    seen = []
+    monkeypatch.setattr(path_model, "run_model", lambda md, xv, t, classes, params, hint: seen.append(params.extra))
+    _, _, pt = next(iter(_sampled_candidates(0, 1)))
+    solve_path(pt, SolverParams())
+    solve_path(pt, SolverParams(extra="add_mir_cuts: true"))
+    assert seen == [path_model.PATH_MODEL_PARAMS, path_model.PATH_MODEL_PARAMS + " add_mir_cuts: true"]

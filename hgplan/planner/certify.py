@@ -144,16 +144,18 @@ MAX_CUTS = 400
 
 
 def _solve_with_cuts(pt, cert: Certificate, opts: SearchOptions, *, upper: int, hint, left: float,
-                     stop_at_s: float) -> Solution:
+                     stop_at_s: float, patience_dtime: float = math.inf) -> Solution:
     """Solve the candidate's lower-bound model; while its optimum simulates longer than its bound (on the same
     rounded-down tables), add that plan's critical chains (valid for every plan of the shape) and solve again.
 
     Returns the plan of the round that simulates fastest (a later round, stopped at its limit, can return a worse
     one than an earlier round's optimum), with the highest bound any round proved (each is valid for every plan of
-    the candidate) and the last round's status."""
+    the candidate) and the last round's status. Polishing, which wants a plan, not a bound, passes patience_dtime:
+    once the rounds have spent that much deterministic time, they stop at the first whose plan simulates no faster
+    than the best before it."""
     t = pt.base
     cuts = cert.cuts.setdefault((t.pp, t.microbatches, t.vpp), [])
-    budget_end = cert.deterministic_time + left
+    started, budget_end = cert.deterministic_time, cert.deterministic_time + left
     best: tuple[int, Solution] | None = None
     bound = -math.inf
     for attempt in range(MAX_CUT_ROUNDS + 1):
@@ -168,9 +170,11 @@ def _solve_with_cuts(pt, cert: Certificate, opts: SearchOptions, *, upper: int, 
             break
         assign, layers = list(sol.assign), list(sol.layers)
         value, chains = pt.simulated(assign, layers)
-        if best is None or value < best[0]:
+        improved = best is None or value < best[0]
+        if improved:
             best = (value, sol)
-        if sol.status != "OPTIMAL" or attempt == MAX_CUT_ROUNDS or time.perf_counter() > stop_at_s:
+        if sol.status != "OPTIMAL" or attempt == MAX_CUT_ROUNDS or time.perf_counter() > stop_at_s \
+                or (not improved and cert.deterministic_time - started >= patience_dtime):
             break
         times, tails = _times(pt, sol), pt.tails(assign, layers)
         new = [c for c in chains  # the chains that cut this plan off, once each
@@ -235,7 +239,8 @@ def polish(costs: CostSource, found: list[Found], opts: SearchOptions, *, dtime_
             break
         pt = build_path_tables(costs, f.tables, hosts)
         hint = (list(f.solution.assign), list(f.solution.layers))
-        sol = _solve_with_cuts(pt, cert, opts, upper=None, hint=hint, left=left, stop_at_s=stop_at_s)
+        sol = _solve_with_cuts(pt, cert, opts, upper=None, hint=hint, left=left, stop_at_s=stop_at_s,
+                               patience_dtime=opts.per_solve_s)
         closed = f.tables.objective(list(sol.assign), list(sol.layers)) if sol.objective is not None else None
         if closed is not None:  # kept with its closed-form objective, as every plan of the search (solver.objective_s)
             out.append(Found(cfg=f.cfg, tables=f.tables, solution=replace(sol, status="SIM_" + sol.status,
