@@ -278,6 +278,8 @@ class AsymmetricRecord(Doc):
 
     stock_iteration_time_s: float
     stock_plan: PlanRecord
+    stock_family: str = Field("", description="which stock plans the stock best was chosen from (FlagScale's "
+                              "heterogeneous mode runs neither interleaving nor context parallelism)")
     best_is_asymmetric: bool
     speedup_over_stock: float = Field(description="stock best / best iteration time (>= 1)")
     best_objective_s: float

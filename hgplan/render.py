@@ -139,7 +139,8 @@ def search_report(out: Console, report: SearchReport) -> None:
     if a is not None:
         kind = "an asymmetric plan" if a.best_is_asymmetric else "a stock plan (no asymmetric plan was faster)"
         out.print(f"flagscale: the best is {kind}, {a.speedup_over_stock:.3f}x the best stock plan "
-                  f"({a.stock_iteration_time_s:.3f} s); mesh search: {a.candidates.solved} solved, "
+                  f"({a.stock_iteration_time_s:.3f} s; {a.stock_family or 'stock plans'}); "
+                  f"mesh search: {a.candidates.solved} solved, "
                   f"{a.candidates.pruned_by_bound} pruned, {a.candidates.skipped_by_budget} skipped of "
                   f"{a.candidates.total}, bound {a.bound_s:.3f} s, proven gap {a.relative_gap:.2%}; {a.stopped_by}")
     for idle in report.idle_gpus:

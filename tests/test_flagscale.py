@@ -164,6 +164,8 @@ def test_cli_search_and_export_flagscale(a100_t4, tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["asymmetric"]["speedup_over_stock"] >= 1.0
+    # what the stock best leaves out, said
+    assert "no interleaving, no context parallelism" in doc["asymmetric"]["stock_family"]
     assert doc["plans"][0]["prediction"]["iteration_time_s"] <= doc["asymmetric"]["stock_iteration_time_s"]
     r = runner.invoke(app, ["export", str(tmp_path / "plan.json"), "-f", "flagscale", "-o", str(tmp_path / "fs")])
     assert r.exit_code == 0, r.output

@@ -245,11 +245,17 @@ def _with_faster_baselines(ranked: list, baselines: list[bl.Baseline], warnings:
     return sorted(ranked + extra, key=lambda e: e[1].iteration_time_s)
 
 
+FLAGSCALE_STOCK_FAMILY = ("stock plans FlagScale's heterogeneous mode runs: no interleaving, no context parallelism; "
+                          "--target megatron searches those too")
+"""What --target flagscale's stock best is the best of (planner/candidates.py leaves vpp > 1 and cp > 1 out)."""
+
+
 def _asymmetric_record(result: SearchResult, mesh: MeshResult, stock: tuple, best: tuple) -> AsymmetricRecord:
     """The two families side by side (both by the reported model) and what the two searches proved."""
     best_us, bound = _best_and_bound_us(result, mesh)
     return AsymmetricRecord(
         stock_iteration_time_s=rounded(stock[1].iteration_time_s), stock_plan=plan_record(stock[0]),
+        stock_family=FLAGSCALE_STOCK_FAMILY,
         best_is_asymmetric=best[0].asymmetric,
         speedup_over_stock=rounded(stock[1].iteration_time_s / best[1].iteration_time_s, 4),
         best_objective_s=rounded(best_us / 1e6), bound_s=rounded(bound / 1e6),
