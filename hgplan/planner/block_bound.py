@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hgplan.plan import ParallelConfig
-from hgplan.planner.bounds import BLOCK_GRID, FLOOR_EPS, BoundContext, subset_terms
+from hgplan.planner.bounds import BLOCK_GRID, FLOOR_EPS, BoundContext, subset_terms, sure_stages
 from hgplan.planner.costs import US
 
 Role = tuple[float, float, float, float, float, int]
@@ -200,8 +200,8 @@ class _BlockBound:
         self.tau_min = self.tau[self.by_speed[0]]
         self.tau_arr = np.array([self.tau[k] for k in self.by_speed])
         self.loops = self._loop_slack(m)
-        slots = sum(gs[k].slots for k in subset)
-        self.sure_layers = np.array([self.v * max(1, self.p - (slots - gs[k].slots)) for k in self.by_speed])
+        sure = sure_stages(ctx, subset, self.p)
+        self.sure_layers = np.array([self.v * sure[k] for k in self.by_speed])
 
     def _loop_slack(self, m: int) -> _LoopSlack | None:
         """The loops' demand next to the WAN, when every run of WAN crossings is a loop (at most r stages, fewer

@@ -254,11 +254,18 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) 
     if r > 1:
         dearest = max(dearest, sorted(send for _, send, _, _ in _cheapest(pairs, r - 1, by_send=True))[-1])
     per_stage = math.ceil(L / p)
-    wan_loop = max(send + lat for _, send, lat, _ in _cheapest(inter, sites - 1)) if sites > 1 else 0.0
+    wan_loop = max((send + lat for _, send, lat, _ in must), default=0.0)  # fill cost orders pairs by send + lat
     return SubsetTerms(crossings=tuple(crossings), dearest=dearest, wan_loop=wan_loop,
                        edges=min(gs[k].first_s for k in subset) + min(gs[k].last_s for k in subset),
                        fill_extra=sum(fill for fill, *_ in must + rest),
                        tail=min(gs[k].tail.least(per_stage) for k in subset))
+
+
+def sure_stages(ctx: BoundContext, subset: tuple[str, ...], p: int) -> dict[str, int]:
+    """The stages each group of `subset` hosts in any placement of p stages on exactly it: one, or the stages the
+    others' slots leave over (each holds >= v layers at that group's rate, whatever its speed)."""
+    slots = sum(ctx.groups[k].slots for k in subset)
+    return {k: max(1, p - (slots - ctx.groups[k].slots)) for k in subset}
 
 
 def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int) -> dict[tuple[str, ...], float]:
@@ -277,9 +284,7 @@ def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int) 
         terms = subset_terms(ctx, subset, L=L, p=p)
         if terms is None:
             continue
-        # each group hosts a stage, and at least the stages the others' slots leave over, each with >= v layers
-        slots = sum(gs[k].slots for k in subset)
-        sure = {k: max(1, p - (slots - gs[k].slots)) for k in subset}
+        sure = sure_stages(ctx, subset, p)
         chosen = [gs[k].layer_s for k in subset for _ in range(sure[k])]
         rest = sorted(gs[k].layer_s for k in subset for _ in range(gs[k].slots - sure[k]))
         taus = sorted(chosen + rest[:p - len(chosen)])
