@@ -73,6 +73,20 @@ def _objectives(t: MeshTables, assign: list[int], choice: dict[int, int], splits
     return np.where(ok, (m - 1) * cycle + fill + tails.max(axis=1), np.inf)
 
 
+def candidate_best(t: MeshTables):
+    """(objective us, (assign, choice, layers)) of the best plan of one candidate's tables, or (inf, None)."""
+    best_us, best = math.inf, None
+    splits = compositions(t.num_layers, t.pp)
+    for assign, choice in _placements(t):
+        obj = _objectives(t, assign, choice, splits)
+        if obj is None:
+            continue
+        i = int(np.argmin(obj))
+        if obj[i] < best_us:
+            best_us, best = float(obj[i]), (assign, choice, [int(x) for x in splits[i]])
+    return best_us, best
+
+
 def exhaustive_mesh_best(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions):
     """(objective us, (tables, assign, choice, layers)) of the best mesh plan, or (inf, None)."""
     L, gbs = costs.model.num_layers, costs.train.global_batch_size
@@ -82,12 +96,7 @@ def exhaustive_mesh_best(costs: CostSource, groups: list[NodeGroup], opts: Searc
             t = unpruned_tables(costs, B, P, groups, opts)
             if t is None:
                 continue
-            splits = compositions(L, P)
-            for assign, choice in _placements(t):
-                obj = _objectives(t, assign, choice, splits)
-                if obj is None:
-                    continue
-                i = int(np.argmin(obj))
-                if obj[i] < best_us:
-                    best_us, best = float(obj[i]), (t, assign, choice, [int(x) for x in splits[i]])
+            obj, plan = candidate_best(t)
+            if obj < best_us:
+                best_us, best = obj, (t, *plan)
     return best_us, best

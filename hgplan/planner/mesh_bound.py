@@ -10,8 +10,12 @@ Objective (MeshTables.objective) = (m - 1) cycle + fill + tail, each bounded fro
   own sends, at its ends the boundaries to other hosts (at least the least cross send of the option) unless the
   block holds the pipeline's first or last stage. A knapsack over hosts (stages taken, first and last stage
   placed) gives the most layers P stages hold at c; the least c at which they hold L is found by bisection.
-- fill: the work of L layers at the fastest option, the cheapest embedding and head, and every boundary's least
-  send and latency, forward and backward.
+- fill: the work of the L layers, the cheapest embedding and head, and every boundary's least send and latency,
+  forward and backward. The work depends on the cycle: at cycle c host h holds at most cap_h(c) layers (its best
+  block under any option and role) at no less than the per-layer time of its fastest option that holds one, so
+  W(c) = the L layers placed fastest host first within those caps; W does not increase with c. A plan whose cycle
+  is c pays (m - 1) c + W(c), so the bound is min over c >= C* of that (on a grid, as in planner/block_bound.py):
+  near C* the fastest hosts cannot take every layer and the slower ones' work counts.
 - tail: the first stage's least tail (the tied-embedding sync included) and the fullest stage's (at least
   ceil(L / P) layers).
 """
@@ -30,6 +34,8 @@ BOUND_RESOLUTION_US = 1.0
 """The bisection stops when the bound is known to within this (the tables' resolution)."""
 NONE = -1e18
 """Stands for "cannot" in the knapsack (numpy max-plus arithmetic)."""
+WORK_GRID = 16
+"""Intervals over which the bound minimises (m - 1) c + W(c); each costs at most 1/WORK_GRID of W's range."""
 
 
 def _least(vals: list[float]) -> float:
@@ -65,6 +71,11 @@ def _held(a: dict[str, np.ndarray], cycle: float, penalty: np.ndarray) -> np.nda
 def _gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, int], np.ndarray]:
     """gain[(f, l)][j]: most layers j stages of this host hold (NONE where it cannot), f / l: whether its block
     holds the pipeline's first / last stage."""
+    return {key: g.max(axis=1) for key, g in _option_gains(a, cycle, P).items()}
+
+
+def _option_gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, int], np.ndarray]:
+    """As _gains, per option: gain[(f, l)][j, o]."""
     j = np.arange(P + 1)[:, None]
     out = {}
     for f in (0, 1):
@@ -72,8 +83,8 @@ def _gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, in
             if P == 1:
                 if f and last:
                     one = _held(a, cycle, a["first"] + a["last"])
-                    g = np.full(2, NONE)
-                    g[1] = one.max()
+                    g = np.full((2, one.size), NONE)
+                    g[1] = one
                     out[(1, 1)] = g
                 continue
             if f and last:
@@ -87,15 +98,15 @@ def _gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, in
             many = head + tail + (j - 2) * np.where(j >= 3, mid, 0.0)
             cap = np.where(j == 1, single, many)
             ok = (j >= 1) & (j <= a["slots"]) & (cap > 0) & ((j < 3) | (mid > 0))
-            out[(f, last)] = np.where(ok, cap, NONE).max(axis=1)
+            out[(f, last)] = np.where(ok, cap, NONE)
     if P > 1:  # one host holds the whole pipeline: first and last stage on it, no boundary to another host
         head = _held(a, cycle, a["first"] + a["intra"])
         tail = _held(a, cycle, a["last"] + a["intra"])
         mid = _held(a, cycle, 2 * a["intra"])
         cap = head + tail + (P - 2) * (mid if P >= 3 else 0.0)
         ok = (P <= a["slots"]) & (head > 0) & (tail > 0) & ((P < 3) | (mid > 0))
-        g = np.full(P + 1, NONE)
-        g[P] = np.where(ok, cap, NONE).max()
+        g = np.full((P + 1, cap.size), NONE)
+        g[P] = np.where(ok, cap, NONE)
         out[(1, 1)] = g
     return out
 
@@ -121,6 +132,41 @@ def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float
                 nxt[key] = np.maximum(nxt[key], np.where(cand > NONE / 2, cand, NONE))
         best = nxt
     return float(best[(1, 1)][P])
+
+
+def _work_at(hosts: list[dict[str, np.ndarray]], cycle: float, P: int, L: int) -> float:
+    """W(cycle): least work (us) of the L layers on stages no longer than the cycle. Host h holds at most its best
+    block's layers under any option and role, each at no less than the per-layer time of its fastest option that
+    holds a layer at this cycle; the layers go fastest host first (inf when the caps cannot take them)."""
+    rows = []
+    for a in hosts:
+        per_option = np.max([g.max(axis=0) for g in _option_gains(a, cycle, P).values()], axis=0)
+        holds = per_option >= 1
+        if holds.any():
+            rows.append((float(a["tau"][holds].min()), float(per_option.max())))
+    work, left = 0.0, float(L)
+    for tau, cap in sorted(rows):
+        take = min(cap + LAYER_SLACK, left)
+        work, left = work + take * tau, left - take
+        if left <= 0:
+            return work
+    return math.inf
+
+
+def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, lo: float, hi: float,
+                   top: float) -> float:
+    """Least (m - 1) c + W(c) over the cycles c a plan can have: above lo (too short) and at most top. W does not
+    increase, so on [c_i, c_i+1) the value is at least (m - 1) c_i + W(c_i+1) (and W(hi) below hi, the least
+    cycle known to hold the layers); past lo + span, span = (W(hi) - W(top)) / (m - 1), nothing beats the value
+    at lo."""
+    if m == 1:
+        return _work_at(hosts, top, P, L)
+    w_hi, w_top = _work_at(hosts, hi, P, L), _work_at(hosts, top, P, L)
+    if not math.isfinite(w_hi):
+        return (m - 1) * lo + w_top
+    grid = lo + max(0.0, w_hi - w_top) / (m - 1) * np.arange(WORK_GRID + 1) / WORK_GRID
+    works = [_work_at(hosts, max(float(c), hi), P, L) for c in grid[1:]]
+    return min([(m - 1) * lo + w_hi] + [(m - 1) * float(c) + w for c, w in zip(grid[:-1], works)])
 
 
 def _sends_fill_us(t: MeshTables) -> float:
@@ -173,4 +219,6 @@ def tables_bound_us(t: MeshTables, fill_us: float, *, cycle_lo_us: float = 0.0, 
     while (m - 1) * (hi - lo) > BOUND_RESOLUTION_US:
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if _capacity(hosts, mid, P) >= L else (mid, hi)
-    return (m - 1) * lo + rest
+    edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
+    rest_work = _sends_fill_us(t) + _tail_us(t) + edges
+    return max((m - 1) * lo + rest, _least_work_us(hosts, P, L, m, lo, hi, top) + rest_work)

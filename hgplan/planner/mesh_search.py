@@ -9,7 +9,9 @@ Two lower bounds per candidate (us): a cheap one over all candidates up front (e
 cycle, so host h under option o holds at most cycle / tau_o layers on each of j <= slots_o stages; a knapsack over
 stage counts gives cycle >= L / cap(P), and the objective is at least (m - 1) L / cap(P) plus the work of L layers
 at the fastest per-layer time), and a tighter one from the candidate's tables when it is first taken
-(planner/mesh_bound.py: whole layers, memory, boundaries, the embedding and the head, the tail).
+(planner/mesh_bound.py: whole layers, memory, boundaries, the embedding and the head, the tail, the work the
+fastest hosts cannot hold at the cycle). A solve that ends at its limit without a proof is tried again with twice
+the time after every candidate has had its first solve.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from hgplan.planner.mesh_bound import tables_bound_us
 from hgplan.planner.mesh_model import MeshSolution, solve_mesh
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables, host_options
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
-from hgplan.planner.search import solve_params, within
+from hgplan.planner.search import MAX_RETRIES, solve_params, within
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,23 +134,29 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     stop_at = opts.stop_at_s(start)
     heap, fills = _candidates(costs, groups, opts)
     heapq.heapify(heap)
+    # solves that ended at their limit without a proof wait here, with their tables, for another try with twice the
+    # time once every candidate has had its first (best-first among them, like the candidates)
+    retries: list[tuple] = []
     res = MeshResult(found=[], candidates_total=len(heap))
     best, closed = incumbent_us, []
     last: tuple[tuple[int, int] | None, MeshTables | None] = (None, None)
-    while heap:
-        lb, B, P, refined = heapq.heappop(heap)
+    while heap or retries:
+        src = heap if heap else retries
+        lb, B, P, refined, *kept = heapq.heappop(src)
         if lb >= best * (1 - opts.max_gap):
-            res.candidates_pruned = len(heap) + 1
+            res.candidates_pruned += (len(heap) + 1) if src is heap else 0
             closed.append(lb)
-            break
+            src.clear()
+            continue
         remaining = DTIME_PER_WALL * opts.budget_s - res.deterministic_time
         if remaining <= 0 or time.perf_counter() > stop_at:
             res.stopped_by = "budget" if remaining <= 0 else "wall"
-            res.candidates_skipped = len(heap) + 1
-            closed.append(lb)
+            res.candidates_skipped = len(heap) + (src is heap)
+            closed.append(min([lb] + [e[0] for e in retries[:1]]))
             break
-        # a refined candidate is often taken right after its refinement: its tables are kept for that case
-        t = last[1] if last[0] == (B, P) else build_mesh_tables(costs, B, P, groups, opts)
+        # a refined candidate is often taken right after its refinement: its tables are kept for that case (and a
+        # retry carries its own)
+        t = kept[0] if kept else last[1] if last[0] == (B, P) else build_mesh_tables(costs, B, P, groups, opts)
         last = ((B, P), t)
         if t is None:
             continue
@@ -159,22 +167,35 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             if math.isfinite(better):
                 heapq.heappush(heap, (better, B, P, 1))
             continue
-        upper = math.ceil(best) if math.isfinite(best) else None
-        params = within(solve_params(opts, 0, remaining), stop_at)
-        sol = solve_mesh(t, params, upper_bound=upper, log=log)
-        res.candidates_solved += 1
-        res.deterministic_time += sol.deterministic_time
-        res.statuses[sol.status] = res.statuses.get(sol.status, 0) + 1
-        if sol.objective is not None:
-            res.found.append(MeshFound(tables=t, solution=sol))
-            best = min(best, sol.objective)
-        if sol.status == "INFEASIBLE":
-            closed.append(upper if upper is not None else math.inf)
-        elif sol.status == "OPTIMAL":
-            closed.append(max(lb, sol.objective))
+        params = within(solve_params(opts, refined - 1, remaining), stop_at)
+        bound, again = _solve(t, params, lb, best, refined - 1, res, log)
+        best = min([best] + [f.time_us for f in res.found[-1:]])
+        if again:
+            heapq.heappush(retries, (bound, B, P, refined + 1, t))
         else:
-            closed.append(max(lb, min(sol.bound, upper if upper is not None else math.inf)))
+            closed.append(bound)
     res.found.sort(key=lambda f: f.time_us)
     res.bound_us = min([best] + closed)
     res.wall_time_s = time.perf_counter() - start
     return res
+
+
+def _solve(t: MeshTables, params, lb: float, best: float, attempt: int, res: MeshResult,
+           log: Callable[[str], None] | None) -> tuple[float, bool]:
+    """Solve one candidate against the incumbent `best` (its plan, if any, goes to res.found); returns (its bound,
+    whether to try it again with twice the time: once in any case, since a candidate whose 1 s solve proved nothing
+    often proves in 1.4 s that nothing beats the incumbent; again only after a solve that got somewhere)."""
+    upper = math.ceil(best) if math.isfinite(best) else None
+    sol = solve_mesh(t, params, upper_bound=upper, log=log)
+    res.candidates_solved += attempt == 0
+    res.deterministic_time += sol.deterministic_time
+    res.statuses[sol.status] = res.statuses.get(sol.status, 0) + 1
+    if sol.objective is not None:
+        res.found.append(MeshFound(tables=t, solution=sol))
+    if sol.status == "INFEASIBLE":
+        return (upper if upper is not None else math.inf), False
+    if sol.status == "OPTIMAL":
+        return max(lb, sol.objective), False
+    bound = max(lb, min(sol.bound, upper if upper is not None else math.inf))
+    again = attempt == 0 or (attempt < MAX_RETRIES and (sol.objective is not None or bound > lb))
+    return bound, again
