@@ -216,6 +216,8 @@ class SolverRecord(Doc):
     solver_params: str = Field("", description="text-format SatParameters given with --solver-params")
     lower_bound_params: str = Field("", description="text-format SatParameters hgplan sets on its lower-bound models "
                                     "(polishing and --prove-gap), before --solver-params")
+    mesh_params: str = Field("", description="text-format SatParameters hgplan sets on the asymmetric family's "
+                             "models (--target flagscale only), before --solver-params")
 
 
 class CandidateCounts(Doc):

@@ -113,6 +113,7 @@ def test_solver_record_lists_the_limits_the_solves_used(plan_file):
     assert solver["max_time_in_seconds"] >= first_attempt_wall and solver["max_time_in_seconds"] != 30.0
     assert solver["num_workers"] == 1 and solver["solver_params"] == ""
     assert solver["lower_bound_params"] == "add_mir_cuts: false add_cg_cuts: false"
+    assert "mesh_params" not in solver  # --target flagscale only (tests/test_flagscale.py)
 
 
 def test_solver_params_and_export_model(cli, tmp_path):

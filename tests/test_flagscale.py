@@ -166,6 +166,8 @@ def test_cli_search_and_export_flagscale(a100_t4, tmp_path):
     assert doc["asymmetric"]["speedup_over_stock"] >= 1.0
     # what the stock best leaves out, said
     assert "no interleaving, no context parallelism" in doc["asymmetric"]["stock_family"]
+    # the mesh models' own CP-SAT parameters, recorded (plain search has no such field: tests/test_cli_contract.py)
+    assert doc["solver"]["mesh_params"] == "cp_model_probing_level: 0"
     assert doc["plans"][0]["prediction"]["iteration_time_s"] <= doc["asymmetric"]["stock_iteration_time_s"]
     r = runner.invoke(app, ["export", str(tmp_path / "plan.json"), "-f", "flagscale", "-o", str(tmp_path / "fs")])
     assert r.exit_code == 0, r.output
@@ -217,3 +219,21 @@ def test_flagscale_target_keeps_the_polished_stock_plan():
                             model_ref="llama3.1-70b", with_baselines=False)
     assert flag.asymmetric.stock_iteration_time_s == plain.plans[0].prediction.iteration_time_s
     assert flag.plans[0].prediction.iteration_time_s <= plain.plans[0].prediction.iteration_time_s
+
+
+def test_mesh_solves_run_without_probing_unless_the_user_says(a100_t4, monkeypatch):
+    """Every mesh solve gets MESH_MODEL_PARAMS, and --solver-params after them (so the user's word wins)."""
+    from hgplan.planner import mesh_model
+    from hgplan.planner.model import SolverParams
+    from hgplan.planner.mesh_tables import build_mesh_tables
+
+    _, fleet, model, train = a100_t4
+    t = build_mesh_tables(CostSource(fleet, model, train), 8, 2, list(fleet.groups),
+                          SearchOptions(target=Target.FLAGSCALE))
+    seen = []
+    real = mesh_model.configure_solver
+    monkeypatch.setattr(mesh_model, "configure_solver", lambda solver, params, log: (seen.append(params.extra),
+                                                                                     real(solver, params, log)))
+    mesh_model.solve_mesh(t, SolverParams(max_deterministic_time=1.0))
+    mesh_model.solve_mesh(t, SolverParams(max_deterministic_time=1.0, extra="cp_model_probing_level: 2"))
+    assert seen == [mesh_model.MESH_MODEL_PARAMS, mesh_model.MESH_MODEL_PARAMS + " cp_model_probing_level: 2"]

@@ -26,6 +26,7 @@ from hgplan.planner import baselines as bl
 from hgplan.planner.candidates import base_configs, cand_key
 from hgplan.planner.certify import certify, polish
 from hgplan.planner.costs import US, CostSource
+from hgplan.planner.mesh_model import MESH_MODEL_PARAMS
 from hgplan.planner.mesh_search import MeshResult, mesh_search
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.path_model import PATH_MODEL_PARAMS
@@ -136,7 +137,8 @@ def _solver_record(result: SearchResult, opts: SearchOptions) -> SolverRecord:
     """The parameters every solve shared and the largest limits any solve ran under."""
     limits = {**solve_params(opts, 0).to_dict(), **result.solver_limits}
     return SolverRecord(**limits, time_limit_s=opts.budget_s, budget_deterministic_s=round(DTIME_PER_WALL * opts.budget_s, 3),
-                        max_gap=opts.max_gap, solver_params=opts.solver_params, lower_bound_params=PATH_MODEL_PARAMS)
+                        max_gap=opts.max_gap, solver_params=opts.solver_params, lower_bound_params=PATH_MODEL_PARAMS,
+                        **({"mesh_params": MESH_MODEL_PARAMS} if opts.target == Target.FLAGSCALE else {}))
 
 
 def _best_and_bound_us(result: SearchResult, mesh: MeshResult | None) -> tuple[float, float]:
