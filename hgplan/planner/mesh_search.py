@@ -28,6 +28,7 @@ from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_bound import tables_bound_us
 from hgplan.planner.mesh_model import MeshSolution, solve_mesh
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables, host_options
+from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
 from hgplan.planner.search import MAX_RETRIES, solve_params, within
 
@@ -180,7 +181,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     return res
 
 
-def _solve(t: MeshTables, params, lb: float, best: float, attempt: int, res: MeshResult,
+def _solve(t: MeshTables, params: SolverParams, lb: float, best: float, attempt: int, res: MeshResult,
            log: Callable[[str], None] | None) -> tuple[float, bool]:
     """Solve one candidate against the incumbent `best` (its plan, if any, goes to res.found); returns (its bound,
     whether to try it again with twice the time: once in any case, since a candidate whose 1 s solve proved nothing
