@@ -208,7 +208,8 @@ def tables_bound_us(t: MeshTables, fill_us: float, *, cycle_lo_us: float = 0.0, 
     top = max(float((a["tau"] * L + a["first"] + a["last"]).max()) for a in hosts) + 2 * max(sends, default=0.0)
     if _capacity(hosts, top, P) < L:
         return math.inf
-    rest = fill_us + _sends_fill_us(t) + _tail_us(t)
+    boundaries_and_tail = _sends_fill_us(t) + _tail_us(t)
+    rest = fill_us + boundaries_and_tail
     lo, hi = min(cycle_lo_us, top), top
     if m > 1 and math.isfinite(enough_us):
         cut = (enough_us - rest) / (m - 1)
@@ -220,5 +221,4 @@ def tables_bound_us(t: MeshTables, fill_us: float, *, cycle_lo_us: float = 0.0, 
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if _capacity(hosts, mid, P) >= L else (mid, hi)
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
-    rest_work = _sends_fill_us(t) + _tail_us(t) + edges
-    return max((m - 1) * lo + rest, _least_work_us(hosts, P, L, m, lo, hi, top) + rest_work)
+    return max((m - 1) * lo + rest, _least_work_us(hosts, P, L, m, lo, hi, top) + edges + boundaries_and_tail)

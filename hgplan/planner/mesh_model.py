@@ -13,7 +13,7 @@ Objective (us): (m - 1) cycle + sum_s work_s + sum_b 2 (send_b + lat_b) + tail, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 from ortools.sat.python import cp_model
@@ -203,7 +203,7 @@ def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None =
     """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists."""
     md, v = build_mesh_model(t, upper_bound=upper_bound)
     solver = cp_model.CpSolver()
-    configure_solver(solver, replace(params, extra=" ".join(p for p in (MESH_MODEL_PARAMS, params.extra) if p)), log)
+    configure_solver(solver, params.under(MESH_MODEL_PARAMS), log)
     status = solver.solve(md)
     name = solver.status_name(status)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -170,7 +170,8 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             continue
         params = within(solve_params(opts, refined - 1, remaining), stop_at)
         bound, again = _solve(t, params, lb, best, refined - 1, res, log)
-        best = min([best] + [f.time_us for f in res.found[-1:]])
+        if res.found:  # a solve's plan is below the incumbent it was given
+            best = min(best, res.found[-1].time_us)
         if again:
             heapq.heappush(retries, (bound, B, P, refined + 1, t))
         else:

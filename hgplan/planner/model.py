@@ -17,7 +17,7 @@ CostTables.objective.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ortools.sat.python import cp_model
@@ -41,6 +41,11 @@ class SolverParams:
     relative_gap_limit: float = 0.0
     log_search_progress: bool = False
     extra: str = ""
+
+    def under(self, defaults: str) -> SolverParams:
+        """These parameters with hgplan's own text-format `defaults` for one kind of model applied before `extra`, so
+        the user's --solver-params still win."""
+        return replace(self, extra=" ".join(p for p in (defaults, self.extra) if p))
 
     def to_dict(self) -> dict:
         """The parameters as recorded in the search JSON."""

@@ -15,7 +15,7 @@ objective is in v-scaled integer microseconds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
@@ -236,5 +236,4 @@ def solve_path(pt: PathTables, params: SolverParams, *, upper_bound: int | None 
     """Minimise the lower bound over one candidate. INFEASIBLE with upper_bound: every plan is at least it."""
     classes = path_classes(pt)
     md, xv = build_path_model(pt, upper_bound=upper_bound, classes=classes, cuts=cuts)
-    params = replace(params, extra=" ".join(p for p in (PATH_MODEL_PARAMS, params.extra) if p))
-    return run_model(md, xv, pt.base, classes, params, hint=hint)
+    return run_model(md, xv, pt.base, classes, params.under(PATH_MODEL_PARAMS), hint=hint)
