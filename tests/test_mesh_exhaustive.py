@@ -3,6 +3,7 @@ asymmetric family on small random fleets, mixed vendors, sites and tied embeddin
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import random
@@ -109,31 +110,43 @@ def test_cross_check_covers_asymmetric_optima():
 
 
 @functools.cache
-def candidate_bounds(seed: int) -> list[tuple[int, int, float, float, float]]:
-    """(B, P, bound with the work term, bound without it, exhaustive optimum) of every candidate of a seed's fleet:
-    the bound from the pruned tables the search uses, the optimum over every option (unpruned tables)."""
+def candidate_bounds(seed: int, deep: bool = False) -> list[tuple[int, int, float, float, float, float]]:
+    """(B, P, bound with the work term, bound without it, stage-coupled bound, exhaustive optimum) of every
+    candidate of a seed's fleet: the bounds from the pruned tables the search uses, the optimum over every option
+    (unpruned tables); deep: the pipelines of 4 to 6 stages instead of the test's 1 to 3."""
     fleet, model, train, opts, costs, _, _ = case(seed)
     groups = list(fleet.groups)
+    if deep:
+        opts = dataclasses.replace(opts, max_pp=6)
     _, fills = mesh_search_module._candidates(costs, groups, opts)
     out = []
     for B, fill in fills.items():
-        for P in range(1, min(model.num_layers, opts.max_pp) + 1):
+        for P in range(4 if deep else 1, min(model.num_layers, opts.max_pp) + 1):
             t, full = build_mesh_tables(costs, B, P, groups, opts), unpruned_tables(costs, B, P, groups, opts)
             if t is None or full is None:
                 continue
-            with_work = mesh_bound.tables_bound_us(t, fill)
+            with_work = mesh_bound.candidate_bound(t, fill).bound_us
+            staged = mesh_bound.candidate_bound(t, fill, stages=True).bound_us
             with mock.patch.object(mesh_bound, "_least_work_us", lambda *a: -math.inf):
-                without = mesh_bound.tables_bound_us(t, fill)
-            out.append((B, P, with_work, without, candidate_best(full)[0]))
+                without = mesh_bound.candidate_bound(t, fill).bound_us
+            out.append((B, P, with_work, without, staged, candidate_best(full)[0]))
     return out
 
 
 @pytest.mark.parametrize("seed", SEEDS[::2])
 def test_tables_bound_below_every_candidates_optimum(seed):
-    """The candidate bound (planner/mesh_bound.py), work term included, never exceeds the candidate's exhaustive
-    optimum: the search prunes and certifies with it."""
-    for B, P, bound, _, best in candidate_bounds(seed):
-        assert bound <= best + 1e-6, (B, P, bound, best)
+    """The candidate bound (planner/mesh_bound.py), work term included, stage-coupled or not, never exceeds the
+    candidate's exhaustive optimum: the search prunes and certifies with it."""
+    for B, P, bound, _, staged, best in candidate_bounds(seed):
+        assert bound <= staged <= best + 1e-6, (B, P, bound, staged, best)
+
+
+@pytest.mark.parametrize("seed", SEEDS[1::2])
+def test_stage_coupled_bound_below_the_optimum_of_deeper_pipelines(seed):
+    """The stage coupling matters most when the pipeline has more stages than the fastest hosts can take: on 4 to 6
+    stages the stage-coupled bound stays at or below each candidate's exhaustive optimum too."""
+    for B, P, bound, _, staged, best in candidate_bounds(seed, deep=True):
+        assert bound <= staged <= best + 1e-6, (B, P, bound, staged, best)
 
 
 def test_work_term_raises_the_bound():
@@ -143,6 +156,14 @@ def test_work_term_raises_the_bound():
     raised = [r for r in rows if r[2] > r[3] + 1.0]
     assert all(r[2] >= r[3] for r in rows)
     assert len(raised) >= len(rows) // 5, (len(raised), len(rows))
+
+
+def test_stage_coupling_raises_the_bound():
+    """The greedy work term lets the fastest hosts hold their most layers whatever stages are left for them; with
+    the stage count coupled (the dual over a price per layer) the bound is higher on most deep candidates."""
+    rows = [r for s in SEEDS[1::2] for r in candidate_bounds(s, deep=True)]
+    raised = [r for r in rows if r[4] > r[2] + 1.0]
+    assert len(raised) >= len(rows) // 2, (len(raised), len(rows))
 
 
 def test_a_solve_stopped_by_its_limit_is_retried_with_twice_the_time():

@@ -15,7 +15,10 @@ Objective (MeshTables.objective) = (m - 1) cycle + fill + tail, each bounded fro
   block under any option and role) at no less than the per-layer time of its fastest option that holds one, so
   W(c) = the L layers placed fastest host first within those caps; W does not increase with c. A plan whose cycle
   is c pays (m - 1) c + W(c), so the bound is min over c >= C* of that (on a grid, as in planner/block_bound.py):
-  near C* the fastest hosts cannot take every layer and the slower ones' work counts.
+  near C* the fastest hosts cannot take every layer and the slower ones' work counts. That W ignores that the
+  fastest hosts' most layers need stages too, P in all: the stage-coupled W (stages=True, the search's second
+  refinement, right before a solve) also takes the Lagrangian dual of least work over (stages, layers), where each
+  used host takes j stages under one option o and j <= x <= cap(o, j) layers at x tau_o (_dual_work).
 - tail: the first stage's least tail (the tied-embedding sync included) and the fullest stage's (at least
   ceil(L / P) layers).
 """
@@ -23,6 +26,7 @@ Objective (MeshTables.objective) = (m - 1) cycle + fill + tail, each bounded fro
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,11 +35,17 @@ from hgplan.planner.mesh_tables import MeshTables
 LAYER_SLACK = 1e-6
 """Layers the bound's float arithmetic may lose; counting them as held keeps the bound a lower bound."""
 BOUND_RESOLUTION_US = 1.0
-"""The bisection stops when the bound is known to within this (the tables' resolution)."""
+"""The bisection stops when the bound is known to within this (the tables' resolution) or BOUND_RESOLUTION of it."""
+BOUND_RESOLUTION = 1e-4
+"""A fiftieth of the search's default gap (0.5%): finer costs bisection steps and proves nothing more."""
 NONE = -1e18
 """Stands for "cannot" in the knapsack (numpy max-plus arithmetic)."""
 WORK_GRID = 16
 """Intervals over which the bound minimises (m - 1) c + W(c); each costs at most 1/WORK_GRID of W's range."""
+DUAL_PRICES = 9
+"""Prices per layer at which each round of the stage-coupled work bound evaluates its dual."""
+DUAL_ROUNDS = 5
+"""Rounds of that price search; each narrows the bracket to 2 / (DUAL_PRICES - 1) of its width."""
 
 
 def _least(vals: list[float]) -> float:
@@ -134,39 +144,91 @@ def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float
     return float(best[(1, 1)][P])
 
 
+def _caps(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> list[np.ndarray]:
+    """Per host, cap[j, o]: most layers j stages of option o hold at this cycle in the role that holds most (below
+    one: it cannot take j stages)."""
+    return [np.max(list(_option_gains(a, cycle, P).values()), axis=0) for a in hosts]
+
+
 def _work_at(hosts: list[dict[str, np.ndarray]], cycle: float, P: int, L: int) -> float:
     """W(cycle): least work (us) of the L layers on stages no longer than the cycle. Host h holds at most its best
     block's layers under any option and role, each at no less than the per-layer time of its fastest option that
     holds a layer at this cycle; the layers go fastest host first (inf when the caps cannot take them)."""
     rows = []
-    for a in hosts:
-        per_option = np.max([g.max(axis=0) for g in _option_gains(a, cycle, P).values()], axis=0)
+    for a, cap in zip(hosts, _caps(hosts, cycle, P)):
+        per_option = cap.max(axis=0)
         holds = per_option >= 1
         if holds.any():
             rows.append((float(a["tau"][holds].min()), float(per_option.max())))
     work, left = 0.0, float(L)
-    for tau, cap in sorted(rows):
-        take = min(cap + LAYER_SLACK, left)
+    for tau, most in sorted(rows):
+        take = min(most + LAYER_SLACK, left)
         work, left = work + take * tau, left - take
         if left <= 0:
             return work
     return math.inf
 
 
+def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, prices: np.ndarray) -> np.ndarray:
+    """At each price per layer: a lower bound of the least work of L layers on exactly P stages, where a used host
+    takes j stages under one option o and j <= x <= cap[j, o] layers at x tau_o. Pricing the layer count instead of
+    requiring it (Lagrangian relaxation), a host's best is x = j when tau_o >= price and x = cap[j, o] below; a
+    min-plus knapsack over stage counts gives the least sum of x (tau_o - price) over P stages, and that plus
+    price x L is below the least work at every price (weak duality)."""
+    price = prices[:, None, None]
+    j = np.arange(P + 1)[None, :, None]
+    total = np.arange(P + 1)
+    diff = total[:, None] - total[None, :]  # [total, j] -> total - j
+    valid, before = diff >= 0, np.clip(diff, 0, P)
+    best = np.full((prices.size, P + 1), np.inf)
+    best[:, 0] = 0.0
+    for cap, tau in zip(caps, taus):
+        d = tau[None, None, :] - price
+        val = np.where(cap[None] >= 1, np.where(d >= 0, j * d, (cap[None] + LAYER_SLACK) * d), np.inf).min(axis=2)
+        val[:, 0] = np.inf  # a used host takes at least one stage
+        best = np.minimum(best, np.where(valid[None], best[:, before] + val[:, None, :], np.inf).min(axis=2))
+    return best[:, P] + prices * L
+
+
+def _stage_work_at(hosts: list[dict[str, np.ndarray]], cycle: float, P: int, L: int) -> float:
+    """W(cycle) with the stage count coupled (the greedy W of _work_at lets every host hold its most layers however
+    few stages are left for it): the best price of _dual_work found. The dual is concave in the price and peaks
+    between the least and the largest tau; each round narrows the bracket to the best price's neighbours."""
+    caps = _caps(hosts, cycle, P)
+    taus = [a["tau"] for a in hosts]
+    prices = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), DUAL_PRICES)
+    best = -math.inf
+    for _ in range(DUAL_ROUNDS):
+        vals = _dual_work(caps, taus, P, L, prices)
+        i = int(np.argmax(vals))
+        best = max(best, float(vals[i]))
+        prices = np.linspace(prices[max(i - 1, 0)], prices[min(i + 1, DUAL_PRICES - 1)], DUAL_PRICES)
+    return best
+
+
 def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, lo: float, hi: float,
-                   top: float) -> float:
+                   top: float, need: float, stages: bool) -> float:
     """Least (m - 1) c + W(c) over the cycles c a plan can have: above lo (too short) and at most top. W does not
     increase, so on [c_i, c_i+1) the value is at least (m - 1) c_i + W(c_i+1) (and W(hi) below hi, the least
     cycle known to hold the layers); past lo + span, span = (W(hi) - W(top)) / (m - 1), nothing beats the value
-    at lo."""
+    at lo. With stages, W(hi) is stage-coupled too (which widens the span) and the intervals are raised with
+    _stage_work_at lowest first, while the lowest is below need (a value the caller needs no more than) and not
+    yet raised."""
     if m == 1:
-        return _work_at(hosts, top, P, L)
+        return max(_work_at(hosts, top, P, L), _stage_work_at(hosts, top, P, L) if stages else -math.inf)
     w_hi, w_top = _work_at(hosts, hi, P, L), _work_at(hosts, top, P, L)
     if not math.isfinite(w_hi):
         return (m - 1) * lo + w_top
+    if stages and (m - 1) * lo + w_hi < need:
+        w_hi = max(w_hi, _stage_work_at(hosts, hi, P, L))
     grid = lo + max(0.0, w_hi - w_top) / (m - 1) * np.arange(WORK_GRID + 1) / WORK_GRID
-    works = [_work_at(hosts, max(float(c), hi), P, L) for c in grid[1:]]
-    return min([(m - 1) * lo + w_hi] + [(m - 1) * float(c) + w for c, w in zip(grid[:-1], works)])
+    ends = [max(float(c), hi) for c in grid[1:]]
+    vals = [(m - 1) * float(c) + _work_at(hosts, end, P, L) for c, end in zip(grid[:-1], ends)]
+    raised = [not stages] * WORK_GRID
+    while not raised[i := int(np.argmin(vals))] and vals[i] < need:
+        vals[i] = max(vals[i], (m - 1) * float(grid[i]) + _stage_work_at(hosts, ends[i], P, L))
+        raised[i] = True
+    return min([(m - 1) * lo + w_hi] + vals)
 
 
 def _sends_fill_us(t: MeshTables) -> float:
@@ -194,31 +256,45 @@ def _tail_us(t: MeshTables) -> float:
     return max(first_us, fullest)
 
 
-def tables_bound_us(t: MeshTables, fill_us: float, *, cycle_lo_us: float = 0.0, enough_us: float = math.inf) -> float:
-    """Lower bound (us) of every plan of the candidate (inf when no cycle lets P stages hold the layers). fill_us:
-    the work of L layers, the embedding and the head at the fastest options (mesh_search computes it per B);
-    cycle_lo_us: a cycle known to be too short (a cheaper bound's); enough_us: a bound at which the caller stops
-    caring (its incumbent), so the bisection stops there too."""
+@dataclass(frozen=True, slots=True)
+class CandidateBound:
+    """A candidate's lower bound and what its bisection learnt about the least cycle, for a later, tighter call."""
+
+    bound_us: float
+    """No plan of the candidate is faster (inf: the candidate has none)."""
+    cycle_us: tuple[float, float] = (0.0, math.inf)
+    """(a cycle no plan of the candidate is below, one at which its P stages hold the L layers)."""
+
+
+def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
+                    enough_us: float = math.inf, stages: bool = False) -> CandidateBound:
+    """Lower bound (us) of every plan of the candidate. fill_us: the work of L layers, the embedding and the head at
+    the fastest options (mesh_search computes it per B); cycle_us: what a cheaper bound knows of the least cycle
+    (as CandidateBound.cycle_us); enough_us: a bound at which the caller stops caring (its incumbent), so the
+    bisection and the work term stop there too; stages: couple the work term to the stage count (tighter, and
+    several times the cost)."""
     P, L, m = t.pp, t.num_layers, t.microbatches
     hosts = [a for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None]
     if not hosts:
-        return math.inf
+        return CandidateBound(math.inf)
     sends = [float(v) for a in hosts for key in ("intra", "cross") for v in a[key] if math.isfinite(v)]
     # at this cycle every stage holds all that its memory fits, so if it holds fewer than L layers nothing does
     top = max(float((a["tau"] * L + a["first"] + a["last"]).max()) for a in hosts) + 2 * max(sends, default=0.0)
-    if _capacity(hosts, top, P) < L:
-        return math.inf
+    if not math.isfinite(cycle_us[1]) and _capacity(hosts, top, P) < L:
+        return CandidateBound(math.inf)
     boundaries_and_tail = _sends_fill_us(t) + _tail_us(t)
     rest = fill_us + boundaries_and_tail
-    lo, hi = min(cycle_lo_us, top), top
+    lo, hi = min(cycle_us[0], top), min(cycle_us[1], top)
     if m > 1 and math.isfinite(enough_us):
         cut = (enough_us - rest) / (m - 1)
         if lo < cut < hi:
             if _capacity(hosts, cut, P) < L:
-                return (m - 1) * cut + rest  # the cycle exceeds cut: the bound reaches enough_us
+                return CandidateBound((m - 1) * cut + rest, (cut, hi))  # the cycle exceeds cut: enough_us reached
             hi = cut
-    while (m - 1) * (hi - lo) > BOUND_RESOLUTION_US:
+    while (m - 1) * (hi - lo) > max(BOUND_RESOLUTION_US, BOUND_RESOLUTION * ((m - 1) * lo + rest)):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if _capacity(hosts, mid, P) >= L else (mid, hi)
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
-    return max((m - 1) * lo + rest, _least_work_us(hosts, P, L, m, lo, hi, top) + edges + boundaries_and_tail)
+    fixed = edges + boundaries_and_tail
+    work = _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed
+    return CandidateBound(max((m - 1) * lo + rest, work), (lo, hi))

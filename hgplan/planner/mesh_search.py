@@ -5,13 +5,14 @@ B is the samples of one micro-batch step (dp x micro-batch of every mesh), P the
 with cp = 1 and no interleaving is the special case where every mesh takes the same option, so starting from the
 stock search's best plan as the incumbent the asymmetric best is never worse under the tables.
 
-Two lower bounds per candidate (us): a cheap one over all candidates up front (every stage's work is at most the
-cycle, so host h under option o holds at most cycle / tau_o layers on each of j <= slots_o stages; a knapsack over
-stage counts gives cycle >= L / cap(P), and the objective is at least (m - 1) L / cap(P) plus the work of L layers
-at the fastest per-layer time), and a tighter one from the candidate's tables when it is first taken
-(planner/mesh_bound.py: whole layers, memory, boundaries, the embedding and the head, the tail, the work the
-fastest hosts cannot hold at the cycle). A solve that ends at its limit without a proof is tried again with twice
-the time after every candidate has had its first solve.
+Three lower bounds per candidate (us), each tighter and dearer than the one before: a cheap one over all candidates
+up front (every stage's work is at most the cycle, so host h under option o holds at most cycle / tau_o layers on
+each of j <= slots_o stages; a knapsack over stage counts gives cycle >= L / cap(P), and the objective is at least
+(m - 1) L / cap(P) plus the work of L layers at the fastest per-layer time), one from the candidate's tables when it
+is first taken (planner/mesh_bound.py: whole layers, memory, boundaries, the embedding and the head, the tail, the
+work the fastest hosts cannot hold at the cycle), and the same with that work coupled to the stage count when it is
+taken again, right before its solve. A solve that ends at its limit without a proof is tried again with twice the
+time after every candidate has had its first solve.
 """
 
 from __future__ import annotations
@@ -25,12 +26,17 @@ from typing import Callable
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig, Plan, StageAssignment
 from hgplan.planner.costs import CostSource
-from hgplan.planner.mesh_bound import tables_bound_us
+from hgplan.planner.mesh_bound import candidate_bound
 from hgplan.planner.mesh_model import MeshSolution, solve_mesh
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables, host_options
 from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
 from hgplan.planner.search import MAX_RETRIES, solve_params, within
+
+TABLES_BOUND, STAGE_BOUND = 1, 2
+"""A candidate's level on the heap: 0 with the capacity bound, TABLES_BOUND with its tables' bound, STAGE_BOUND with
+the stage-coupled one (each several times the cost of the one before, so only candidates still below the incumbent
+pay for it), STAGE_BOUND + k when its next solve is its (k + 1)-th."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,8 +113,8 @@ def _fill_us(costs: CostSource, per_group: list[list[tuple[NodeGroup, ParallelCo
 
 
 def _candidates(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions) -> tuple[list[tuple], dict]:
-    """(lower bound us, B, P, 0) of every outer candidate, in the order the search takes them, and the fill bound
-    of each B."""
+    """(lower bound us, B, P, 0, (cycle us below the least, inf)) of every outer candidate, in the order the search
+    takes them, and the fill bound of each B."""
     L, gbs = costs.model.num_layers, costs.train.global_batch_size
     out, fills = [], {}
     for B in (b for b in range(1, gbs + 1) if gbs % b == 0):
@@ -122,7 +128,7 @@ def _candidates(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions)
         for P in range(1, min(L, opts.max_pp or L) + 1):
             cap = _capacity(rows, P)
             if cap > 0:
-                out.append(((m - 1) * L / cap + fill, B, P, 0))
+                out.append(((m - 1) * L / cap + fill, B, P, 0, (L / cap, math.inf)))
     return sorted(out), fills
 
 
@@ -143,7 +149,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     last: tuple[tuple[int, int] | None, MeshTables | None] = (None, None)
     while heap or retries:
         src = heap if heap else retries
-        lb, B, P, refined, *kept = heapq.heappop(src)
+        lb, B, P, level, cycle, *kept = heapq.heappop(src)
         if lb >= best * (1 - opts.max_gap):
             res.candidates_pruned += (len(heap) + 1) if src is heap else 0
             closed.append(lb)
@@ -161,19 +167,17 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
         last = ((B, P), t)
         if t is None:
             continue
-        if not refined:
-            m = costs.train.global_batch_size // B
-            cycle_lo = (lb - fills[B]) / (m - 1) if m > 1 else 0.0  # the capacity bound's cycle
-            better = max(lb, tables_bound_us(t, fills[B], cycle_lo_us=cycle_lo, enough_us=best))
-            if math.isfinite(better):
-                heapq.heappush(heap, (better, B, P, 1))
+        if level < STAGE_BOUND:
+            better = candidate_bound(t, fills[B], cycle_us=cycle, enough_us=best, stages=level == TABLES_BOUND)
+            if math.isfinite(better.bound_us):
+                heapq.heappush(heap, (max(lb, better.bound_us), B, P, level + 1, better.cycle_us))
             continue
-        params = within(solve_params(opts, refined - 1, remaining), stop_at)
-        bound, again = _solve(t, params, lb, best, refined - 1, res, log)
+        params = within(solve_params(opts, level - STAGE_BOUND, remaining), stop_at)
+        bound, again = _solve(t, params, lb, best, level - STAGE_BOUND, res, log)
         if res.found:  # a solve's plan is below the incumbent it was given
             best = min(best, res.found[-1].time_us)
         if again:
-            heapq.heappush(retries, (bound, B, P, refined + 1, t))
+            heapq.heappush(retries, (bound, B, P, level + 1, cycle, t))
         else:
             closed.append(bound)
     res.found.sort(key=lambda f: f.time_us)
