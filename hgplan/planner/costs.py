@@ -167,6 +167,7 @@ class CostSource:
         self._tail: dict[tuple, TailCosts] = {}
         self._memory: dict[tuple, tuple[tuple[int, int], ...]] = {}
         self._rows: dict[tuple, tuple[int, int]] = {}
+        self._middle: dict[tuple, dict[int, tuple[int, int]]] = {}
         self._mesh_link: dict[tuple, int | None] = {}
         self._tail_floor: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
@@ -249,7 +250,17 @@ class CostSource:
         if key not in self._memory:
             m = cfg.num_microbatches(self.train.global_batch_size)
             shape = replace(cfg, pp=1)
-            self._memory[key] = tuple(self._memory_row(cfg, shape, s, m, flash) for s in range(cfg.pp))
+            if cfg.vpp > 1 or cfg.pp < 3:
+                self._memory[key] = tuple(self._memory_row(cfg, shape, s, m, flash) for s in range(cfg.pp))
+            else:  # the middle stages' rows by their in-flight micro-batches, looked up without hashing the shape
+                middle = self._middle.setdefault((shape, flash), {})
+                rows = [self._memory_row(cfg, shape, 0, m, flash)]
+                for s in range(1, cfg.pp - 1):
+                    k = min(cfg.pp - s, m)
+                    if k not in middle:
+                        middle[k] = self._memory_row(cfg, shape, s, m, flash)
+                    rows.append(middle[k])
+                self._memory[key] = (*rows, self._memory_row(cfg, shape, cfg.pp - 1, m, flash))
         return self._memory[key]
 
     def _memory_row(self, cfg: ParallelConfig, shape: ParallelConfig, s: int, m: int, flash: bool) -> tuple[int, int]:

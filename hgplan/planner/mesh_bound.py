@@ -85,39 +85,28 @@ def _gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, in
 
 
 def _option_gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, int], np.ndarray]:
-    """As _gains, per option: gain[(f, l)][j, o]."""
+    """As _gains, per option: gain[(f, l)][j, o]. A single stage pays both its ends (the first stage's embedding,
+    the last's head, or a send to another host), a block's head and tail one end and one own-mesh send, its middle
+    stages two own-mesh sends."""
+    if P == 1:
+        g = np.full((2, a["tau"].size), NONE)
+        g[1] = _held(a, cycle, a["first"] + a["last"])
+        return {(1, 1): g}
+    first, last, cross, intra = a["first"], a["last"], a["cross"], a["intra"]
+    fc, cl, cc, fi, ci, li, ii = _held(a, cycle, np.stack([first + cross, cross + last, 2 * cross, first + intra,
+                                                            cross + intra, last + intra, 2 * intra]))
     j = np.arange(P + 1)[:, None]
     out = {}
-    for f in (0, 1):
-        for last in (0, 1):
-            if P == 1:
-                if f and last:
-                    one = _held(a, cycle, a["first"] + a["last"])
-                    g = np.full((2, one.size), NONE)
-                    g[1] = one
-                    out[(1, 1)] = g
-                continue
-            if f and last:
-                continue  # a host holding both ends of a multi-stage pipeline holds all of it: the cases below
-            start = a["first"] if f else a["cross"]
-            end = a["last"] if last else a["cross"]
-            single = _held(a, cycle, start + end)
-            head = _held(a, cycle, start + a["intra"])
-            tail = _held(a, cycle, end + a["intra"])
-            mid = _held(a, cycle, 2 * a["intra"])
-            many = head + tail + (j - 2) * np.where(j >= 3, mid, 0.0)
-            cap = np.where(j == 1, single, many)
-            ok = (j >= 1) & (j <= a["slots"]) & (cap > 0) & ((j < 3) | (mid > 0))
-            out[(f, last)] = np.where(ok, cap, NONE)
-    if P > 1:  # one host holds the whole pipeline: first and last stage on it, no boundary to another host
-        head = _held(a, cycle, a["first"] + a["intra"])
-        tail = _held(a, cycle, a["last"] + a["intra"])
-        mid = _held(a, cycle, 2 * a["intra"])
-        cap = head + tail + (P - 2) * (mid if P >= 3 else 0.0)
-        ok = (P <= a["slots"]) & (head > 0) & (tail > 0) & ((P < 3) | (mid > 0))
-        g = np.full((P + 1, cap.size), NONE)
-        g[P] = np.where(ok, cap, NONE)
-        out[(1, 1)] = g
+    for key, single, head, tail in (((0, 0), cc, ci, ci), ((1, 0), fc, fi, ci), ((0, 1), cl, ci, li)):
+        cap = np.where(j == 1, single, head + tail + (j - 2) * np.where(j >= 3, ii, 0.0))
+        ok = (j >= 1) & (j <= a["slots"]) & (cap > 0) & ((j < 3) | (ii > 0))
+        out[key] = np.where(ok, cap, NONE)
+    # one host holds the whole pipeline (the (1, 1) role of a multi-stage pipeline): no boundary to another host
+    cap = fi + li + (P - 2) * (ii if P >= 3 else 0.0)
+    ok = (P <= a["slots"]) & (fi > 0) & (li > 0) & ((P < 3) | (ii > 0))
+    g = np.full((P + 1, cap.size), NONE)
+    g[P] = np.where(ok, cap, NONE)
+    out[(1, 1)] = g
     return out
 
 
@@ -211,9 +200,10 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
     """Least (m - 1) c + W(c) over the cycles c a plan can have: above lo (too short) and at most top. W does not
     increase, so on [c_i, c_i+1) the value is at least (m - 1) c_i + W(c_i+1) (and W(hi) below hi, the least
     cycle known to hold the layers); past lo + span, span = (W(hi) - W(top)) / (m - 1), nothing beats the value
-    at lo. With stages, W(hi) is stage-coupled too (which widens the span) and the intervals are raised with
-    _stage_work_at lowest first, while the lowest is below need (a value the caller needs no more than) and not
-    yet raised."""
+    at lo. Evaluated lazily, lowest interval first: an interval's W is at least any lower bound of W further right
+    (W(top) at the least), so only the interval that is lowest gets its greedy W and then, with stages, its
+    stage-coupled W, until the lowest has all of them or is at or above need (a value the caller needs no more
+    than). With stages W(hi) is stage-coupled too, which widens the span."""
     if m == 1:
         return max(_work_at(hosts, top, P, L), _stage_work_at(hosts, top, P, L) if stages else -math.inf)
     w_hi, w_top = _work_at(hosts, hi, P, L), _work_at(hosts, top, P, L)
@@ -223,12 +213,15 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
         w_hi = max(w_hi, _stage_work_at(hosts, hi, P, L))
     grid = lo + max(0.0, w_hi - w_top) / (m - 1) * np.arange(WORK_GRID + 1) / WORK_GRID
     ends = [max(float(c), hi) for c in grid[1:]]
-    vals = [(m - 1) * float(c) + _work_at(hosts, end, P, L) for c, end in zip(grid[:-1], ends)]
-    raised = [not stages] * WORK_GRID
-    while not raised[i := int(np.argmin(vals))] and vals[i] < need:
-        vals[i] = max(vals[i], (m - 1) * float(grid[i]) + _stage_work_at(hosts, ends[i], P, L))
-        raised[i] = True
-    return min([(m - 1) * lo + w_hi] + vals)
+    levels = [_work_at, _stage_work_at] if stages else [_work_at]
+    known, done = np.full(WORK_GRID, w_top), [0] * WORK_GRID
+    while True:
+        vals = (m - 1) * grid[:-1] + np.maximum.accumulate(known[::-1])[::-1]
+        i = int(np.argmin(vals))
+        if done[i] == len(levels) or vals[i] >= need:
+            return min((m - 1) * lo + w_hi, float(vals[i]))
+        known[i] = max(known[i], levels[done[i]](hosts, ends[i], P, L))
+        done[i] += 1
 
 
 def _sends_fill_us(t: MeshTables) -> float:

@@ -15,7 +15,10 @@ per end, which is what keeps the CP-SAT model linear in the options.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from hgplan.costmodel.evaluate import tied_embedding_sync_s
 from hgplan.domain import NodeGroup
@@ -163,33 +166,31 @@ def _host_rows(costs: CostSource, g: NodeGroup, options: list[ParallelConfig]) -
     return _HostRows(group=g, options=options, rows=rows)
 
 
-def _dominated(hr: _HostRows, o: int, o2: int, cross: list[list[int] | None], tied: bool, P: int) -> bool:
-    """Whether option o2 of a host is at least as good as option o in every table entry (then o can go: replacing
-    it by o2 in any plan keeps the plan valid and its objective no larger)."""
-    r, a, b = hr.rows, hr.options[o], hr.options[o2]
-    if tied and a.tp != b.tp:
-        return False
-    if r["slots"][o2] < r["slots"][o]:
-        return False
-    for key in ("layer", "first", "last", "isend", "ilat"):
-        if r[key][o2] > r[key][o]:
-            return False
-    if any(r["mem"][o2][s][0] > r["mem"][o][s][0] or r["mem"][o2][s][1] > r["mem"][o][s][1] for s in range(P)):
-        return False
-    if any(r["tail"][o2][c][i] > r["tail"][o][c][i] for c in range(len(TAIL_CLASSES)) for i in (0, 1)):
-        return False
-    return all(row is None or row[o2] <= row[o] for row in cross)
+def _costs_matrix(hr: _HostRows, cross: list[list[int] | None], P: int) -> np.ndarray:
+    """One row per option of every table entry the option sets, oriented so that smaller is better (slots negated;
+    an unreachable path's None as inf)."""
+    r = hr.rows
+    cols = [[-x for x in r["slots"]]] + [r[key] for key in ("layer", "first", "last", "isend", "ilat")]
+    cols += [[m[s][i] for m in r["mem"]] for s in range(P) for i in (0, 1)]
+    cols += [[t[c][i] for t in r["tail"]] for c in range(len(TAIL_CLASSES)) for i in (0, 1)]
+    cols += [[math.inf if x is None else x for x in row] for row in cross if row is not None]
+    return np.array(cols, dtype=float).T
 
 
 def _prune(hr: _HostRows, cross: list[list[int] | None], tied: bool, P: int) -> list[int]:
-    """Indices of the options no other option dominates (ties keep the first)."""
+    """Indices of the options no other option dominates, ties keeping the first. o2 dominates o when it is at least
+    as good in every table entry (and, with tied embeddings, has the same tp): replacing o by o2 in any plan keeps
+    the plan valid and its objective no larger, so o can go."""
+    v = _costs_matrix(hr, cross, P)
+    covers = (v[None, :, :] <= v[:, None, :]).all(axis=2)  # covers[o, o2]: o2 at least as good as o everywhere
+    if tied:
+        tp = np.array([c.tp for c in hr.options])
+        covers &= tp[:, None] == tp[None, :]
     n = len(hr.options)
-    keep = []
-    for o in range(n):
-        if not any(o2 != o and _dominated(hr, o, o2, cross, tied, P)
-                   and (not _dominated(hr, o2, o, cross, tied, P) or o2 < o) for o2 in range(n)):
-            keep.append(o)
-    return keep
+    earlier = np.arange(n)[None, :] < np.arange(n)[:, None]  # [o, o2]: o2 before o
+    np.fill_diagonal(covers, False)
+    gone = (covers & (~covers.T | earlier)).any(axis=1)
+    return [o for o in range(n) if not gone[o]]
 
 
 def build_mesh_tables(costs: CostSource, B: int, P: int, groups: list[NodeGroup],
