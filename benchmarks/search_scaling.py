@@ -4,7 +4,10 @@ reported (simulated) iteration time, the gap on it and whether that gap is prove
 own objective (the closed form the integer tables mirror), and whether the returned plan is at least as fast as every
 baseline.
 
-Usage: python benchmarks/search_scaling.py [--repeat 3] [--quick] [--beyond] [--prove-gap] [--time-limit 60] [--json]
+Usage: python benchmarks/search_scaling.py [--repeat 3] [--quick] [--beyond] [--prove-gap] [--time-limit 60]
+       [--target flagscale] [--json]
+--target flagscale: the same fleets with `search --target flagscale` (the asymmetric family, issue 12), in
+benchmarks/mesh_search.py's columns: speedup over the stock best, GPUs used, the mesh search's proven gap, time.
 Targets (issues 4 and 11, on the 2-core CI machine): <= 10 s up to 1024 GPUs, <= 60 s at 16384 GPUs, gap <= 1% on
 the reported time, never slower than a baseline. Times are wall-clock medians over --repeat runs.
 """
@@ -18,7 +21,7 @@ import sys
 import time
 
 from hgplan.documents import ClusterInput
-from hgplan.domain import Fleet, Link, NodeGroup, TrainingSettings, Transport
+from hgplan.domain import Fleet, Link, NodeGroup, Precision, TrainingSettings, Transport
 from hgplan.inputs import load_cluster, load_model
 from hgplan.io import catalog
 from hgplan.planner.api import plan_training
@@ -85,6 +88,39 @@ def measure(fleet: Fleet, model, train: TrainingSettings, repeat: int, *, prove_
                                    if b.prediction is not None)}
 
 
+def example_rows(measure_one, repeat: int) -> list[dict]:
+    """The example fleets, each with the model its name suggests: 4096 tokens, or the model's limit where its
+    positions are learned (gpt-7.5b: 2048), as the CLI enforces."""
+    cat = catalog()
+    example_models = {"two-site": "llama3.1-70b", "mixed-nic": "gpt-7.5b", "three-generations": "llama2-13b",
+                      "mixed-vendor": "llama3.1-8b", "large": "llama3.1-405b"}
+    rows = []
+    for ex, mname in example_models.items():
+        fleet, _ = load_cluster(cat.cluster_texts[ex], ex, cat)
+        model = load_model(cat.model_texts[mname], mname)
+        precision = "fp16" if ex == "three-generations" else "bf16"
+        seq = 4096 if model.position_embedding_type != "learned_absolute" else min(4096, model.max_position_embeddings)
+        train = TrainingSettings(seq_length=seq, global_batch_size=1024 if ex == "large" else 512,
+                                 precision=Precision(precision))
+        row = measure_one(fleet, model, train, repeat if fleet.num_gpus <= 1024 else 1)
+        row["fleet"] = f"example:{ex}"
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'fleet':36} {'GPUs':>6} {'sites':>5} {'types':>5} {'groups':>6} {'model':14} {'median s':>9} "
+          f"{'cands':>7} {'solved':>6} {'iter s':>8} {'gap':>7} {'proven':>6} {'obj gap':>7} {'>= bl':>5}")
+    for r in rows:
+        print(f"{r['fleet']:36} {r['gpus']:6} {r['sites']:5} {r['types']:5} {r['groups']:6} {r['model']:14} "
+              f"{r['median_s']:9.2f} {r['candidates']:7} {r['solved']:6} {r['best_s']:8.3f} {r['gap']:7.2%} "
+              f"{'yes' if r['proven'] else 'no':>6} {r['objective_gap']:7.2%} "
+              f"{'yes' if r['beats_baselines'] else 'NO':>5}")
+    print("(gap: on the reported (simulated) time, proven only where 'proven' says so; negative: the simulated "
+          "time is below the\n search's bound, which then says nothing of it; obj gap: proven on the search "
+          "objective)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
@@ -92,9 +128,19 @@ def main() -> int:
     ap.add_argument("--beyond", action="store_true", help="only the fleets with more node groups than GPU types")
     ap.add_argument("--prove-gap", action="store_true", help="search --prove-gap: prove the gap on the reported time")
     ap.add_argument("--time-limit", type=float, default=60.0, help="search --time-limit (seconds)")
+    ap.add_argument("--target", choices=["megatron", "flagscale"], default="megatron",
+                    help="flagscale: the asymmetric family's rows (benchmarks/mesh_search.py's columns, no baselines)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     how = {"prove_gap": args.prove_gap, "budget_s": args.time_limit}
+    if args.target == "flagscale":
+        import mesh_search  # imports this module's synthetic fleets, so only here
+
+        def measure_one(fleet, model, train, repeat):
+            return mesh_search.run(fleet, model, train, repeat, budget_s=args.time_limit)
+    else:
+        def measure_one(fleet, model, train, repeat):
+            return measure(fleet, model, train, repeat, **how)
     # (GPUs, sites, GPU types, node groups); the last five have more node groups than types (racks or pods of one
     # hardware per site: interchangeable within a site), as the issue's grid asks (fleets of 16, 32 and 64 groups)
     grid = [(64, 1, 1, None), (64, 2, 3, None), (256, 2, 2, None), (512, 2, 3, None), (1024, 1, 1, None),
@@ -109,36 +155,16 @@ def main() -> int:
         fleet = synthetic(n, s, k, groups)
         name, model = model_for(n)
         train = TrainingSettings(seq_length=4096, global_batch_size=max(512, n // 2))
-        row = measure(fleet, model, train, args.repeat if n <= 1024 else 1, **how)
-        rows.append(row)
-    cat = catalog()
-    example_models = {"two-site": "llama3.1-70b", "mixed-nic": "gpt-7.5b", "three-generations": "llama2-13b",
-                      "mixed-vendor": "llama3.1-8b", "large": "llama3.1-405b"}
-    for ex, mname in ({} if args.beyond else example_models).items():
-        fleet, _ = load_cluster(cat.cluster_texts[ex], ex, cat)
-        model = load_model(cat.model_texts[mname], mname)
-        precision = "fp16" if ex == "three-generations" else "bf16"
-        from hgplan.domain import Precision
-        # 4096 tokens, or the model's limit where its positions are learned (gpt-7.5b: 2048), as the CLI enforces
-        seq = 4096 if model.position_embedding_type != "learned_absolute" else min(4096, model.max_position_embeddings)
-        train = TrainingSettings(seq_length=seq, global_batch_size=1024 if ex == "large" else 512,
-                                 precision=Precision(precision))
-        row = measure(fleet, model, train, args.repeat if fleet.num_gpus <= 1024 else 1, **how)
-        row["fleet"] = f"example:{ex}"
-        rows.append(row)
+        rows.append(measure_one(fleet, model, train, args.repeat if n <= 1024 else 1))
+    rows += [] if args.beyond else example_rows(measure_one, args.repeat)
     if args.json:
         print(json.dumps(rows, indent=2))
+    elif args.target == "flagscale":
+        mesh_search.print_table(rows)
     else:
-        print(f"{'fleet':36} {'GPUs':>6} {'sites':>5} {'types':>5} {'groups':>6} {'model':14} {'median s':>9} "
-              f"{'cands':>7} {'solved':>6} {'iter s':>8} {'gap':>7} {'proven':>6} {'obj gap':>7} {'>= bl':>5}")
-        for r in rows:
-            print(f"{r['fleet']:36} {r['gpus']:6} {r['sites']:5} {r['types']:5} {r['groups']:6} {r['model']:14} "
-                  f"{r['median_s']:9.2f} {r['candidates']:7} {r['solved']:6} {r['best_s']:8.3f} {r['gap']:7.2%} "
-                  f"{'yes' if r['proven'] else 'no':>6} {r['objective_gap']:7.2%} "
-                  f"{'yes' if r['beats_baselines'] else 'NO':>5}")
-        print("(gap: on the reported (simulated) time, proven only where 'proven' says so; negative: the simulated "
-              "time is below the\n search's bound, which then says nothing of it; obj gap: proven on the search "
-              "objective)")
+        print_table(rows)
+    if args.target == "flagscale":
+        return 0 if mesh_search.meets_target(rows) else 1
     ok = all(0 <= r["gap"] <= 0.01 and r["beats_baselines"] and r["median_s"] <= (10 if r["gpus"] <= 1024 else 60)
              for r in rows)
     return 0 if ok else 1
