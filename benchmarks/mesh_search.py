@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from search_scaling import model_for, synthetic
+from search_scaling import model_for, print_columns, synthetic
 
 from hgplan.documents import ClusterInput, text_sha256
 from hgplan.domain import Precision, Target, TrainingSettings
@@ -101,14 +101,18 @@ def main() -> int:
     return 0 if meets_target(rows) else 1
 
 
+COLUMNS = [
+    ("fleet", "28", lambda r: r["fleet"]), ("GPUs", ">5", lambda r: f"{r['gpus']}"),
+    ("model", "14", lambda r: r["model"]), ("stock s", ">8", lambda r: f"{r['stock_s']:.3f}"),
+    ("best s", ">8", lambda r: f"{r['best_s']:.3f}"), ("speedup", ">7", lambda r: f"{r['speedup']:.3f}"),
+    ("asym", ">4", lambda r: "yes" if r["asymmetric"] else "no"),
+    ("GPUs used", ">10", lambda r: f"{r['stock_gpus']:>4}->{r['best_gpus']:<5}"),
+    ("gap", ">7", lambda r: f"{r['gap']:.2%}"), ("solved", ">9", lambda r: f"{r['solved']:>4}/{r['candidates']:<4}"),
+    ("stop", ">8", lambda r: r["stopped_by"]), ("wall s", ">7", lambda r: f"{r['median_s']:.1f}")]
+
+
 def print_table(rows: list[dict]) -> None:
-    print(f"{'fleet':28} {'GPUs':>5} {'model':14} {'stock s':>8} {'best s':>8} {'speedup':>7} {'asym':>4} "
-          f"{'GPUs used':>10} {'gap':>7} {'solved':>9} {'stop':>8} {'wall s':>7}")
-    for r in rows:
-        print(f"{r['fleet']:28} {r['gpus']:5} {r['model']:14} {r['stock_s']:8.3f} {r['best_s']:8.3f} "
-              f"{r['speedup']:7.3f} {'yes' if r['asymmetric'] else 'no':>4} "
-              f"{r['stock_gpus']:>4}->{r['best_gpus']:<5} {r['gap']:7.2%} "
-              f"{r['solved']:>4}/{r['candidates']:<4} {r['stopped_by']:>8} {r['median_s']:7.1f}")
+    print_columns(rows, COLUMNS)
 
 
 def meets_target(rows: list[dict]) -> bool:

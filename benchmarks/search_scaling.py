@@ -19,6 +19,7 @@ import json
 import statistics
 import sys
 import time
+from typing import Callable
 
 from hgplan.documents import ClusterInput
 from hgplan.domain import Fleet, Link, NodeGroup, Precision, TrainingSettings, Transport
@@ -108,14 +109,26 @@ def example_rows(measure_one, repeat: int) -> list[dict]:
     return rows
 
 
-def print_table(rows: list[dict]) -> None:
-    print(f"{'fleet':36} {'GPUs':>6} {'sites':>5} {'types':>5} {'groups':>6} {'model':14} {'median s':>9} "
-          f"{'cands':>7} {'solved':>6} {'iter s':>8} {'gap':>7} {'proven':>6} {'obj gap':>7} {'>= bl':>5}")
+def print_columns(rows: list[dict], columns: list[tuple[str, str, Callable[[dict], str]]]) -> None:
+    """A text table: (header, format spec of the header and the cells, the cell of a row) per column."""
+    print(" ".join(f"{head:{spec}}" for head, spec, _ in columns))
     for r in rows:
-        print(f"{r['fleet']:36} {r['gpus']:6} {r['sites']:5} {r['types']:5} {r['groups']:6} {r['model']:14} "
-              f"{r['median_s']:9.2f} {r['candidates']:7} {r['solved']:6} {r['best_s']:8.3f} {r['gap']:7.2%} "
-              f"{'yes' if r['proven'] else 'no':>6} {r['objective_gap']:7.2%} "
-              f"{'yes' if r['beats_baselines'] else 'NO':>5}")
+        print(" ".join(f"{cell(r):{spec}}" for _, spec, cell in columns))
+
+
+STOCK_COLUMNS = [
+    ("fleet", "36", lambda r: r["fleet"]), ("GPUs", ">6", lambda r: f"{r['gpus']}"),
+    ("sites", ">5", lambda r: f"{r['sites']}"), ("types", ">5", lambda r: f"{r['types']}"),
+    ("groups", ">6", lambda r: f"{r['groups']}"), ("model", "14", lambda r: r["model"]),
+    ("median s", ">9", lambda r: f"{r['median_s']:.2f}"), ("cands", ">7", lambda r: f"{r['candidates']}"),
+    ("solved", ">6", lambda r: f"{r['solved']}"), ("iter s", ">8", lambda r: f"{r['best_s']:.3f}"),
+    ("gap", ">7", lambda r: f"{r['gap']:.2%}"), ("proven", ">6", lambda r: "yes" if r["proven"] else "no"),
+    ("obj gap", ">7", lambda r: f"{r['objective_gap']:.2%}"),
+    (">= bl", ">5", lambda r: "yes" if r["beats_baselines"] else "NO")]
+
+
+def print_table(rows: list[dict]) -> None:
+    print_columns(rows, STOCK_COLUMNS)
     print("(gap: on the reported (simulated) time, proven only where 'proven' says so; negative: the simulated "
           "time is below the\n search's bound, which then says nothing of it; obj gap: proven on the search "
           "objective)")
