@@ -11,9 +11,10 @@ import pytest
 
 from hgplan.costmodel.compute import (MAIN_GRAD_BYTES_PER_PARAM, attention_kernel, embedding_time, head_time, hbm_s,
                                       main_grad_s, tile_efficiency)
-from hgplan.costmodel.evaluate import GRAD_ZERO_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM, edge_costs
+from hgplan.costmodel.evaluate import (GRAD_ZERO_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM, TORCH_ADAMW_BYTES_PER_PARAM,
+                                       dp_tail, edge_costs, optimizer_bytes_per_param)
 from hgplan.costmodel.memory import activation_bytes_per_layer
-from hgplan.domain import Attention, Precision, Runtime, TrainingSettings, TransformerImpl
+from hgplan.domain import Attention, Fleet, Precision, Runtime, TrainingSettings, TransformerImpl
 from hgplan.inputs import load_model
 from hgplan.io import catalog
 from hgplan.plan import ParallelConfig, Recompute
@@ -106,6 +107,24 @@ def test_optimizer_moves_at_least_38_bytes_per_parameter():
     assert OPTIMIZER_BYTES_PER_PARAM == 38 and GRAD_ZERO_BYTES_PER_PARAM == 4
 
 
+def test_local_spec_steps_with_pytorchs_multi_tensor_adamw():
+    """Without Transformer Engine or Apex megatron-core falls back to torch.optim.AdamW: 80 bytes per parameter in
+    eight fp32 passes instead of a fused kernel's 28, with the gradient norm and the bf16 copy around either. The
+    fallback is Megatron's: other runtimes bring their own optimizer."""
+    te = TrainingSettings(seq_length=4096, global_batch_size=8)
+    local = replace(te, transformer_impl=TransformerImpl.LOCAL)
+    assert optimizer_bytes_per_param(te) == OPTIMIZER_BYTES_PER_PARAM == 38
+    assert optimizer_bytes_per_param(local) == TORCH_ADAMW_BYTES_PER_PARAM == 90
+    assert optimizer_bytes_per_param(replace(local, runtime=Runtime.DEEPSPEED)) == 38
+    h = gpu("H100-SXM5-80GB")
+    g = h_group(h)
+    fleet = Fleet(name="f", groups=(g,), links=(), transports=catalog().transports)
+    cfg = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=1)
+    for train, per_param in ((te, 38), (local, 90)):
+        step_s = dp_tail(fleet, g, cfg, train, params=1e9, layers=4, fwd_s=0.1, bwd_s=0.2)[1]
+        assert step_s == pytest.approx(hbm_s(h, 1e9 * (per_param + GRAD_ZERO_BYTES_PER_PARAM)))
+
+
 def test_main_grad_add_only_without_gradient_accumulation_fusion():
     h, model = gpu("H100-SXM5-80GB"), llama8b()
     te = TrainingSettings(seq_length=4096, global_batch_size=8)
@@ -146,7 +165,8 @@ def test_h100_measured_configurations():
     """The megatron-core configurations measured on a real H100 (local spec). fwd+bwd of every configuration within
     9% (8.6% at worst when this test was written; issue 10's target is 7%), every Llama layer's activations within
     8%, peak memory of every configuration within 8% (unfused attention included, with its backward's score
-    gradients), the fused optimizer step within 15%."""
+    gradients), the optimizer step within 15%: a fused AdamW as Transformer Engine's, the default multi-tensor one
+    as the local spec's (-57% when the local spec was charged the fused bytes)."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from h100_measured import compare
@@ -159,8 +179,7 @@ def test_h100_measured_configurations():
     assert max(abs(r["peak"]) for r in out["configs"]) <= 0.08, [(r["name"], round(r["peak"], 3))
                                                                   for r in out["configs"]]
     assert max(abs(r["act"]) for r in out["per_layer"]) <= 0.08
-    fused_opt = [r for r in out["optimizer"] if r["fused"]]
-    assert fused_opt and all(abs(r["error"]) <= 0.15 for r in fused_opt)
+    assert len(out["optimizer"]) >= 2 and all(abs(r["error"]) <= 0.15 for r in out["optimizer"]), out["optimizer"]
 
 
 def test_v100_and_t4_fleet_trains_in_fp16_with_unfused_attention(cli, tmp_path):
