@@ -11,8 +11,8 @@ import pytest
 
 from hgplan.costmodel.compute import (MAIN_GRAD_BYTES_PER_PARAM, attention_kernel, embedding_time, head_time, hbm_s,
                                       main_grad_s, tile_efficiency)
-from hgplan.costmodel.evaluate import (GRAD_ZERO_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM, TORCH_ADAMW_BYTES_PER_PARAM,
-                                       dp_tail, edge_costs, optimizer_bytes_per_param)
+from hgplan.costmodel.evaluate import (GRAD_ZERO_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM,
+                                       TORCH_ADAMW_BYTES_PER_PARAM, dp_tail, edge_costs, optimizer_bytes_per_param)
 from hgplan.costmodel.memory import activation_bytes_per_layer
 from hgplan.domain import Attention, Fleet, Precision, Runtime, TrainingSettings, TransformerImpl
 from hgplan.inputs import load_model
