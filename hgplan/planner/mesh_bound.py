@@ -139,12 +139,13 @@ def _caps(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> list[np.n
     return [np.max(list(_option_gains(a, cycle, P).values()), axis=0) for a in hosts]
 
 
-def _work_at(hosts: list[dict[str, np.ndarray]], cycle: float, P: int, L: int) -> float:
-    """W(cycle): least work (us) of the L layers on stages no longer than the cycle. Host h holds at most its best
-    block's layers under any option and role, each at no less than the per-layer time of its fastest option that
-    holds a layer at this cycle; the layers go fastest host first (inf when the caps cannot take them)."""
+def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], L: int) -> float:
+    """W(cycle), caps = _caps at that cycle: least work (us) of the L layers on stages no longer than the cycle. Host
+    h holds at most its best block's layers under any option and role, each at no less than the per-layer time of
+    its fastest option that holds a layer at this cycle; the layers go fastest host first (inf when the caps cannot
+    take them)."""
     rows = []
-    for a, cap in zip(hosts, _caps(hosts, cycle, P)):
+    for a, cap in zip(hosts, caps):
         per_option = cap.max(axis=0)
         holds = per_option >= 1
         if holds.any():
@@ -179,11 +180,11 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
     return best[:, P] + prices * L
 
 
-def _stage_work_at(hosts: list[dict[str, np.ndarray]], cycle: float, P: int, L: int) -> float:
+def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], P: int, L: int) -> float:
     """W(cycle) with the stage count coupled (the greedy W of _work_at lets every host hold its most layers however
-    few stages are left for it): the best price of _dual_work found. The dual is concave in the price and peaks
-    between the least and the largest tau; each round narrows the bracket to the best price's neighbours."""
-    caps = _caps(hosts, cycle, P)
+    few stages are left for it), caps = _caps at that cycle: the best price of _dual_work found. The dual is concave
+    in the price and peaks between the least and the largest tau; each round narrows the bracket to the best price's
+    neighbours."""
     taus = [a["tau"] for a in hosts]
     prices = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), DUAL_PRICES)
     best = -math.inf
@@ -203,24 +204,37 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
     at lo. Evaluated lazily, lowest interval first: an interval's W is at least any lower bound of W further right
     (W(top) at the least), so only the interval that is lowest gets its greedy W and then, with stages, its
     stage-coupled W, until the lowest has all of them or is at or above need (a value the caller needs no more
-    than). With stages W(hi) is stage-coupled too, which widens the span."""
+    than). With stages W(hi) is stage-coupled too, which widens the span. Both Ws of one cycle share its caps."""
+    caps_of: dict[float, list[np.ndarray]] = {}
+
+    def caps(cycle: float) -> list[np.ndarray]:
+        if cycle not in caps_of:
+            caps_of[cycle] = _caps(hosts, cycle, P)
+        return caps_of[cycle]
+
+    def work(cycle: float) -> float:
+        return _work_at(hosts, caps(cycle), L)
+
+    def stage_work(cycle: float) -> float:
+        return _stage_work_at(hosts, caps(cycle), P, L)
+
     if m == 1:
-        return max(_work_at(hosts, top, P, L), _stage_work_at(hosts, top, P, L) if stages else -math.inf)
-    w_hi, w_top = _work_at(hosts, hi, P, L), _work_at(hosts, top, P, L)
+        return max(work(top), stage_work(top) if stages else -math.inf)
+    w_hi, w_top = work(hi), work(top)
     if not math.isfinite(w_hi):
         return (m - 1) * lo + w_top
     if stages and (m - 1) * lo + w_hi < need:
-        w_hi = max(w_hi, _stage_work_at(hosts, hi, P, L))
+        w_hi = max(w_hi, stage_work(hi))
     grid = lo + max(0.0, w_hi - w_top) / (m - 1) * np.arange(WORK_GRID + 1) / WORK_GRID
     ends = [max(float(c), hi) for c in grid[1:]]
-    levels = [_work_at, _stage_work_at] if stages else [_work_at]
+    levels = [work, stage_work] if stages else [work]
     known, done = np.full(WORK_GRID, w_top), [0] * WORK_GRID
     while True:
         vals = (m - 1) * grid[:-1] + np.maximum.accumulate(known[::-1])[::-1]
         i = int(np.argmin(vals))
         if done[i] == len(levels) or vals[i] >= need:
             return min((m - 1) * lo + w_hi, float(vals[i]))
-        known[i] = max(known[i], levels[done[i]](hosts, ends[i], P, L))
+        known[i] = max(known[i], levels[done[i]](ends[i]))
         done[i] += 1
 
 
