@@ -119,5 +119,6 @@ def meets_target(rows: list[dict]) -> bool:
     """Issue 12's target on the fleets up to 1024 GPUs: never slower than stock, gap <= 1%, within 10 s."""
     return all(r["speedup"] >= 1.0 and r["gap"] <= 0.01 and r["median_s"] <= 10 for r in rows if r["gpus"] <= 1024)
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,8 +13,8 @@ P = 2
 
 
 def _rows(*options: dict) -> _HostRows:
-    """Options with every entry 10 (slots 4) unless given: layer, first, last, isend, ilat, mem (a, b per stage),
-    tail (a, b per class)."""
+    """Options with every entry 10 (slots 4, tp 1) unless given: slots, layer, first, last, isend, ilat, mem (a, b
+    per stage), tp; the tail entries (a, b per class) are 10 for all."""
     keys = ("slots", "layer", "first", "last", "isend", "ilat")
     rows = {k: [o.get(k, 4 if k == "slots" else 10) for o in options] for k in keys}
     rows["mem"] = [o.get("mem", [(10, 10)] * P) for o in options]
