@@ -22,10 +22,12 @@ from hgplan.planner.costs import tail_class
 from hgplan.planner.mesh_tables import MeshTables
 from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
 
-MESH_MODEL_PARAMS = "cp_model_probing_level: 0"
+MESH_MODEL_PARAMS = "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false"
 """CP-SAT parameters every mesh solve gets before --solver-params (which win): most mesh solves prove that nothing
 beats the incumbent, and presolve's probing took two thirds of that work (measured 2026-11-24 on six candidates
-each of mixed-nic and mixed-vendor: 3.11 -> 1.01 and 2.62 -> 0.77 deterministic seconds, the same statuses)."""
+each of mixed-nic and mixed-vendor: 3.11 -> 1.01 and 2.62 -> 0.77 deterministic seconds, the same statuses); MIR
+and Chvatal-Gomory cuts cost more than they prove on these models (five hard candidates of v100-a100-t4: 15.4 ->
+9.1 deterministic seconds to prove; the same settings as path_model.PATH_MODEL_PARAMS)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
