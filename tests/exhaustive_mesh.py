@@ -44,8 +44,10 @@ def _placements(t: MeshTables):
                     yield assign, dict(zip(order, opts))
 
 
-def _objectives(t: MeshTables, assign: list[int], choice: dict[int, int], splits: np.ndarray) -> np.ndarray | None:
-    """The closed form of every layer split of one placement (inf where memory breaks; None when unreachable)."""
+def _objectives(t: MeshTables, assign: list[int], choice: dict[int, int], splits: np.ndarray,
+                cycles: bool = False) -> np.ndarray | None:
+    """The closed form of every layer split of one placement, or with `cycles` its cycle (inf where memory breaks;
+    None when unreachable)."""
     P, m = t.pp, t.microbatches
     sends = []
     for s in range(P - 1):
@@ -70,7 +72,7 @@ def _objectives(t: MeshTables, assign: list[int], choice: dict[int, int], splits
         tails[:, -1] += tied
     room = np.array([t.memory_layers(s, h, o) for s, (h, o) in enumerate(zip(assign, opt))])
     ok = (splits <= room).all(axis=1)
-    return np.where(ok, (m - 1) * cycle + fill + tails.max(axis=1), np.inf)
+    return np.where(ok, cycle if cycles else (m - 1) * cycle + fill + tails.max(axis=1), np.inf)
 
 
 def candidate_best(t: MeshTables):
@@ -85,6 +87,13 @@ def candidate_best(t: MeshTables):
         if obj[i] < best_us:
             best_us, best = float(obj[i]), (assign, choice, [int(x) for x in splits[i]])
     return best_us, best
+
+
+def least_cycle(t: MeshTables) -> float:
+    """The least cycle (us) of any plan of one candidate's tables (inf when it has none)."""
+    splits = compositions(t.num_layers, t.pp)
+    found = [c.min() for a, ch in _placements(t) if (c := _objectives(t, a, ch, splits, cycles=True)) is not None]
+    return float(min(found, default=math.inf))
 
 
 def exhaustive_mesh_best(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions):

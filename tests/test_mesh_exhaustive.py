@@ -10,7 +10,7 @@ import random
 from unittest import mock
 
 import pytest
-from exhaustive_mesh import candidate_best, exhaustive_mesh_best, unpruned_tables
+from exhaustive_mesh import candidate_best, exhaustive_mesh_best, least_cycle, unpruned_tables
 
 from hgplan.costmodel.evaluate import evaluate
 from hgplan.domain import Fleet, Link, NodeGroup, Precision, TrainingSettings, Transport
@@ -18,7 +18,7 @@ from hgplan.inputs import load_model
 from hgplan.io import catalog
 from hgplan.plan import Recompute
 from hgplan.planner.costs import CostSource
-from hgplan.planner import mesh_bound
+from hgplan.planner import mesh_bound, mesh_order
 from hgplan.planner import mesh_search as mesh_search_module
 from hgplan.planner.mesh_model import MeshSolution
 from hgplan.planner.mesh_search import mesh_search
@@ -164,6 +164,55 @@ def test_stage_coupling_raises_the_bound():
     rows = [r for s in SEEDS[1::2] for r in candidate_bounds(s, deep=True)]
     raised = [r for r in rows if r[4] > r[2] + 1.0]
     assert len(raised) >= len(rows) // 2, (len(raised), len(rows))
+
+
+def _least_order_free_cycle(t) -> float:
+    """The order-free knapsack's least cycle (planner/mesh_bound.py), to 1 us."""
+    hosts = [a for h in range(len(t.hosts)) if (a := mesh_bound._host_arrays(t, h)) is not None]
+    lo, hi = 0.0, 1e9
+    while hi - lo > 1.0:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if mesh_bound._capacity(hosts, mid, t.pp) >= t.num_layers else (mid, hi)
+    return lo
+
+
+@functools.cache
+def ordered_cycles(seed: int) -> list[tuple[int, int, float, float, float]]:
+    """(B, P, order-free least cycle, ordered least cycle, least cycle of any plan) of every candidate of 2 to 6
+    stages of a seed's fleet."""
+    fleet, model, train, opts, costs, _, _ = case(seed)
+    groups, opts = list(fleet.groups), dataclasses.replace(opts, max_pp=6)
+    out = []
+    for B in mesh_search_module._candidates(costs, groups, opts)[1]:
+        for P in range(2, min(model.num_layers, 6) + 1):
+            t, full = build_mesh_tables(costs, B, P, groups, opts), unpruned_tables(costs, B, P, groups, opts)
+            if t is None or full is None or (order := mesh_order.order_hosts(t)) is None:
+                continue
+            ordered = mesh_order.least_ordered_cycle(order, P, t.num_layers, 0.0, 1e9, 1.0)[0]
+            out.append((B, P, _least_order_free_cycle(t), ordered, least_cycle(full)))
+    return out
+
+
+@pytest.mark.parametrize("seed", SEEDS[::3])
+def test_ordered_cycle_is_a_lower_bound_of_every_plans_cycle(seed):
+    """The ordered capacity (planner/mesh_order.py: hosts in pipeline order, each block's ends priced by its
+    neighbours, memory by position) never puts the least cycle above that of a plan the exhaustive search finds,
+    and never below the order-free knapsack's."""
+    rows = ordered_cycles(seed)
+    assert rows
+    for B, P, free, ordered, plan in rows:
+        assert free - 1.0 <= ordered <= plan + 1e-6, (B, P, free, ordered, plan)
+
+
+def test_ordered_cycle_raises_the_order_free_one():
+    """Where one host is reached only over slower links, or early stages fit fewer layers, the ordered least cycle
+    is above the order-free one. Of the candidates whose order-free cycle is over 1% below the best plan's, it
+    raises 51 of 81 and closes a median 61% of the distance (measured); asserted: half, and a median of 40%."""
+    rows = [r for s in SEEDS[::3] for r in ordered_cycles(s) if r[4] > r[2] * 1.01]
+    raised = [r for r in rows if r[3] > r[2] + 1.0]
+    assert len(raised) >= len(rows) // 2, (len(raised), len(rows))
+    closed = sorted((r[3] - r[2]) / (r[4] - r[2]) if math.isfinite(r[4]) else 1.0 for r in rows)
+    assert closed[len(closed) // 2] >= 0.4, closed
 
 
 def test_a_solve_stopped_by_its_limit_is_retried_with_twice_the_time():

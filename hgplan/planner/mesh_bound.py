@@ -18,7 +18,10 @@ Objective (MeshTables.objective) = (m - 1) cycle + fill + tail, each bounded fro
   near C* the fastest hosts cannot take every layer and the slower ones' work counts. That W ignores that the
   fastest hosts' most layers need stages too, P in all: the stage-coupled W (stages=True, the search's second
   refinement, right before a solve) also takes the Lagrangian dual of least work over (stages, layers), where each
-  used host takes j stages under one option o and j <= x <= cap(o, j) layers at x tau_o (_dual_work).
+  used host takes j stages under one option o and j <= x <= cap(o, j) layers at x tau_o (_dual_work). The
+  stage-coupled refinement also raises C* where the hosts are few enough (mesh_order.order_hosts): with the hosts'
+  order along the pipeline, each block's ends priced by its actual neighbours and memory by stage position
+  (planner/mesh_order.py), then recomputes W.
 - tail: the first stage's least tail (the tied-embedding sync included) and the fullest stage's (at least
   ceil(L / P) layers).
 """
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hgplan.planner.mesh_order import least_ordered_cycle, order_hosts
 from hgplan.planner.mesh_tables import MeshTables
 
 LAYER_SLACK = 1e-6
@@ -273,6 +277,23 @@ class CandidateBound:
     """(a cycle no plan of the candidate is below, one at which its P stages hold the L layers)."""
 
 
+def _ordered_cycle(order: list, t: MeshTables, lo: float, hi: float, top: float, rest: float,
+                   enough_us: float) -> tuple[float, float] | CandidateBound:
+    """The order-free least cycle [lo, hi] raised by planner/mesh_order.py (hosts in pipeline order, each block's
+    ends priced by its neighbours, memory by position), or the candidate's bound when that already reaches
+    enough_us (or no plan exists). Bisection to the same resolution as the order-free one."""
+    P, L, m = t.pp, t.num_layers, t.microbatches
+    cut = (enough_us - rest) / (m - 1) if math.isfinite(enough_us) else math.inf
+    upper = min(top, max(cut, lo))
+    step = max(BOUND_RESOLUTION_US, BOUND_RESOLUTION * ((m - 1) * lo + rest)) / (m - 1)
+    low, high = least_ordered_cycle(order, P, L, lo, upper, step)
+    if math.isfinite(high):
+        return low, high
+    if upper < top:
+        return CandidateBound((m - 1) * upper + rest, (upper, max(hi, upper)))  # the cycle exceeds the cut
+    return CandidateBound(math.inf)
+
+
 def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
                     enough_us: float = math.inf, stages: bool = False) -> CandidateBound:
     """Lower bound (us) of every plan of the candidate. fill_us: the work of L layers, the embedding and the head at
@@ -304,4 +325,12 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
     fixed = edges + boundaries_and_tail
     work = _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed
+    # only a candidate the order-free bound leaves open pays for the ordered cycle, and then the work term again
+    if stages and m > 1 and max((m - 1) * lo + rest, work) < enough_us and (order := order_hosts(t)) is not None:
+        early = _ordered_cycle(order, t, lo, hi, top, rest, enough_us)
+        if isinstance(early, CandidateBound):
+            return early
+        if early[0] > lo:
+            lo, hi = early
+            work = _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed
     return CandidateBound(max((m - 1) * lo + rest, work), (lo, hi))
