@@ -4,6 +4,7 @@ tp compete). Hand-made rows, one entry changed at a time."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from hgplan.planner.mesh_tables import TAIL_CLASSES, _HostRows, _prune
@@ -17,7 +18,7 @@ def _rows(*options: dict) -> _HostRows:
     per stage), tp; the tail entries (a, b per class) are 10 for all."""
     keys = ("slots", "layer", "first", "last", "isend", "ilat")
     rows = {k: [o.get(k, 4 if k == "slots" else 10) for o in options] for k in keys}
-    rows["mem"] = [o.get("mem", [(10, 10)] * P) for o in options]
+    rows["mem"] = np.array([o.get("mem", [(10, 10)] * P) for o in options], dtype=np.int64)
     rows["tail"] = [[(10, 10)] * len(TAIL_CLASSES) for _ in options]
     cfgs = [ParallelConfig(tp=o.get("tp", 1), pp=P, dp=1) for o in options]
     return _HostRows(group=None, options=cfgs, rows=rows)

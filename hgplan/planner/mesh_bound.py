@@ -12,16 +12,16 @@ Objective (MeshTables.objective) = (m - 1) cycle + fill + tail, each bounded fro
   placed) gives the most layers P stages hold at c; the least c at which they hold L is found by bisection.
 - fill: the work of the L layers, the cheapest embedding and head, and every boundary's least send and latency,
   forward and backward. The work depends on the cycle: at cycle c host h holds at most cap_h(c) layers (its best
-  block under any option and role) at no less than the per-layer time of its fastest option that holds one, so
-  W(c) = the L layers placed fastest host first within those caps; W does not increase with c. A plan whose cycle
-  is c pays (m - 1) c + W(c), so the bound is min over c >= C* of that (on a grid, as in planner/block_bound.py):
-  near C* the fastest hosts cannot take every layer and the slower ones' work counts. That W ignores that the
-  fastest hosts' most layers need stages too, P in all: the stage-coupled W (stages=True, the search's second
-  refinement, right before a solve) also takes the Lagrangian dual of least work over (stages, layers), where each
-  used host takes j stages under one option o and j <= x <= cap(o, j) layers at x tau_o (_dual_work). The
-  stage-coupled refinement also raises C* where the hosts are few enough (mesh_order.order_hosts): with the hosts'
-  order along the pipeline, each block's ends priced by its actual neighbours and memory by stage position
-  (planner/mesh_order.py), then recomputes W.
+  block under any option and role) at no less than the per-layer time of its fastest option that holds one, so W(c)
+  = the L layers placed fastest host first within those caps; W does not increase with c. A plan whose cycle is c
+  pays (m - 1) c + W(c), so the bound is min over c >= C* of that (on a grid, as in planner/block_bound.py): near C*
+  the fastest hosts cannot take every layer and the slower ones' work counts. That W ignores that the fastest hosts'
+  most layers need stages too, P in all: the stage-coupled W (stages=True, what the search computes when it first
+  builds a candidate's tables) also takes the Lagrangian dual of least work over (stages, layers), where each used
+  host takes j stages under one option o and j <= x <= cap(o, j) layers at x tau_o (_dual_work). The stage-coupled
+  refinement also raises C* where the hosts are few enough (mesh_order.order_hosts): with the hosts' order along the
+  pipeline, each block's ends priced by its actual neighbours and memory by stage position (planner/mesh_order.py),
+  then recomputes W.
 - tail: the first stage's least tail (the tied-embedding sync included) and the fullest stage's (at least
   ceil(L / P) layers).
 """
@@ -59,10 +59,10 @@ def _least(vals: list[float]) -> float:
 def _host_arrays(t: MeshTables, h: int) -> dict[str, np.ndarray] | None:
     """Per option of host h: slots, tau, memory limit, least own-mesh send, least send to or from another host,
     embedding and head work. None when no option holds a layer."""
-    P, L, H = t.pp, t.num_layers, len(t.hosts)
-    rows = []
+    L, H = t.num_layers, len(t.hosts)
+    rows, fits = [], np.minimum(t.memory_matrix(h).max(axis=0), L)
     for o in range(len(t.options[h])):
-        most = min(L, max(t.memory_layers(s, h, o) for s in range(P)))
+        most = int(fits[o])
         if most < 1:
             continue
         cross = _least([t.snd_us[h][h2][o] for h2 in range(H) if h2 != h and t.snd_us[h][h2] is not None]

@@ -61,8 +61,7 @@ def order_hosts(t: MeshTables) -> list[OrderHost] | None:
         return None
     out: list[OrderHost | None] = []
     for h in range(H):
-        mem = np.array([[min(L, t.memory_layers(s, h, o)) for o in range(len(t.options[h]))] for s in range(P)],
-                       dtype=float).reshape(P, -1)
+        mem = np.minimum(t.memory_matrix(h), L).astype(float).reshape(P, -1)
         keep = np.flatnonzero(mem.max(axis=0) >= 1)
         if keep.size == 0:
             out.append(None)

@@ -5,14 +5,14 @@ B is the samples of one micro-batch step (dp x micro-batch of every mesh), P the
 with cp = 1 and no interleaving is the special case where every mesh takes the same option, so starting from the
 stock search's best plan as the incumbent the asymmetric best is never worse under the tables.
 
-Three lower bounds per candidate (us), each tighter and dearer than the one before: a cheap one over all candidates
-up front (every stage's work is at most the cycle, so host h under option o holds at most cycle / tau_o layers on
-each of j <= slots_o stages; a knapsack over stage counts gives cycle >= L / cap(P), and the objective is at least
-(m - 1) L / cap(P) plus the work of L layers at the fastest per-layer time), one from the candidate's tables when it
-is first taken (planner/mesh_bound.py: whole layers, memory, boundaries, the embedding and the head, the tail, the
-work the fastest hosts cannot hold at the cycle), and the same with that work coupled to the stage count when it is
-taken again, right before its solve. A solve that ends at its limit without a proof is tried again with twice the
-time after every candidate has had its first solve.
+Two lower bounds per candidate (us), the second tighter and dearer: a cheap one over all candidates up front (every
+stage's work is at most the cycle, so host h under option o holds at most cycle / tau_o layers on each of
+j <= slots_o stages; a knapsack over stage counts gives cycle >= L / cap(P), and the objective is at least
+(m - 1) L / cap(P) plus the work of L layers at the fastest per-layer time), and one from the candidate's tables when
+it is first taken (planner/mesh_bound.py with stages=True: whole layers, memory, boundaries, the embedding and the
+head, the tail, the work the fastest hosts cannot hold at the cycle coupled to the stage count, the hosts' order);
+a candidate still below the incumbent is solved when it is taken again. A solve that ends at its limit without a
+proof is tried again with twice the time after every candidate has had its first solve.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+import numpy as np
 
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig, Plan, StageAssignment
@@ -33,10 +35,12 @@ from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
 from hgplan.planner.search import MAX_RETRIES, solve_params, within
 
-TABLES_BOUND, STAGE_BOUND = 1, 2
-"""A candidate's level on the heap: 0 with the capacity bound, TABLES_BOUND with its tables' bound, STAGE_BOUND with
-the stage-coupled one (each several times the cost of the one before, so only candidates still below the incumbent
-pay for it), STAGE_BOUND + k when its next solve is its (k + 1)-th."""
+STAGE_BOUND = 1
+"""A candidate's level on the heap: 0 with the capacity bound, STAGE_BOUND with its tables' stage-coupled bound,
+STAGE_BOUND + k when its next solve is its (k + 1)-th. The tables' bound without the stage coupling is not a level of
+its own: it cost 6 ms per candidate on two-site against 7 ms for the coupled one, and the candidates it left open
+(238 of 631) had their tables built again for the coupled one (measured 2026-11-24: two-site's search 12.9 -> 10.0 s,
+256 GPUs 12.3 -> 9.4 s, the same plans)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,17 +94,19 @@ def _capacity(rows: list[list[tuple[int, float]]], P: int) -> float:
     """Most that P stages can hold: rows[h] = (slots, what one stage holds) per option of host h (layers per
     microsecond of cycle, or layers); a knapsack over how many stages each host takes, j stages of one host
     needing an option with at least j slots (-inf when the hosts cannot take P stages)."""
-    best = [0.0] + [-math.inf] * P
+    j = np.arange(P + 1)
+    take = np.clip(j[:, None] - j[None, :], 0, P)  # [total, j] -> total - j
+    best = np.full(P + 1, -math.inf)
+    best[0] = 0.0
     for opts in rows:
-        gain = [0.0] + [max((j * r for s, r in opts if s >= j), default=-math.inf) for j in range(1, P + 1)]
-        limit = max((s for s, _ in opts), default=0)
-        nxt = list(best)
-        for total in range(1, P + 1):
-            for j in range(1, min(total, limit) + 1):
-                if best[total - j] > -math.inf:
-                    nxt[total] = max(nxt[total], best[total - j] + gain[j])
-        best = nxt
-    return best[P]
+        if not opts:
+            continue
+        slots, per = np.array([s for s, _ in opts]), np.array([r for _, r in opts], dtype=float)
+        # j stages hold j x the most one stage of an option with at least j slots holds
+        gain = j * np.where(slots[None, :] >= j[:, None], per[None, :], -math.inf).max(axis=1)
+        ok = (j[None, :] >= 1) & (j[None, :] <= slots.max()) & (j[None, :] <= j[:, None])
+        best = np.maximum(best, np.where(ok, best[take] + gain[None, :], -math.inf).max(axis=1))
+    return float(best[P])
 
 
 def _fill_us(costs: CostSource, per_group: list[list[tuple[NodeGroup, ParallelConfig]]]) -> float:
@@ -168,9 +174,9 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
         if t is None:
             continue
         if level < STAGE_BOUND:
-            better = candidate_bound(t, fills[B], cycle_us=cycle, enough_us=best, stages=level == TABLES_BOUND)
+            better = candidate_bound(t, fills[B], cycle_us=cycle, enough_us=best, stages=True)
             if math.isfinite(better.bound_us):
-                heapq.heappush(heap, (max(lb, better.bound_us), B, P, level + 1, better.cycle_us))
+                heapq.heappush(heap, (max(lb, better.bound_us), B, P, STAGE_BOUND, better.cycle_us))
             continue
         params = within(solve_params(opts, level - STAGE_BOUND, remaining), stop_at)
         bound, again = _solve(t, params, lb, best, level - STAGE_BOUND, res, log)

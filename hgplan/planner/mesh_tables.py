@@ -85,6 +85,13 @@ class MeshTables:
         """Most layers stage s holds on host h under option o (negative when none fit)."""
         return layers_that_fit(self.mem_a_mib[s][h][o], self.mem_b_mib[s][h][o], self.cap_mib[h], self.num_layers)
 
+    def memory_matrix(self, h: int) -> np.ndarray:
+        """memory_layers(s, h, o) of every stage s and option o of host h at once, as an int array [s, o]."""
+        a = np.array([self.mem_a_mib[s][h] for s in range(self.pp)], dtype=np.int64)
+        b = np.array([self.mem_b_mib[s][h] for s in range(self.pp)], dtype=np.int64)
+        room = self.cap_mib[h] - a
+        return np.where(b > 0, room // np.maximum(b, 1), np.where(room >= 0, self.num_layers, -1))
+
     def objective(self, assign: list[int], choice: dict[int, int], layers: list[int]) -> int | None:
         """Closed-form iteration time (us) of a placement (host of each stage, option of each used host, layers of
         each stage), or None when it breaks a rule. Mirrors mesh_model.py."""
@@ -157,7 +164,7 @@ class _HostRows:
 def _host_rows(costs: CostSource, g: NodeGroup, options: list[ParallelConfig]) -> _HostRows:
     per = [costs.group(g, c) for c in options]
     links = [costs.link(g, g, c) for c in options]
-    mem = [list(costs.memory(c, g)) for c in options]
+    mem = np.array([costs.memory(c, g) for c in options], dtype=np.int64)  # [o, stage, a or b]
     tails = [costs.tail(g, c).by_class for c in options]
     rows = {"slots": [g.num_gpus // c.gpus_per_stage for c in options], "layer": [x.layer_us for x in per],
             "first": [x.first_us for x in per], "last": [x.last_us for x in per],
@@ -171,10 +178,10 @@ def _costs_matrix(hr: _HostRows, cross: list[list[int] | None], P: int) -> np.nd
     an unreachable path's None as inf)."""
     r = hr.rows
     cols = [[-x for x in r["slots"]]] + [r[key] for key in ("layer", "first", "last", "isend", "ilat")]
-    cols += [[m[s][i] for m in r["mem"]] for s in range(P) for i in (0, 1)]
     cols += [[t[c][i] for t in r["tail"]] for c in range(len(TAIL_CLASSES)) for i in (0, 1)]
     cols += [[math.inf if x is None else x for x in row] for row in cross if row is not None]
-    return np.array(cols, dtype=float).T
+    mem = r["mem"].reshape(len(hr.options), 2 * P).astype(float)  # [o, (stage, a or b)]
+    return np.concatenate([np.array(cols, dtype=float).T, mem], axis=1)
 
 
 def _prune(hr: _HostRows, cross: list[list[int] | None], tied: bool, P: int) -> list[int]:
@@ -214,7 +221,7 @@ def build_mesh_tables(costs: CostSource, B: int, P: int, groups: list[NodeGroup]
         rows = [r for h2 in range(H) for r in (cross[h][h2], recv[h2][h])]
         keep = _prune(hr, rows, tied, P)
         hosts[h] = _HostRows(group=hr.group, options=[hr.options[o] for o in keep],
-                             rows={k: [v[o] for o in keep] for k, v in hr.rows.items()})
+                             rows={k: v[keep] if k == "mem" else [v[o] for o in keep] for k, v in hr.rows.items()})
         for h2 in range(H):
             cross[h][h2] = None if cross[h][h2] is None else [cross[h][h2][o] for o in keep]
             recv[h2][h] = None if recv[h2][h] is None else [recv[h2][h][o] for o in keep]
@@ -238,13 +245,16 @@ def _freeze(costs: CostSource, B: int, P: int, hosts: list[_HostRows], cross, re
         """One row per host of a per-option entry."""
         return tuple(tuple(hr.rows[key]) for hr in hosts)
 
+    # per host [a or b][stage][option] of the memory rows, as plain ints
+    mem = [hr.rows["mem"].transpose(2, 1, 0).tolist() for hr in hosts]
+
     return MeshTables(
         samples_per_step=B, pp=P, microbatches=train.global_batch_size // B, num_layers=model.num_layers, tied=tied,
         hosts=tuple(hr.group.key for hr in hosts), options=tuple(tuple(hr.options) for hr in hosts),
         slots=col("slots"), layer_us=col("layer"), first_us=col("first"), last_us=col("last"),
         cap_mib=tuple(capacity_mib(hr.group) for hr in hosts),
-        mem_a_mib=tuple(tuple(tuple(r[s][0] for r in hr.rows["mem"]) for hr in hosts) for s in range(P)),
-        mem_b_mib=tuple(tuple(tuple(r[s][1] for r in hr.rows["mem"]) for hr in hosts) for s in range(P)),
+        mem_a_mib=tuple(tuple(tuple(m[0][s]) for m in mem) for s in range(P)),
+        mem_b_mib=tuple(tuple(tuple(m[1][s]) for m in mem) for s in range(P)),
         intra_send_us=col("isend"), intra_lat_us=col("ilat"),
         snd_us=tuple(tuple(None if unreachable(h, h2) or h == h2 else tuple(cross[h][h2]) for h2 in range(H))
                      for h in range(H)),
