@@ -197,7 +197,8 @@ def _solve(t: MeshTables, params: SolverParams, lb: float, best: float, attempt:
     """Solve one candidate against the incumbent `best` (its plan, if any, goes to res.found); returns (its bound,
     whether to try it again with twice the time): every solve that ends unproven is tried again, up to MAX_RETRIES
     times, since a candidate whose 1 s solve proved nothing often proves in 1.4 s that nothing beats the incumbent
-    (retrying only after a solve that found a plan or raised the bound left v100-a100-t4 at an 8.5% gap)."""
+    (before, a third or fourth try came only after a try that found a plan or raised the bound, and v100-a100-t4's
+    candidates that stopped there unproven needed about 2 deterministic seconds each)."""
     upper = math.ceil(best) if math.isfinite(best) else None
     sol = solve_mesh(t, params, upper_bound=upper, log=log)
     res.candidates_solved += attempt == 0
