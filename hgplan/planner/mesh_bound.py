@@ -33,17 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hgplan.planner.mesh_order import least_ordered_cycle, order_hosts
+from hgplan.planner.mesh_order import LAYER_SLACK, NONE, least_ordered_cycle, order_hosts, whole_layers
 from hgplan.planner.mesh_tables import MeshTables
 
-LAYER_SLACK = 1e-6
-"""Layers the bound's float arithmetic may lose; counting them as held keeps the bound a lower bound."""
 BOUND_RESOLUTION_US = 1.0
 """The bisection stops when the bound is known to within this (the tables' resolution) or BOUND_RESOLUTION of it."""
 BOUND_RESOLUTION = 1e-4
 """A fiftieth of the search's default gap (0.5%): finer costs bisection steps and proves nothing more."""
-NONE = -1e18
-"""Stands for "cannot" in the knapsack (numpy max-plus arithmetic)."""
 WORK_GRID = 16
 """Intervals over which the bound minimises (m - 1) c + W(c); each costs at most 1/WORK_GRID of W's range."""
 DUAL_PRICES = 9
@@ -77,9 +73,7 @@ def _host_arrays(t: MeshTables, h: int) -> dict[str, np.ndarray] | None:
 
 def _held(a: dict[str, np.ndarray], cycle: float, penalty: np.ndarray) -> np.ndarray:
     """Whole layers one stage of each option holds at this cycle with this much else to do (NONE below one)."""
-    with np.errstate(invalid="ignore"):
-        k = np.minimum(np.floor((cycle - penalty) / a["tau"] + LAYER_SLACK), a["most"])
-    return np.where(k >= 1, k, NONE)
+    return whole_layers(cycle, penalty, a["tau"], a["most"])
 
 
 def _gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, int], np.ndarray]:

@@ -33,7 +33,17 @@ evaluation builds up to H^3 block-gain arrays of P x P x options and makes up to
 (about 3 ms at 3 hosts, 12 stages and 33 options; 20 ms at 3 hosts, 63 stages and 44 options, too slow for a
 bisection on every candidate)."""
 LAYER_SLACK = 1e-6
+"""Layers the bounds' float arithmetic may lose; counting them as held keeps a bound a lower bound."""
 NONE = -1e18
+"""Stands for "cannot" in the knapsacks (numpy max-plus arithmetic)."""
+
+
+def whole_layers(cycle: float, penalty: np.ndarray, tau: np.ndarray, most: np.ndarray) -> np.ndarray:
+    """Whole layers a stage of per-layer time tau holds at this cycle with `penalty` else to do, at most `most`
+    (its memory); NONE below one. Shared by this module and planner/mesh_bound.py."""
+    with np.errstate(invalid="ignore"):
+        k = np.minimum(np.floor((cycle - penalty) / tau + LAYER_SLACK), most)
+    return np.where(k >= 1, k, NONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +100,7 @@ class _Gains:
 
     def _hold(self, a: OrderHost, penalty: np.ndarray) -> np.ndarray:
         """[s, o]: whole layers stage s holds under option o with this much else to do (NONE below one)."""
-        with np.errstate(invalid="ignore"):
-            k = np.minimum(np.floor((self.cycle - penalty) / a.tau + LAYER_SLACK), a.mem)
-        return np.where(k >= 1, k, NONE)
+        return whole_layers(self.cycle, penalty, a.tau, a.mem)
 
     def _middle(self, h: int) -> tuple[np.ndarray, np.ndarray]:
         """Prefix sums over positions of what a stage between two of its own mesh's sends holds, and of the
@@ -140,19 +148,21 @@ def ordered_capacity(hosts: list[OrderHost | None], cycle: float, P: int) -> flo
     used = [h for h in range(H) if hosts[h] is not None]
     start = np.full(P, NONE)
     start[0] = 0.0
-    states: dict[tuple[int, int, int], np.ndarray] = {(1 << h, -1, h): start for h in used}
+    # states[mask][(host before, current host)]: per start position of the current block, the most layers the
+    # blocks before it hold; a move only adds a host, so the masks in increasing order see every state complete
+    states: dict[int, dict[tuple[int, int], np.ndarray]] = {1 << h: {(-1, h): start} for h in used}
     best = NONE
     for mask in range(1, 1 << H):
-        for (msk, before, h), held in [(k, v) for k, v in states.items() if k[0] == mask]:
+        for (before, h), held in states.pop(mask, {}).items():
             best = max(best, float((held + gains(h, before, -1)[:, P]).max()))
-            for h2 in hosts[h].right:
-                if mask >> h2 & 1 or hosts[h2] is None or h not in hosts[h2].left:
+            for h2 in hosts[h].right:  # a path h -> h2 exists, so h is in hosts[h2].left too
+                if mask >> h2 & 1 or hosts[h2] is None:
                     continue
                 reach = (held[:, None] + gains(h, before, h2)[:, :P]).max(axis=0)
                 if reach.max() <= NONE / 2:
                     continue
-                key = (mask | 1 << h2, h, h2)
-                states[key] = np.maximum(states[key], reach) if key in states else reach
+                nxt = states.setdefault(mask | 1 << h2, {})
+                nxt[(h, h2)] = np.maximum(nxt[(h, h2)], reach) if (h, h2) in nxt else reach
     return best if best > NONE / 2 else NONE
 
 
