@@ -8,10 +8,10 @@ embedding or head work; the first and last stages also pay their class's DP tail
 of n stages holds at cycle C (taking, for a valid bound, the most a group gains from each extra stage as
 non-increasing). Over several sites the capacity also loses what the WAN costs: the block ends that must send to
 another site (_WanEnds) and, without interleaving, the slack 1F1B's loops through the WAN's latency leave in the
-stages next to it (_LoopSlack). Then the smallest cycle C* whose capacity holds L layers, and min over C >= C* of
-(v m - 1) C + W(C), W being the cheapest way to place the layers within those capacities (the v layers of every
-stage a group must host on it, since the others' slots cannot take them, then fastest groups first), plus the
-edge, crossing and tail terms. With interleaving the wrap-around boundary (last stage back to the first) makes
+stages next to it (planner/wan_loops.py). Then the smallest cycle C* whose capacity holds L layers, and min over
+C >= C* of (v m - 1) C + W(C), W being the cheapest way to place the layers within those capacities (the v layers
+of every stage a group must host on it, since the others' slots cannot take them, then fastest groups first), plus
+the edge, crossing and tail terms. With interleaving the wrap-around boundary (last stage back to the first) makes
 the end blocks touch two crossings too.
 
 Legend: as in planner/bounds.py (L, p, v, m, r, tau, C, W, c1, c2); a "role" row is one group's
@@ -30,6 +30,7 @@ import numpy as np
 from hgplan.plan import ParallelConfig
 from hgplan.planner.bounds import BLOCK_GRID, FLOOR_EPS, BoundContext, subset_terms, sure_stages
 from hgplan.planner.costs import US
+from hgplan.planner.wan_loops import LoopSlack, PairLoops
 
 Role = tuple[float, float, float, float, float, int]
 """(v tau, lone, end_a, end_b, interior, slots) of one group: see the module docstring."""
@@ -82,46 +83,6 @@ def _held(c: float, role: Role, v: int) -> tuple[int | None, int | None]:
 
 
 @dataclass(frozen=True, slots=True)
-class _LoopSlack:
-    """The slack 1F1B's loops demand around the WAN (without interleaving; costmodel/pipeline.py, segment_loops).
-
-    A maximal run of consecutive WAN crossings joins stages j..j+n-1 (n - 1 crossings, so n >= 2); if n < m it is a
-    loop: n C >= the stages' cycle demands plus twice each crossing's latency, i.e. the run's stages leave slack
-    C - demand summing to at least twice the run's latencies. Runs share no stage, so over all W WAN crossings of
-    the path (sites - 1 <= W <= r - 1, each a distinct pair of groups in two sites, so their latencies are at least
-    the W cheapest such) the stages next to them leave at least S(W) = 2 x those latencies, in at most 2W stages, at
-    most two per group (a block has two ends). A stage of group k leaving slack x holds at most (C - e' - x) / tau
-    layers (e' its extras, at least the group's cheapest WAN send), while the capacity counted it at
-    v floor((C - e) / (v tau)) > (C - e) / tau - v with e <= e': so it holds more than x / tau - v layers fewer, and
-    it keeps >= v layers, so x <= C - send - v tau. The least total loss puts the slack on the slowest groups first
-    (dropping the limit of 2W stages only lowers it)."""
-
-    stages: tuple[tuple[float, float], ...]
-    """(tau, cheapest WAN send) of each group, twice (two block ends), slowest first."""
-    need: tuple[tuple[int, float], ...]
-    """(W, S(W)) for every possible number of WAN crossings."""
-    v: int
-
-    def loss(self, c: float) -> float:
-        """Least layers the loops cost the stages next to the WAN at cycle c (inf: they cannot leave the slack)."""
-        room = [(tau, max(0.0, c - send - self.v * tau)) for tau, send in self.stages]
-        least = math.inf
-        for w, need in self.need:
-            fewer, left = 0.0, need
-            for tau, cap in room:
-                take = min(cap, left)
-                fewer, left = fewer + take / tau, left - take
-                if left <= 0:
-                    break
-            if left <= 1e-12:
-                least = min(least, fewer - self.v * 2 * w)
-        if least < 0:
-            return 0.0
-        # strictly more than `least` layers, in whole layers; the 1e-9 keeps rounding on the safe side
-        return least if math.isinf(least) else math.floor(least - 1e-9) + 1.0
-
-
-@dataclass(frozen=True, slots=True)
 class _WanEnds:
     """The block ends a placement over several sites must spend on the WAN.
 
@@ -141,8 +102,8 @@ class _WanEnds:
     single: frozenset[int] | None
     """Sites that may have only one WAN end (a path's end sites); None: any two sites (the ends are unknown)."""
     v: int
-    loops: _LoopSlack | None = None
-    """The slack 1F1B's loops demand next to the WAN (None with interleaving, or runs longer than a loop)."""
+    loops: LoopSlack | None = None
+    """The slack 1F1B's loops demand next to the WAN (None with interleaving, or with fewer than 3 micro-batches)."""
 
     def loss(self, c: float) -> float:
         """Least layers the WAN ends cost the placement at cycle c (inf: no placement)."""
@@ -199,20 +160,44 @@ class _BlockBound:
         self.by_speed = sorted(subset, key=lambda k: (self.tau[k], k))
         self.tau_min = self.tau[self.by_speed[0]]
         self.tau_arr = np.array([self.tau[k] for k in self.by_speed])
-        self.loops = self._loop_slack(m)
         sure = sure_stages(ctx, subset, self.p)
+        self.loops = self._loop_slack(m, sure)
         self.sure_layers = np.array([self.v * sure[k] for k in self.by_speed])
 
-    def _loop_slack(self, m: int) -> _LoopSlack | None:
-        """The loops' demand next to the WAN, when every run of WAN crossings is a loop (at most r stages, fewer
-        than m) and there is no interleaving (the closed form charges 1F1B's loops only)."""
-        if self.v > 1 or self.sites == 1 or self.r >= m:
+    def _loop_slack(self, m: int, sure: dict[str, int]) -> LoopSlack | None:
+        """The loops' demand next to the WAN without interleaving (the closed form charges 1F1B's loops only): pooled
+        when every run of WAN crossings is a loop (at most r stages, fewer than m), and crossing by crossing when a
+        loop of two micro-batches fits in the iteration (m >= 3)."""
+        if self.v > 1 or self.sites == 1 or m < 3:
             return None
         lats = sorted(self.ctx.pair_lat[e] for e in itertools.combinations(self.subset, 2)
                       if e in self.ctx.pair_lat and self.site[e[0]] != self.site[e[1]])
-        need = tuple((w, 2 * sum(lats[:w])) for w in range(self.sites - 1, min(self.r - 1, len(lats)) + 1))
+        need = tuple((w, 2 * sum(lats[:w])) for w in range(self.sites - 1, min(self.r - 1, len(lats)) + 1)) \
+            if self.r < m else ()
         stages = sorted(((self.tau[k], self.wan[k]) for k in self.subset for _ in range(2)), reverse=True)
-        return _LoopSlack(stages=tuple(stages), need=need, v=self.v) if need else None
+        pairs = self._pair_loops(sure)
+        return LoopSlack(stages=tuple(stages), need=need, v=self.v, pairs=pairs) if need or pairs else None
+
+    def _pair_loops(self, sure: dict[str, int]) -> PairLoops | None:
+        """Each WAN crossing's own loop (PairLoops): per group, the extras and weight of a stage next to the WAN."""
+        ends: dict[str, tuple[list[float], float]] = {}
+        for k in self.subset:
+            c1, c2 = self.cross[k]
+            sends = {x for x in (c1, c2, self.wan[k], max(c2, self.wan[k])) if math.isfinite(x)}
+            inner = self.ctx.groups[k].self_send_s
+            extras = {x + inner for x in sends}
+            if sure[k] < 2:  # a block of one stage: one crossing (a path's end, with its edge work) or two
+                gb = self.ctx.groups[k]
+                extras |= {x + y for x in sends for y in sends | {0.0, gb.first_s, gb.last_s}}
+            ends[k] = (sorted(extras), 1.0 if sure[k] >= 2 else 0.5)
+        rows = []
+        for ca, cb in itertools.combinations(self.ctx.members(self.subset), 2):
+            a, b = sorted((ca[0], cb[0]))
+            if self.site[a] == self.site[b] or (a, b) not in self.ctx.pair_lat:
+                continue
+            (ext_a, w_a), (ext_b, w_b), lat = ends[a], ends[b], self.ctx.pair_lat[(a, b)]
+            rows += [(self.tau[a], ea, w_a, self.tau[b], eb, w_b, lat) for ea in ext_a for eb in ext_b]
+        return PairLoops(rows=np.unique(np.array(rows), axis=0), crossings=self.sites - 1) if rows else None
 
     def roles(self, first: str | None, last: str | None) -> tuple[list[Role], _WanEnds | None]:
         """Per group, fastest first, its Role, and the WAN ends the sites demand (None within one site). Without
