@@ -36,9 +36,8 @@ class LoopSlack:
     need: tuple[tuple[int, float], ...]
     """(W, S(W)) for every possible number of WAN crossings (none: some run may be longer than a loop)."""
     v: int
-
     pairs: PairLoops | None = None
-    """Each crossing's own loop, pair by pair (when every block has two or more stages)."""
+    """Each crossing's own loop, crossing by crossing (the larger of the two losses counts)."""
 
     def loss(self, c: float) -> float:
         """Least layers the loops cost the stages next to the WAN at cycle c (inf: they cannot leave the slack)."""
@@ -75,12 +74,12 @@ class PairLoops:
     loop) besides each n tau + e <= C. The capacity counted such a stage as floor((C - e) / tau) for the extras e of
     its role (a block end: its send inside the block plus one of its group's cheapest send to a partner, second
     cheapest, cheapest to another site or the larger of the last two; a block of one stage: one or two of those
-    sends), at most its own, and with larger extras the pair holds no more; so the pair loses at least
-    w_a (cap_a - n_a) + w_b (cap_b - n_b) for the best n_a, n_b the loop allows. A stage is in one crossing, or two
-    when its block is a single stage: it gets weight 1 when its group must host two or more stages (distinct block
-    ends), else 1/2, so the crossings' losses sum to at most the stages'. The path loses W times the least pair's.
-    The pooled bound of LoopSlack lets the latency slack of one crossing be met by stages next to another; this one
-    does not."""
+    sends, or one and a path end's edge work), at most its own, and with larger extras the pair holds no more; so
+    the pair loses at least w_a (cap_a - n_a) + w_b (cap_b - n_b) for the best n_a, n_b the loop allows. A stage is
+    in one crossing, or two when its block is a single stage: it gets weight 1 when its group must host two or more
+    stages (distinct block ends), else 1/2, so the crossings' losses sum to at most the stages'. The path loses W
+    times the least pair's. The pooled bound of LoopSlack lets the latency slack of one crossing be met by stages
+    next to another; this one does not."""
 
     rows: np.ndarray
     """(tau_a, e_a, w_a, tau_b, e_b, w_b, latency) of every pair of groups in two sites and choice of extras."""
