@@ -166,6 +166,22 @@ def test_stage_coupling_raises_the_bound():
     assert len(raised) >= len(rows) // 2, (len(raised), len(rows))
 
 
+def test_memory_matrix_is_memory_layers_at_once():
+    """MeshTables.memory_matrix (what the bounds read) is memory_layers (what the objective and the CP-SAT model read)
+    for every stage and option, so the two cannot drift apart."""
+    checked = 0
+    for seed in SEEDS[:6]:
+        fleet, model, _, opts, costs, _, _ = case(seed)
+        for B in mesh_search_module._candidates(costs, list(fleet.groups), opts)[1]:
+            for P in (1, 3):
+                t = build_mesh_tables(costs, B, P, list(fleet.groups), opts)
+                for h in range(len(t.hosts) if t else 0):
+                    want = [[t.memory_layers(s, h, o) for o in range(len(t.options[h]))] for s in range(P)]
+                    assert t.memory_matrix(h).tolist() == want, (seed, B, P, h)
+                    checked += 1
+    assert checked >= 20
+
+
 def _least_order_free_cycle(t) -> float:
     """The order-free knapsack's least cycle (planner/mesh_bound.py), to 1 us."""
     hosts = [a for h in range(len(t.hosts)) if (a := mesh_bound._host_arrays(t, h)) is not None]

@@ -183,11 +183,10 @@ class _BlockBound:
         ends: dict[str, tuple[list[float], float]] = {}
         for k in self.subset:
             c1, c2 = self.cross[k]
+            gb = self.ctx.groups[k]
             sends = {x for x in (c1, c2, self.wan[k], max(c2, self.wan[k])) if math.isfinite(x)}
-            inner = self.ctx.groups[k].self_send_s
-            extras = {x + inner for x in sends}
+            extras = {x + gb.self_send_s for x in sends}
             if sure[k] < 2:  # a block of one stage: one crossing (a path's end, with its edge work) or two
-                gb = self.ctx.groups[k]
                 extras |= {x + y for x in sends for y in sends | {0.0, gb.first_s, gb.last_s}}
             ends[k] = (sorted(extras), 1.0 if sure[k] >= 2 else 0.5)
         rows = []

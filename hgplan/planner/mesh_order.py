@@ -71,7 +71,7 @@ def order_hosts(t: MeshTables) -> list[OrderHost] | None:
         return None
     out: list[OrderHost | None] = []
     for h in range(H):
-        mem = np.minimum(t.memory_matrix(h), L).astype(float).reshape(P, -1)
+        mem = np.minimum(t.memory_matrix(h), L).astype(float)
         keep = np.flatnonzero(mem.max(axis=0) >= 1)
         if keep.size == 0:
             out.append(None)
