@@ -62,21 +62,25 @@ def test_bounds_charge_the_stages_a_slow_group_must_host():
     assert forced >= 5
 
 
+def island_fleet() -> Fleet:
+    """Three sites 20 ms apart over 100 Gbit/s: two H100 groups in a, one A100 node in b, an H100 group in c."""
+    spec = [("a", "H100-SXM5-80GB", 2), ("a", "H100-SXM5-80GB", 2), ("b", "A100-SXM4-80GB", 1),
+            ("c", "H100-SXM5-80GB", 2)]
+    links = tuple(Link(scope="site", a=a, b=b, gbps=100, latency_ms=20, transport=Transport.ETHERNET,
+                       egress_usd_per_gb=None) for a, b in (("a", "b"), ("a", "c"), ("b", "c")))
+    return Fleet(name="island", groups=tuple(_group(i, *s) for i, s in enumerate(spec)), links=links,
+                 transports=catalog().transports)
+
+
 def test_block_bound_charges_the_loops_around_the_wan():
     """Three sites 20 ms apart, the middle one a single A100 node: a pipeline over all three crosses the WAN twice
     and 1F1B's loops through those crossings force slack into the stages next to them (n C >= the run's demands
     plus twice its latencies). The block bound counts the layers that slack costs. Measured without interleaving:
     0.77-0.91 of the optimum (without the loops' slack: 0.45-0.52); with interleaving (no loops): 0.997."""
-    spec = [("a", "H100-SXM5-80GB", 2), ("a", "H100-SXM5-80GB", 2), ("b", "A100-SXM4-80GB", 1),
-            ("c", "H100-SXM5-80GB", 2)]
-    links = tuple(Link(scope="site", a=a, b=b, gbps=100, latency_ms=20, transport=Transport.ETHERNET,
-                       egress_usd_per_gb=None) for a, b in (("a", "b"), ("a", "c"), ("b", "c")))
-    fleet = Fleet(name="island", groups=tuple(_group(i, *s) for i, s in enumerate(spec)), links=links,
-                  transports=catalog().transports)
     train = TrainingSettings(seq_length=2048, global_batch_size=32)
     opts = SearchOptions(max_pp=6, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,))
     crossing = 0
-    for cand, subset, sub_lb, block, optimum in _items(fleet, train, opts, layers=16):
+    for cand, subset, sub_lb, block, optimum in _items(island_fleet(), train, opts, layers=16):
         assert sub_lb <= optimum + 1 and block <= optimum + 1, (cand.cfg, subset, sub_lb, block, optimum)
         if len({k[0] for k in subset}) == 3 and cand.cfg.vpp == 1:
             crossing += 1

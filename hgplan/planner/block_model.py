@@ -1,0 +1,334 @@
+"""A CP-SAT model of one (configuration, group set) item at the level of blocks, a relaxation of planner/model.py.
+
+Every group of the set hosts one contiguous block of stages, so a plan is: the order of the blocks (a Hamiltonian
+path, a circuit through a dummy node), each block's number of stages n_k, and its layers. Inside a block the
+interior stages are interchangeable (same group, the same sends on both sides), so the model keeps per block only
+the layers of its first stage (a_k), of its last (b_k, when n_k >= 2), the interior's total (i_k) and the interior's
+largest stage (q_k): i_k <= (n_k - 2) q_k. Stage-level models of 24-40 stages carry hundreds of symmetric placement
+variables whose relaxation stays far below the optimum; this one has a few dozen, and CP-SAT closes it in well under
+a second on the fleets where the stage-level model finds no plan in its first second (docs/planner.md).
+
+It is a relaxation: every plan of the item maps to a solution of this model whose objective is at most the plan's
+(CostTables.objective), because the model keeps every term of that objective exactly and drops only constraints:
+1F1B's loops of three or more micro-batches and the loops inside a block (only each crossing's two-stage loop is
+kept), and the per-stage memory of interior stages (their largest holds at most the roomiest interior position's
+room, and their total at most the positions' total). So its optimum is a lower bound of the item, and its solution,
+expanded to stages, is a plan whose real objective is checked: when the two are equal the item is solved.
+
+Legend: p stages, v virtual stages per rank, m micro-batches, L layers; K node groups of the table (k); units of v
+layers (u); objective in v-scaled integer microseconds, as CostTables.objective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
+from hgplan.planner.tables import CostTables
+
+FIRST, MIDDLE, LAST = 0, 1, 2
+"""Indices into TAIL_CLASSES (planner/costs.py)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockSolution:
+    """What one solve of the block model returned: its bound (v-scaled us; a lower bound of the item's optimum, or of
+    every plan below the upper bound it was given) and, when it found one, its solution expanded to stages."""
+
+    status: str
+    bound: float
+    relaxed: int | None
+    """The model's objective for the solution it returned (None when none)."""
+    assign: tuple[int, ...]
+    layers: tuple[int, ...]
+    deterministic_time: float
+    model_text: str | None = None
+    """The model as a text CpModelProto (with keep_model; `search --export-model`)."""
+
+
+@dataclass(slots=True)
+class _Vars:
+    """Per group k: stages n, first-stage units a, last-stage units b, interior units i and interior max q, start
+    index of its block; the order's arcs (start, end, z[k, k2]) and the (first, last) pair w[k, k2]."""
+
+    n: list
+    a: list
+    b: list
+    i: list
+    q: list
+    lone: list
+    three: list
+    idx: list
+    start: list
+    end: list
+    z: dict
+    w: dict
+
+
+def _room(t: CostTables, k: int) -> list[int]:
+    """Most units of v layers each stage index can hold on group k within its memory (capped at L / v)."""
+    v, units = t.vpp, t.num_layers // t.vpp
+    return [max(-1, min(units, t.memory_layers(s, k) // v if t.memory_layers(s, k) >= 0 else -1))
+            for s in range(t.pp)]
+
+
+def _interior_tables(room: list[int], p: int) -> tuple[list[int], list[int]]:
+    """Indexed by start * p + count: the total and the largest room of the count interior stages after a block
+    that starts at `start` (0 and 0 for count 0; -1 past the pipeline's end)."""
+    total, most = [], []
+    for start in range(p):
+        for count in range(p):
+            span = room[start + 1:start + 1 + count]
+            ok = count == 0 or start + count <= p - 2  # the block's last stage comes after its interior
+            total.append(sum(span) if ok else -1)
+            most.append(max(span, default=0) if ok else -1)
+    return total, most
+
+
+def _new_vars(md: cp_model.CpModel, t: CostTables) -> _Vars:
+    p, K, units = t.pp, len(t.groups), t.num_layers // t.vpp
+    top = [min(t.slots[k], p - K + 1) for k in range(K)]
+    n = [md.new_int_var(1, top[k], f"n{k}") for k in range(K)]
+    lone = [md.new_bool_var(f"lone{k}") for k in range(K)]
+    three = [md.new_bool_var(f"three{k}") for k in range(K)]
+    for k in range(K):
+        md.add(n[k] == 1).only_enforce_if(lone[k])
+        md.add(n[k] >= 2).only_enforce_if(~lone[k])
+        md.add(n[k] >= 3).only_enforce_if(three[k])
+        md.add(n[k] <= 2).only_enforce_if(~three[k])
+    z = {(k, k2): md.new_bool_var(f"z{k}_{k2}") for k in range(K) for k2 in range(K)
+         if k != k2 and t.send_us[k][k2] is not None}
+    start = [md.new_bool_var(f"start{k}") for k in range(K)]
+    end = [md.new_bool_var(f"end{k}") for k in range(K)]
+    w = {(k, k2): md.new_bool_var(f"w{k}_{k2}") for k in range(K) for k2 in range(K) if k != k2}
+    return _Vars(n=n, a=[md.new_int_var(1, units, f"a{k}") for k in range(K)],
+                 b=[md.new_int_var(0, units, f"b{k}") for k in range(K)],
+                 i=[md.new_int_var(0, units, f"i{k}") for k in range(K)],
+                 q=[md.new_int_var(0, units, f"q{k}") for k in range(K)], lone=lone, three=three,
+                 idx=[md.new_int_var(0, p - 1, f"idx{k}") for k in range(K)], start=start, end=end, z=z, w=w)
+
+
+def _add_order(md: cp_model.CpModel, t: CostTables, xv: _Vars) -> None:
+    """The blocks form one path through every group: a circuit through a dummy node K (K -> k: k starts, k -> K: k
+    ends); each block starts where the one before it ends; w[k, k2] is the (first, last) pair, which must be linked
+    last -> first when interleaved (the wrap-around send)."""
+    K = len(t.groups)
+    arcs = [(K, k, xv.start[k]) for k in range(K)] + [(k, K, xv.end[k]) for k in range(K)]
+    arcs += [(k, k2, var) for (k, k2), var in xv.z.items()]
+    md.add_circuit(arcs)
+    for k in range(K):
+        md.add(xv.idx[k] == 0).only_enforce_if(xv.start[k])
+    for (k, k2), var in xv.z.items():
+        md.add(xv.idx[k2] == xv.idx[k] + xv.n[k]).only_enforce_if(var)
+    for (k, k2), var in xv.w.items():
+        md.add_bool_and([xv.start[k], xv.end[k2]]).only_enforce_if(var)
+        md.add_bool_or([var, ~xv.start[k], ~xv.end[k2]])
+        if t.vpp > 1 and t.send_us[k2][k] is None:
+            md.add(var == 0)
+    md.add(sum(xv.n) == t.pp)
+
+
+def _add_layers(md: cp_model.CpModel, t: CostTables, xv: _Vars) -> None:
+    """Units per stage: a lone block holds a only (b = 0); a longer one a and b >= 1; the interior (n - 2 stages)
+    holds i units, at least one per stage and at most q per stage; each stage within its position's memory (the
+    interior: its total and its largest room). All units are placed."""
+    p, K, units = t.pp, len(t.groups), t.num_layers // t.vpp
+    for k in range(K):
+        room = _room(t, k)
+        md.add(xv.b[k] == 0).only_enforce_if(xv.lone[k])
+        md.add(xv.b[k] >= 1).only_enforce_if(~xv.lone[k])
+        md.add_element(xv.idx[k], room, cap_a := md.new_int_var(-1, units, f"capa{k}"))
+        md.add(xv.a[k] <= cap_a)
+        last = md.new_int_var(0, p - 1, f"last{k}")
+        md.add(last == xv.idx[k] + xv.n[k] - 1)
+        md.add_element(last, room, cap_b := md.new_int_var(-1, units, f"capb{k}"))
+        md.add(xv.b[k] <= cap_b).only_enforce_if(~xv.lone[k])
+        count = md.new_int_var(0, p, f"count{k}")
+        md.add(count == xv.n[k] - 2).only_enforce_if(xv.three[k])
+        md.add(count == 0).only_enforce_if(~xv.three[k])
+        md.add(xv.q[k] == 0).only_enforce_if(~xv.three[k])
+        md.add(xv.q[k] >= 1).only_enforce_if(xv.three[k])
+        prod = md.new_int_var(0, units * p, f"prod{k}")
+        md.add_multiplication_equality(prod, [count, xv.q[k]])
+        md.add(xv.i[k] <= prod)
+        md.add(xv.i[k] >= count)
+        total, most = _interior_tables(room, p)
+        key = md.new_int_var(0, p * p - 1, f"key{k}")
+        md.add(key == xv.idx[k] * p + count)
+        md.add_element(key, total, room_i := md.new_int_var(-1, units * p, f"roomi{k}"))
+        md.add_element(key, most, room_q := md.new_int_var(-1, units, f"roomq{k}"))
+        md.add(xv.i[k] <= room_i)
+        md.add(xv.q[k] <= room_q)
+    md.add(sum(xv.a) + sum(xv.b) + sum(xv.i) == units)
+
+
+def _add_cycle(md: cp_model.CpModel, t: CostTables, xv: _Vars, cycle: cp_model.IntVar,
+               horizon: int) -> tuple[list, list]:
+    """The cycle holds every stage's work plus v x the sends it touches and its edge work (CostTables.cycle_extras);
+    without interleaving, 2 x cycle holds each crossing's two-stage loop (1F1B's steady state, segment_loops).
+    Returns the first and last stage demands of each block."""
+    K, v, m = len(t.groups), t.vpp, t.microbatches
+    first, last = [], []
+    for k in range(K):
+        tau, own = v * t.layer_us[k], t.send_us[k][k]
+        inward = v * sum(t.send_us[k0][k] * var for (k0, k2), var in xv.z.items() if k2 == k)
+        outward = v * sum(t.send_us[k][k2] * var for (k0, k2), var in xv.z.items() if k0 == k)
+        if v > 1:
+            inward += v * sum(t.send_us[k2][k] * var for (k0, k2), var in xv.w.items() if k0 == k)
+            outward += v * sum(t.send_us[k][k0] * var for (k0, k2), var in xv.w.items() if k2 == k)
+        head = inward + t.first_us[k] * xv.start[k]
+        tail = outward + t.last_us[k] * xv.end[k]
+        df, dl = md.new_int_var(0, horizon, f"df{k}"), md.new_int_var(0, horizon, f"dl{k}")
+        if own is None:  # two stages of this group cannot talk: a block of one stage only
+            md.add(xv.lone[k] == 1)
+            own = 0
+        md.add(df == tau * xv.a[k] + head + tail).only_enforce_if(xv.lone[k])
+        md.add(dl == df).only_enforce_if(xv.lone[k])
+        md.add(df == tau * xv.a[k] + head + v * own).only_enforce_if(~xv.lone[k])
+        md.add(dl == tau * xv.b[k] + tail + v * own).only_enforce_if(~xv.lone[k])
+        md.add(cycle >= df)
+        md.add(cycle >= dl)
+        md.add(cycle >= tau * xv.q[k] + 2 * v * own)
+        first.append(df)
+        last.append(dl)
+    if v == 1 and m >= 3:
+        for (k, k2), var in xv.z.items():
+            md.add(2 * cycle >= last[k] + first[k2] + 2 * t.lat_us[k][k2]).only_enforce_if(var)
+    return first, last
+
+
+def _fill(t: CostTables, xv: _Vars):
+    """Work once per micro-batch plus every boundary's two sends and two latencies (the wrap-around excluded)."""
+    K, v = len(t.groups), t.vpp
+    out = sum(v * t.layer_us[k] * (xv.a[k] + xv.b[k] + xv.i[k]) + t.first_us[k] * xv.start[k]
+              + t.last_us[k] * xv.end[k] for k in range(K))
+    out += sum((2 * t.send_us[k][k2] + 2 * t.lat_us[k][k2]) * var for (k, k2), var in xv.z.items())
+    for k in range(K):
+        if t.send_us[k][k] is not None:
+            out += (2 * t.send_us[k][k] + 2 * t.lat_us[k][k]) * (xv.n[k] - 1)
+    return out
+
+
+def _tail(md: cp_model.CpModel, t: CostTables, xv: _Vars) -> cp_model.IntVar:
+    """The largest stage tail: the pipeline's first stage in class first, its last in class last (both plus the
+    tied-embedding sync of the pair), every other stage in class middle; the interior's largest stage holds q."""
+    K, v, L = len(t.groups), t.vpp, t.num_layers
+    ta, tb = t.tail_a_us, t.tail_b_us
+    top = max(map(max, ta)) + max(map(max, tb)) * L + max(max(r) for r in t.tied_us) + 1
+    tail = md.new_int_var(0, top, "tail")
+    tied = sum(t.tied_us[k][k2] * var for (k, k2), var in xv.w.items() if t.tied_us[k][k2])
+    for k in range(K):
+        a_layers, b_layers = v * xv.a[k], v * xv.b[k]
+        md.add(tail >= ta[FIRST][k] + tb[FIRST][k] * a_layers + tied).only_enforce_if(xv.start[k])
+        md.add(tail >= ta[LAST][k] + tb[LAST][k] * a_layers + tied).only_enforce_if([xv.lone[k], xv.end[k]])
+        for other in (xv.lone[k], xv.end[k]):  # a stage that is neither the pipeline's first nor its last
+            md.add(tail >= ta[MIDDLE][k] + tb[MIDDLE][k] * a_layers).only_enforce_if([~xv.start[k], ~other])
+        md.add(tail >= ta[LAST][k] + tb[LAST][k] * b_layers + tied).only_enforce_if([~xv.lone[k], xv.end[k]])
+        md.add(tail >= ta[MIDDLE][k] + tb[MIDDLE][k] * b_layers).only_enforce_if([~xv.lone[k], ~xv.end[k]])
+        md.add(tail >= ta[MIDDLE][k] + tb[MIDDLE][k] * v * xv.q[k]).only_enforce_if(xv.three[k])
+    return tail
+
+
+def build_block_model(t: CostTables, *, upper_bound: int | None = None) -> tuple[cp_model.CpModel, _Vars]:
+    """The block model of one item (t.require_all: every group of the table hosts a block). With upper_bound, only
+    solutions strictly below it are feasible."""
+    assert t.require_all and t.pp > 1 and len(t.groups) > 1, "the block model is for multi-group items"
+    md = cp_model.CpModel()
+    xv = _new_vars(md, t)
+    _add_order(md, t, xv)
+    _add_layers(md, t, xv)
+    v, L = t.vpp, t.num_layers
+    sends = [val for row in t.send_us for val in row if val is not None]
+    horizon = max(t.layer_us) * L + max(t.first_us) + max(t.last_us) + 4 * v * max(sends, default=0) + 1
+    cycle = md.new_int_var(0, horizon, "cycle")
+    _add_cycle(md, t, xv, cycle, horizon)
+    objective = (v * t.microbatches - 1) * cycle + _fill(t, xv) + v * _tail(md, t, xv)
+    if upper_bound is not None:
+        md.add(objective <= upper_bound - 1)
+    md.minimize(objective)
+    return md, xv
+
+
+def _blocks(assign: list[int]) -> list[tuple[int, int, int]]:
+    """(group, first stage, stages) of each block of a contiguous placement."""
+    out: list[tuple[int, int, int]] = []
+    for s, k in enumerate(assign):
+        if out and out[-1][0] == k:
+            out[-1] = (k, out[-1][1], out[-1][2] + 1)
+        else:
+            out.append((k, s, 1))
+    return out
+
+
+def add_block_hint(md: cp_model.CpModel, t: CostTables, xv: _Vars, assign: list[int], layers: list[int]) -> None:
+    """Warm start from a stage-level plan of the item."""
+    v = t.vpp
+    blocks = _blocks(assign)
+    for bi, (k, s0, n) in enumerate(blocks):
+        units = [layers[s] // v for s in range(s0, s0 + n)]
+        md.add_hint(xv.n[k], n)
+        md.add_hint(xv.lone[k], n == 1)
+        md.add_hint(xv.three[k], n >= 3)
+        md.add_hint(xv.idx[k], s0)
+        md.add_hint(xv.a[k], units[0])
+        md.add_hint(xv.b[k], units[-1] if n > 1 else 0)
+        md.add_hint(xv.i[k], sum(units[1:-1]))
+        md.add_hint(xv.q[k], max(units[1:-1], default=0))
+        md.add_hint(xv.start[k], bi == 0)
+        md.add_hint(xv.end[k], bi == len(blocks) - 1)
+    nxt = {k: blocks[bi + 1][0] for bi, (k, _, _) in enumerate(blocks[:-1])}
+    for (k, k2), var in xv.z.items():
+        md.add_hint(var, nxt.get(k) == k2)
+    for (k, k2), var in xv.w.items():
+        md.add_hint(var, (k, k2) == (blocks[0][0], blocks[-1][0]))
+
+
+def expand(t: CostTables, solver: cp_model.CpSolver, xv: _Vars) -> tuple[list[int], list[int]]:
+    """The solver's solution as a stage-level plan: blocks in path order; a block's interior gets one unit per stage,
+    then the rest up to min(q, the position's room), latest stages first (they hold fewer micro-batches)."""
+    K, v = len(t.groups), t.vpp
+    k = next(k for k in range(K) if solver.boolean_value(xv.start[k]))
+    succ = {k0: k2 for (k0, k2), var in xv.z.items() if solver.boolean_value(var)}
+    assign: list[int] = []
+    units: list[int] = []
+    while True:
+        n, s0 = solver.value(xv.n[k]), len(assign)
+        if n == 1:
+            block = [solver.value(xv.a[k])]
+        else:
+            room, q, left = _room(t, k), solver.value(xv.q[k]), solver.value(xv.i[k]) - (n - 2)
+            inner = [1] * (n - 2)
+            for j in reversed(range(n - 2)):
+                take = max(0, min(left, min(q, room[s0 + 1 + j]) - 1))
+                inner[j] += take
+                left -= take
+            block = [solver.value(xv.a[k])] + inner + [solver.value(xv.b[k])]
+        assign += [k] * n
+        units += block
+        if k not in succ:
+            return assign, [v * u for u in units]
+        k = succ[k]
+
+
+def solve_blocks(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[int]] | None = None,
+                 upper_bound: int | None = None, log: Callable[[str], None] | None = None,
+                 keep_model: bool = False) -> BlockSolution:
+    """Solve the block model of one item. The bound holds for every plan of the item (below upper_bound when one is
+    given); the expanded plan is to be checked with CostTables.objective (it may break a dropped constraint)."""
+    md, xv = build_block_model(t, upper_bound=upper_bound)
+    if hint is not None:
+        add_block_hint(md, t, xv, *hint)
+    solver = cp_model.CpSolver()
+    configure_solver(solver, params, log)
+    status = solver.solve(md)
+    name, text = solver.status_name(status), str(md.proto) if keep_model else None
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        assign, layers = expand(t, solver, xv)
+        return BlockSolution(status=name, bound=float(solver.best_objective_bound), relaxed=int(solver.objective_value),
+                             assign=tuple(assign), layers=tuple(layers), deterministic_time=solver.deterministic_time,
+                             model_text=text)
+    return BlockSolution(status=name, bound=unsolved_bound(solver, status), relaxed=None, assign=(), layers=(),
+                         deterministic_time=solver.deterministic_time, model_text=text)
