@@ -133,7 +133,9 @@ class EntrySolver(Doc):
     """What the solver's integer tables said of a plan (the ranking uses the cost model)."""
 
     objective_s: float
-    status: str
+    status: str = Field(description="where the plan came from: CP-SAT's status of the stage-level solve (OPTIMAL, "
+                                    "FEASIBLE), BLOCK (the block model's solution, expanded to stages), HINT (the warm "
+                                    "start), SIM_ + a status (polished by the simulator); docs/planner.md")
 
 
 class PlanEntry(Doc):
@@ -255,7 +257,8 @@ class SearchStats(Doc):
 
     stopped_by: Literal["complete", "budget", "wall"]
     candidates: CandidateCounts
-    solver_statuses: dict[str, int]
+    solver_statuses: dict[str, int] = Field(description="solves by CP-SAT status: the stage-level model's by name, "
+                                                        "the block model's as BLOCK_ + the status (docs/planner.md)")
     iteration_time_s: float
     gap_on_reported: float
     gap_proven: bool

@@ -24,7 +24,8 @@ from hgplan.planner.bounds import subset_bounds_us
 from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
 from hgplan.planner.classes import interchangeable_classes
 from hgplan.planner.costs import US, CostSource
-from hgplan.planner.heuristic import greedy_hint, improve
+from hgplan.planner.block_model import solve_blocks
+from hgplan.planner.heuristic import best_layers, greedy_hint, improve
 from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
@@ -185,6 +186,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         st.tables_of[item] = replace(tables, require_all=True)
     tables = st.tables_of[item]
     attempt = Stage.attempt(stage)
+    st.solved += attempt == 0
     prev = st.found.get(item)
     hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else \
         improve(tables, greedy_hint(tables, order))
@@ -194,19 +196,21 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     # and the JSON of two runs must be the same
     for name in ("max_deterministic_time", "max_time_in_seconds"):
         st.limits[name] = max(st.limits.get(name, 0.0), getattr(configured, name))
-    best_now = st.best_us()
     hint_obj = tables.objective(*hint) if prev is None else None
     if hint_obj is not None:  # the warm start is itself a valid plan: keep it
-        st.found[item] = Found(cfg=cand.cfg, tables=tables, solution=Solution(
-            status="HINT", objective=hint_obj, bound=0.0, assign=tuple(hint[0]), layers=tuple(hint[1]),
-            deterministic_time=0.0, wall_time_s=0.0))
-        best_now = min(best_now, st.found[item].time_us)
+        _keep(st, item, cand.cfg, tables, "HINT", hint_obj, hint)
+    if attempt == 0 and tables.pp > 1 and len(tables.groups) > 1:
+        step = _block_step(tables, cand.cfg, item, lb, st, params, opts)
+        if step is None:
+            return None
+        lb = step
+        hint = _hint_of(st.found.get(item)) or hint
+    best_now = st.best_us()
     upper = math.ceil(best_now * cand.cfg.vpp) if math.isfinite(best_now) else None
     sol = solve(tables, params, hint=hint, upper_bound=upper, log=st.log, keep_model=opts.keep_model)
     st.last_model = sol.model_text or st.last_model
     st.dtime += sol.deterministic_time
     st.statuses[sol.status] = st.statuses.get(sol.status, 0) + 1
-    st.solved += attempt == 0
     if sol.objective is not None:
         f = Found(cfg=cand.cfg, tables=tables, solution=sol)
         current = st.found.get(item)
@@ -232,6 +236,56 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         return bound
     st.closed_bounds.append(bound)
     return None
+
+
+def _keep(st: _State, item: tuple, cfg: ParallelConfig, tables: CostTables, status: str, objective: int,
+          plan: tuple, bound: float = 0.0) -> None:
+    """Keep a valid plan found for an item without CP-SAT (the warm start, the block model's) if it is the item's
+    best so far."""
+    current = st.found.get(item)
+    if current is None or objective < current.solution.objective:
+        st.found[item] = Found(cfg=cfg, tables=tables, solution=Solution(
+            status=status, objective=objective, bound=bound, assign=tuple(plan[0]), layers=tuple(plan[1]),
+            deterministic_time=0.0, wall_time_s=0.0))
+
+
+def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: _State, params: SolverParams,
+                opts: SearchOptions) -> float | None:
+    """Solve the item's block model (planner/block_model.py) before the stage-level one. Its bound holds for every
+    plan of the item (better than the incumbent, when there is one); its plan, expanded to stages, is checked by
+    the tables (or, if it breaks a constraint the relaxation drops, its placement gets the best layer split the
+    warm start finds). Returns None when that settles the item (nothing better than the incumbent, or a plan within
+    solve_gap of the bound), else the item's raised bound for the stage-level solve."""
+    v = cfg.vpp
+    best_now = st.best_us()
+    upper = math.ceil(best_now * v) if math.isfinite(best_now) else None
+    bs = solve_blocks(tables, params, hint=_hint_of(st.found.get(item)), upper_bound=upper, log=st.log,
+                      keep_model=opts.keep_model)
+    st.last_model = bs.model_text or st.last_model
+    st.dtime += bs.deterministic_time
+    st.statuses["BLOCK_" + bs.status] = st.statuses.get("BLOCK_" + bs.status, 0) + 1
+    if bs.assign:
+        real = tables.objective(list(bs.assign), list(bs.layers))
+        split = best_layers(tables, list(bs.assign)) if real is None else (real, list(bs.layers))
+        if split is not None:
+            _keep(st, item, cfg, tables, "BLOCK", split[0], (bs.assign, split[1]), bs.bound)
+    if bs.status == "INFEASIBLE":
+        if upper is None:
+            st.infeasible += 1
+        else:
+            st.closed_bounds.append(upper / v)  # nothing better than the incumbent
+        return None
+    bound = max(lb, (bs.bound if upper is None else min(bs.bound, upper)) / v)
+    own = st.found.get(item)
+    if bs.status == "OPTIMAL" and own is not None and own.solution.objective <= bs.bound * (1 + opts.solve_gap):
+        st.closed_bounds.append(bound)
+        return None
+    return bound
+
+
+def _hint_of(found: Found | None) -> tuple[list[int], list[int]] | None:
+    """A found plan as a warm start."""
+    return None if found is None else (list(found.solution.assign), list(found.solution.layers))
 
 
 def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
