@@ -45,8 +45,8 @@ def calibration_rows(repeat: int) -> None:
 
 def random_pipelines(n: int) -> None:
     rng = random.Random(1)
-    ratios = []
-    while len(ratios) < n:
+    ratios: dict[bool, list[float]] = {False: [], True: []}
+    while len(ratios[False]) + len(ratios[True]) < n:
         p, v, m = rng.randint(1, 8), rng.choice([1, 1, 2, 3]), rng.randint(1, 24)
         if v > 1 and (p < 2 or m % p):
             continue
@@ -56,11 +56,16 @@ def random_pipelines(n: int) -> None:
         lat = [rng.choice([0.0, rng.uniform(0, 0.5)]) for _ in range(p)]
         c = closed_form(fwd, bwd, x, list(x), lat, microbatches=m, vpp=v).iteration_s
         s = simulate(fwd, bwd, x, list(x), lat, microbatches=m, vpp=v)[0].iteration_s
-        ratios.append(c / s - 1)
-    above = [r for r in ratios if r > 1e-9]
-    below = [r for r in ratios if r < -1e-9]
-    print(f"random pipelines: {n}; closed form above the simulator on {len(above) / n:.0%} (up to {max(above):+.1%}), "
-          f"below on {len(below) / n:.0%} (down to {min(below):+.1%})")
+        ratios[v > 1].append(c / s - 1)
+    print(f"random pipelines: {n}")
+    for interleaved, rows in ratios.items():
+        above = [r for r in rows if r > 1e-9]
+        below = [r for r in rows if r < -1e-9]
+        print(f"  {'interleaved' if interleaved else '1F1B'} ({len(rows)}): closed form above the simulator on "
+              f"{len(above) / len(rows):.0%} (up to {max(above, default=0):+.1%}), below on "
+              f"{len(below) / len(rows):.0%} (down to {min(below, default=0):+.1%}), median |difference| "
+              f"{statistics.median(map(abs, rows)):.1%}, "
+              f"10th percentile {sorted(rows)[len(rows) // 10]:+.1%}")
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from hgplan.costmodel.pipeline import segment_loops
+from hgplan.costmodel.pipeline import phase_paths, segment_loops
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource, tail_class
@@ -41,6 +41,21 @@ def block_placements(t: CostTables) -> list[list[int]]:
                 if all(c <= t.slots[k] for c, k in zip(counts, order)):
                     out.append([k for k, c in zip(order, counts) for _ in range(int(c))])
     return out
+
+
+def _phase_path(t: CostTables, assign: list[int], splits: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """v x the longest two-stage phase path of each split (work: each stage's work, edges included)."""
+    p = t.pp
+    fwd = splits * np.array([t.fwd_layer_us[k] for k in assign])
+    fwd[:, 0] += t.first_fwd_us[assign[0]]
+    fwd[:, -1] += t.last_fwd_us[assign[-1]]
+    bwd = work - fwd
+    send = [t.send_us[assign[a]][assign[b]] for a, b in t.boundaries()]
+    lat = [t.lat_us[assign[a]][assign[b]] for a, b in t.boundaries()]
+    starts, ends = phase_paths([fwd[:, s] for s in range(p)], [bwd[:, s] for s in range(p)], send, send, lat,
+                               microbatches=t.microbatches, vpp=t.vpp)
+    running = np.maximum.accumulate(np.stack(starts), axis=0)
+    return (running + np.stack(ends)).max(axis=0)
 
 
 def best_for_tables(t: CostTables) -> tuple[float, list[int], list[int]] | None:
@@ -85,7 +100,10 @@ def best_for_tables(t: CostTables) -> tuple[float, list[int], list[int]] | None:
         ok = (mem <= np.array([t.cap_mib[k] for k in assign])).all(axis=1)
         if not ok.any():
             continue
-        obj = np.where(ok, (v * m - 1) * cycle + fill + v * tail, np.inf)
+        pipe = (v * m - 1) * cycle + fill
+        if v > 1:  # interleaving's phase paths (costmodel/pipeline.py), as CostTables.objective
+            pipe = np.maximum(pipe, _phase_path(t, assign, splits, work))
+        obj = np.where(ok, pipe + v * tail, np.inf)
         i = int(np.argmin(obj))
         if best is None or obj[i] < best[0]:
             best = (float(obj[i]), assign, [int(x) for x in splits[i]])

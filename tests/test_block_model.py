@@ -62,7 +62,8 @@ def _check(t) -> tuple[bool, bool, float]:
 def test_block_model_bounds_every_item_and_solves_most(seed):
     """Random fleets of 2-5 groups over up to three sites: the bound is never above the exhaustive optimum, and
     the expanded solution is the optimum on most items. Measured over seeds 0-3 (every multi-group item, pp <= 5):
-    11,752 items, none above, 98.5% exact."""
+    11,752 items, none above, 98.5% exact, before the closed form took interleaving's phase paths (which the block
+    model drops); over seeds 0-1 now: 616 items, every 1F1B item (384) exact, 206 of the 232 interleaved ones."""
     rng = random.Random(1000 + seed)
     fleet = random_multisite_fleet(rng)
     model = small_model(rng.choice([6, 8, 12]), hidden=rng.choice([2048, 4096]), heads=32)
@@ -76,18 +77,21 @@ def test_block_model_bounds_every_item_and_solves_most(seed):
 
 def test_block_model_on_a_wan_island():
     """Three sites 20 ms apart, the middle one a single A100 node (tests/test_bound_structure.py's island): the
-    crossings' loops bind. The block model keeps each crossing's two-stage loop and drops longer ones, so it is exact
-    on most items and close on the rest. Measured: 13 of the 18 items over three or four groups exact, the others'
-    bounds 0.82-0.97 of the optimum (1F1B's loops of three and more micro-batches through two crossings)."""
+    crossings' loops bind. The block model keeps each crossing's two-stage loop and drops longer ones, and with
+    interleaving the phase paths, so it is exact on most 1F1B items and close on the rest. Measured: 9 of the 14 1F1B
+    items over three or four groups exact, the others' bounds 0.82-0.97 of the optimum (1F1B's loops of three and
+    more micro-batches through two crossings); 1 of the 4 interleaved items exact, the others' bounds 0.997-0.998."""
     fleet = island_fleet()
     train = TrainingSettings(seq_length=2048, global_batch_size=32)
     opts = SearchOptions(max_pp=6, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,))
-    results = [_check(t) for t in _multi_group_items(fleet, small_model(16, hidden=4096, heads=32), train, opts)
-               if len(t.groups) >= 3]
-    solved = [exact for has_plan, exact, _ in results if has_plan]
+    items = [t for t in _multi_group_items(fleet, small_model(16, hidden=4096, heads=32), train, opts)
+             if len(t.groups) >= 3]
+    results = [(t.vpp, *_check(t)) for t in items]
+    solved = [exact for v, has_plan, exact, _ in results if has_plan and v == 1]
     assert len(solved) >= 10
-    assert sum(solved) >= 0.65 * len(solved)
-    assert min(ratio for has_plan, _, ratio in results if has_plan) >= 0.8
+    assert sum(solved) >= 0.6 * len(solved)
+    assert min(ratio for _, has_plan, _, ratio in results if has_plan) >= 0.8
+    assert min(ratio for v, has_plan, _, ratio in results if has_plan and v > 1) >= 0.99
 
 
 def _one_item(layers: int):

@@ -11,9 +11,10 @@ a second on the fleets where the stage-level model finds no plan in its first se
 It is a relaxation: every plan of the item maps to a solution of this model whose objective is at most the plan's
 (CostTables.objective), because the model keeps every term of that objective exactly and drops only constraints:
 1F1B's loops of three or more micro-batches and the loops inside a block (only each crossing's two-stage loop is
-kept), and the per-stage memory of interior stages (their largest holds at most the roomiest interior position's
-room, and their total at most the positions' total). So its optimum is a lower bound of the item, and its solution,
-expanded to stages, is a plan whose real objective is checked: when the two are equal the item is solved.
+kept), the per-stage memory of interior stages (their largest holds at most the roomiest interior position's
+room, and their total at most the positions' total), and with interleaving the phase paths (the objective is at
+least each of them; they weigh each stage by its position). So its optimum is a lower bound of the item, and its
+solution, expanded to stages, is a plan whose real objective is checked: when the two are equal the item is solved.
 
 Legend: p stages, v virtual stages per rank, m micro-batches, L layers; K node groups of the table (k); units of v
 layers (u); objective in v-scaled integer microseconds, as CostTables.objective.

@@ -67,6 +67,12 @@ class GroupCosts:
     """Embedding forward + backward (first stage only)."""
     last_us: int
     """LM head and loss forward + backward (last stage only)."""
+    fwd_layer_us: int
+    """The forward part of layer_us (at most layer_us); the backward is the rest."""
+    first_fwd_us: int
+    """The forward part of first_us."""
+    last_fwd_us: int
+    """The forward part of last_us."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,9 +183,11 @@ class CostSource:
         if key not in self._group:
             _, f_l, b_l = layer_cost(self.fleet, g, self.model, cfg, self.train)
             ef, eb, hf, hb = edge_costs(g, self.model, cfg, self.train)
+            layer_us, first_us, last_us = max(1, to_us(f_l + b_l)), to_us(ef + eb), to_us(hf + hb)
             self._group[key] = GroupCosts(fwd_layer_s=f_l, bwd_layer_s=b_l, edges_s=(ef, eb, hf, hb),
-                                          layer_us=max(1, to_us(f_l + b_l)),
-                                          first_us=to_us(ef + eb), last_us=to_us(hf + hb))
+                                          layer_us=layer_us, first_us=first_us, last_us=last_us,
+                                          fwd_layer_us=min(layer_us, to_us(f_l)), first_fwd_us=min(first_us, to_us(ef)),
+                                          last_fwd_us=min(last_us, to_us(hf)))
         return self._group[key]
 
     def link(self, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig) -> LinkCosts | None:

@@ -11,8 +11,9 @@ Variables: x[s][k] stage s on group k; u[s] layers of stage s divided by v; y[s]
 z[b,k,k'] the two ends of boundary b sit on k and k'; cycle and tail as in the objective (v-scaled microseconds):
     (v m - 1) cycle + sum_s work_s + sum_b (2 send_b + 2 lat_b) + v tail
 with cycle >= work_s + v x sends touching s, and without interleaving n x cycle >= each loop of n micro-batches
-through the 1F1B steady state (costmodel/pipeline.py, segment_loops); tail >= DP tail of each stage. Mirrors
-CostTables.objective.
+through the 1F1B steady state (costmodel/pipeline.py, segment_loops); tail >= DP tail of each stage. With
+interleaving the first two terms are max'ed with each two-stage phase path (costmodel/pipeline.py, phase_paths).
+Mirrors CostTables.objective.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Callable
 
 from ortools.sat.python import cp_model
 
+from hgplan.costmodel.pipeline import phase_paths
 from hgplan.planner.costs import tail_class
 from hgplan.planner.symmetry import canonical_assign, table_classes
 from hgplan.planner.tables import CostTables
@@ -190,8 +192,9 @@ def _add_group_order(md: cp_model.CpModel, t: CostTables, xv: PlacementVars,
 
 
 def _cycle_and_fill(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> tuple[cp_model.IntVar, object]:
-    """The cycle (slowest stage per micro-batch, sends included) and the fill (work plus the crossings' sends and
-    latencies once). Why: together with the tail they are the closed form of the iteration time."""
+    """The cycle (slowest stage per micro-batch, sends included) and v x the pipeline time: (v m - 1) cycle + the
+    fill (work plus the crossings' sends and latencies once), and with interleaving at least its phase paths. Why:
+    with the tail they are the closed form of the iteration time."""
     p, v, K, L = t.pp, t.vpp, len(t.groups), t.num_layers
     work = []
     for s in range(p):
@@ -216,8 +219,48 @@ def _cycle_and_fill(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> t
         fill += sum((2 * t.send_us[k][k2] + 2 * t.lat_us[k][k2]) * var for (b2, k, k2), var in xv.z.items() if b2 == bi)
     if v == 1 and p > 1:
         _add_segment_loops(md, t, xv, work, send_of, cycle, horizon)
-    return cycle, fill
+    pipe = (v * t.microbatches - 1) * cycle + fill
+    if v > 1:
+        pipe = _phase_pipe(md, t, xv, work, send_of, pipe)
+    return cycle, pipe
 
+
+def _phase_pipe(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: list, send_of: dict, pipe):
+    """v x the pipeline time when interleaved: at least the closed form `pipe` and every two-stage path of
+    costmodel/pipeline.py's phase_paths (start[s] + end[t], s <= t), over a running maximum of the starts so the
+    p (p + 1) / 2 paths are 2 p constraints. Why: a stage that sends forward over a slow link and a later one that
+    sends backward over it cannot share one cycle in interleaving's long warm-up and cool-down (CostTables.objective
+    mirrors it)."""
+    p, K = t.pp, len(t.groups)
+    fwd = []
+    for s in range(p):
+        expr = sum(t.fwd_layer_us[k] * xv.y[s][k] for k in range(K))
+        if s == 0:
+            expr += sum(t.first_fwd_us[k] * xv.x[0][k] for k in range(K))
+        if s == p - 1:
+            expr += sum(t.last_fwd_us[k] * xv.x[p - 1][k] for k in range(K))
+        fwd.append(expr)
+    bwd = [w - f for w, f in zip(work, fwd)]
+    sends = [send_of[bi] for bi in range(p)]
+    lat = [sum(t.lat_us[k][k2] * var for (b2, k, k2), var in xv.z.items() if b2 == bi) for bi in range(p)]
+    starts, ends = phase_paths(fwd, bwd, sends, sends, lat, microbatches=t.microbatches, vpp=t.vpp)
+    # every coefficient is >= 0, so the paths of stages at their largest work, send and latency bound them all
+    most = [max(t.layer_us) * t.num_layers + max(t.first_us) + max(t.last_us),
+            max((val for row in t.send_us for val in row if val is not None), default=0), max(map(max, t.lat_us))]
+    top_s, top_e = phase_paths([most[0]] * p, [most[0]] * p, [most[1]] * p, [most[1]] * p, [most[2]] * p,
+                               microbatches=t.microbatches, vpp=t.vpp)
+    top = max(top_s) + max(top_e) + 1
+    out = md.new_int_var(0, top, "pipe")
+    md.add(out >= pipe)
+    running = None
+    for s in range(p):
+        nxt = md.new_int_var(0, top, f"start_max{s}")
+        md.add(nxt >= starts[s])
+        if running is not None:
+            md.add(nxt >= running)
+        running = nxt
+        md.add(out >= running + ends[s])
+    return out
 
 def _add_segment_loops(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: list, send_of: dict,
                        cycle: cp_model.IntVar, horizon: int) -> None:
@@ -297,10 +340,11 @@ def build_model(t: CostTables, *, upper_bound: int | None = None,
     _add_group_capacity(md, t, xv)
     _add_boundaries(md, t, xv)
     _add_contiguity(md, t, xv)
-    _add_symmetry_breaking(md, t, xv)
+    if t.vpp == 1:  # with interleaving the phase paths tell interior stages apart
+        _add_symmetry_breaking(md, t, xv)
     _add_group_order(md, t, xv, table_classes(t) if classes is None else classes)
-    cycle, fill = _cycle_and_fill(md, t, xv)
-    objective = (t.vpp * t.microbatches - 1) * cycle + fill + t.vpp * _tail(md, t, xv)
+    _, pipe = _cycle_and_fill(md, t, xv)
+    objective = pipe + t.vpp * _tail(md, t, xv)
     if upper_bound is not None:
         md.add(objective <= upper_bound - 1)
     md.minimize(objective)

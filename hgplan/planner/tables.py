@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hgplan.costmodel.pipeline import segment_loops
+from hgplan.costmodel.pipeline import phase_paths, segment_loops
 from hgplan.domain import NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig
 from hgplan.planner.costs import TAIL_CLASSES, CostSource, capacity_mib, layers_that_fit, tail_class
@@ -32,6 +32,10 @@ class CostTables:
     """Forward + backward of one layer for one micro-batch on group k."""
     first_us: tuple[int, ...]
     last_us: tuple[int, ...]
+    fwd_layer_us: tuple[int, ...]
+    """The forward part of layer_us, first_us and last_us (interleaving's phase paths tell the two apart)."""
+    first_fwd_us: tuple[int, ...]
+    last_fwd_us: tuple[int, ...]
     send_us: tuple[tuple[int | None, ...], ...]
     """Sender busy time per micro-batch per direction between groups k -> k'; None when unreachable."""
     lat_us: tuple[tuple[int, ...], ...]
@@ -118,6 +122,9 @@ class CostTables:
             zero = [0] * p
             cycle = max([cycle] + [-(-loop // n) for _, n, loop in segment_loops(stage, zero, send, send, lat,
                                                                                    microbatches=m)])
+        pipe = (v * m - 1) * cycle + fill
+        if v > 1:
+            pipe = max(pipe, self.phase_path(assign, layers, work))
         tail = 0
         for s, (k, n) in enumerate(zip(assign, layers)):
             c = tail_class(s, p)
@@ -125,7 +132,22 @@ class CostTables:
             if s in (0, p - 1):
                 t += self.tied_us[assign[0]][assign[-1]]
             tail = max(tail, t)
-        return (v * m - 1) * cycle + fill + v * tail
+        return pipe + v * tail
+
+    def phase_path(self, assign: list[int], layers: list[int], work: list[int]) -> int:
+        """v x the longest of interleaving's two-stage paths (costmodel/pipeline.py, phase_paths) of a placement
+        whose boundaries are all linked; `work`: each stage's layers' time, as objective() computed it."""
+        p, v = self.pp, self.vpp
+        fwd = [n * self.fwd_layer_us[k] for k, n in zip(assign, layers)]
+        fwd[0] += self.first_fwd_us[assign[0]]
+        fwd[-1] += self.last_fwd_us[assign[-1]]
+        edge = [(self.first_us[assign[0]] if s == 0 else 0) + (self.last_us[assign[-1]] if s == p - 1 else 0)
+                for s in range(p)]
+        bwd = [w + e - f for w, e, f in zip(work, edge, fwd)]
+        send = [self.send_us[assign[a]][assign[b]] for a, b in self.boundaries()]
+        lat = [self.lat_us[assign[a]][assign[b]] for a, b in self.boundaries()]
+        starts, ends = phase_paths(fwd, bwd, send, send, lat, microbatches=self.microbatches, vpp=v)
+        return max(max(starts[:t + 1]) + ends[t] for t in range(p))
 
 
 def eligible(group: NodeGroup, cfg: ParallelConfig, train: TrainingSettings) -> bool:
@@ -153,7 +175,8 @@ def build_tables(costs: CostSource, cfg: ParallelConfig, groups: list[NodeGroup]
         cfg=cfg, num_layers=costs.model.num_layers, microbatches=cfg.num_microbatches(costs.train.global_batch_size),
         groups=tuple(g.key for g in groups), slots=tuple(g.num_gpus // cfg.gpus_per_stage for g in groups),
         layer_us=tuple(c.layer_us for c in per_group), first_us=tuple(c.first_us for c in per_group),
-        last_us=tuple(c.last_us for c in per_group),
+        last_us=tuple(c.last_us for c in per_group), fwd_layer_us=tuple(c.fwd_layer_us for c in per_group),
+        first_fwd_us=tuple(c.first_fwd_us for c in per_group), last_fwd_us=tuple(c.last_fwd_us for c in per_group),
         send_us=tuple(tuple(None if lk is None else lk.send_us for lk in row) for row in links),
         lat_us=tuple(tuple(0 if lk is None else lk.lat_us for lk in row) for row in links),
         mem_a_mib=tuple(tuple(memory[k][s][0] for k in range(len(groups))) for s in range(cfg.pp)),
