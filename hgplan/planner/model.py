@@ -191,19 +191,28 @@ def _add_group_order(md: cp_model.CpModel, t: CostTables, xv: PlacementVars,
                 md.add(sum(xv.x[s2][k] for s2 in range(s + 1, t.pp)) == 0).only_enforce_if(xv.x[s][k2])
 
 
+def _stage_time(t: CostTables, xv: PlacementVars, per_layer: tuple[int, ...], first: tuple[int, ...],
+                last: tuple[int, ...]) -> list:
+    """Per stage, a time as a linear expression: its layers at per_layer[k] each, plus first[k] on the first stage
+    and last[k] on the last (the embedding, the LM head), k being the stage's group."""
+    p, K = t.pp, len(t.groups)
+    out = []
+    for s in range(p):
+        expr = sum(per_layer[k] * xv.y[s][k] for k in range(K))
+        if s == 0:
+            expr += sum(first[k] * xv.x[0][k] for k in range(K))
+        if s == p - 1:
+            expr += sum(last[k] * xv.x[p - 1][k] for k in range(K))
+        out.append(expr)
+    return out
+
+
 def _cycle_and_fill(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> tuple[cp_model.IntVar, object]:
     """The cycle (slowest stage per micro-batch, sends included) and v x the pipeline time: (v m - 1) cycle + the
     fill (work plus the crossings' sends and latencies once), and with interleaving at least its phase paths. Why:
     with the tail they are the closed form of the iteration time."""
-    p, v, K, L = t.pp, t.vpp, len(t.groups), t.num_layers
-    work = []
-    for s in range(p):
-        expr = sum(t.layer_us[k] * xv.y[s][k] for k in range(K))
-        if s == 0:
-            expr += sum(t.first_us[k] * xv.x[0][k] for k in range(K))
-        if s == p - 1:
-            expr += sum(t.last_us[k] * xv.x[p - 1][k] for k in range(K))
-        work.append(expr)
+    p, v, L = t.pp, t.vpp, t.num_layers
+    work = _stage_time(t, xv, t.layer_us, t.first_us, t.last_us)
     send_of = {bi: sum(t.send_us[k][k2] * var for (b2, k, k2), var in xv.z.items() if b2 == bi)
                for bi, _ in enumerate(t.boundaries())}
     most_send = max((val for row in t.send_us for val in row if val is not None), default=0)
@@ -231,15 +240,8 @@ def _phase_pipe(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: li
     p (p + 1) / 2 paths are 2 p constraints. Why: a stage that sends forward over a slow link and a later one that
     sends backward over it cannot share one cycle in interleaving's long warm-up and cool-down (CostTables.objective
     mirrors it)."""
-    p, K = t.pp, len(t.groups)
-    fwd = []
-    for s in range(p):
-        expr = sum(t.fwd_layer_us[k] * xv.y[s][k] for k in range(K))
-        if s == 0:
-            expr += sum(t.first_fwd_us[k] * xv.x[0][k] for k in range(K))
-        if s == p - 1:
-            expr += sum(t.last_fwd_us[k] * xv.x[p - 1][k] for k in range(K))
-        fwd.append(expr)
+    p = t.pp
+    fwd = _stage_time(t, xv, t.fwd_layer_us, t.first_fwd_us, t.last_fwd_us)
     bwd = [w - f for w, f in zip(work, fwd)]
     sends = [send_of[bi] for bi in range(p)]
     lat = [sum(t.lat_us[k][k2] * var for (b2, k, k2), var in xv.z.items() if b2 == bi) for bi in range(p)]
