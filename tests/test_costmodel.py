@@ -8,7 +8,7 @@ import pytest
 
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import activation_bytes_per_layer, inflight_layers, state_bytes_per_param
-from hgplan.costmodel.pipeline import closed_form, phase_paths, simulate
+from hgplan.costmodel.pipeline import closed_form, longest_phase_path, simulate
 from hgplan.domain import ModelArch, Precision
 from hgplan.plan import Recompute
 
@@ -132,14 +132,14 @@ def _interleaved_pipeline(rng: random.Random):
 
 def test_phase_paths_never_exceed_the_simulator():
     """Every two-stage phase path is a path of the simulator's event graph: on 500 random interleaved pipelines none
-    is above the simulated time, and the longest is within 10% of it on most (measured: median 0.9% below)."""
+    is above the simulated time, and the longest is close to it on most (measured: 2.1% below at the median, 6.0% at
+    the 75th percentile)."""
     rng = random.Random(11)
     short = []
     for _ in range(500):
         fwd, bwd, xf, xb, lat, m, v = _interleaved_pipeline(rng)
         sim = simulate(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v)[0].iteration_s
-        starts, ends = phase_paths(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v)
-        longest = max(max(starts[:t + 1]) + ends[t] for t in range(len(fwd))) / v
+        longest = longest_phase_path(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v) / v
         assert longest <= sim * (1 + 1e-9)
         short.append(1 - longest / sim)
     assert sorted(short)[len(short) // 2] < 0.03
@@ -159,8 +159,7 @@ def test_interleaved_closed_form_charges_the_phase_paths():
     cf = res.iteration_s
     fill = sum(fwd) + sum(bwd) + sum(2 * x[k] + 2 * lat[k] for k in range(p - 1))
     assert (m - 1 / v) * res.cycle_s + fill / v < 0.85 * sim  # the cycle and fill alone: 77.2 against 97.1
-    starts, ends = phase_paths(fwd, bwd, x, x, lat, microbatches=m, vpp=v)
-    assert cf >= max(max(starts[:t + 1]) + ends[t] for t in range(p)) / v - 1e-9
+    assert cf >= longest_phase_path(fwd, bwd, x, x, lat, microbatches=m, vpp=v) / v - 1e-9
     assert abs(cf / sim - 1) < 0.10
 
 

@@ -109,6 +109,12 @@ def phase_paths(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbat
     return starts, ends
 
 
+def longest_phase_path(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int, vpp: int):
+    """v x the longest of phase_paths' two-stage paths (numbers only)."""
+    starts, ends = phase_paths(fwd, bwd, xf, xb, lat, microbatches=microbatches, vpp=vpp)
+    return max(max(starts[:t + 1]) + ends[t] for t in range(len(fwd)))
+
+
 def closed_form(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],
                 *, microbatches: int, vpp: int = 1) -> PipelineResult:
     """T = (m - 1/v) * C + fill / v, C = max over stages of (F + B + sends), fill = sum(F + B) + boundary transfers.
@@ -130,8 +136,7 @@ def closed_form(fwd: list[float], bwd: list[float], xf: list[float], xb: list[fl
                 cycle, bottleneck = loop / n, s
     total = (m - 1.0 / v) * cycle + fill / v
     if v > 1:
-        starts, ends = phase_paths(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v)
-        total = max(total, max(max(starts[:t + 1]) + ends[t] for t in range(p)) / v)
+        total = max(total, longest_phase_path(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v) / v)
     finish = []
     for s in range(p):
         slack = sum(bwd[k] / v + xb[k] + lat[k] for k in range(s))

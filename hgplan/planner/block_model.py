@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from hgplan.planner.heuristic import blocks_of
 from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
 from hgplan.planner.tables import CostTables
 
@@ -72,8 +73,8 @@ class _Vars:
 def _room(t: CostTables, k: int) -> list[int]:
     """Most units of v layers each stage index can hold on group k within its memory (capped at L / v)."""
     v, units = t.vpp, t.num_layers // t.vpp
-    return [max(-1, min(units, t.memory_layers(s, k) // v if t.memory_layers(s, k) >= 0 else -1))
-            for s in range(t.pp)]
+    fits = [t.memory_layers(s, k) for s in range(t.pp)]
+    return [min(units, n // v) if n >= 0 else -1 for n in fits]
 
 
 def _interior_tables(room: list[int], p: int) -> tuple[list[int], list[int]]:
@@ -241,9 +242,8 @@ def build_block_model(t: CostTables, *, upper_bound: int | None = None) -> tuple
     xv = _new_vars(md, t)
     _add_order(md, t, xv)
     _add_layers(md, t, xv)
-    v, L = t.vpp, t.num_layers
-    sends = [val for row in t.send_us for val in row if val is not None]
-    horizon = max(t.layer_us) * L + max(t.first_us) + max(t.last_us) + 4 * v * max(sends, default=0) + 1
+    v = t.vpp
+    horizon = t.max_stage_us + 4 * v * t.most_send_us + 1
     cycle = md.new_int_var(0, horizon, "cycle")
     _add_cycle(md, t, xv, cycle, horizon)
     objective = (v * t.microbatches - 1) * cycle + _fill(t, xv) + v * _tail(md, t, xv)
@@ -253,22 +253,12 @@ def build_block_model(t: CostTables, *, upper_bound: int | None = None) -> tuple
     return md, xv
 
 
-def _blocks(assign: list[int]) -> list[tuple[int, int, int]]:
-    """(group, first stage, stages) of each block of a contiguous placement."""
-    out: list[tuple[int, int, int]] = []
-    for s, k in enumerate(assign):
-        if out and out[-1][0] == k:
-            out[-1] = (k, out[-1][1], out[-1][2] + 1)
-        else:
-            out.append((k, s, 1))
-    return out
-
-
 def add_block_hint(md: cp_model.CpModel, t: CostTables, xv: _Vars, assign: list[int], layers: list[int]) -> None:
     """Warm start from a stage-level plan of the item."""
     v = t.vpp
-    blocks = _blocks(assign)
-    for bi, (k, s0, n) in enumerate(blocks):
+    blocks = blocks_of(assign)
+    s0 = 0
+    for bi, (k, n) in enumerate(blocks):
         units = [layers[s] // v for s in range(s0, s0 + n)]
         md.add_hint(xv.n[k], n)
         md.add_hint(xv.lone[k], n == 1)
@@ -280,7 +270,8 @@ def add_block_hint(md: cp_model.CpModel, t: CostTables, xv: _Vars, assign: list[
         md.add_hint(xv.q[k], max(units[1:-1], default=0))
         md.add_hint(xv.start[k], bi == 0)
         md.add_hint(xv.end[k], bi == len(blocks) - 1)
-    nxt = {k: blocks[bi + 1][0] for bi, (k, _, _) in enumerate(blocks[:-1])}
+        s0 += n
+    nxt = {k: blocks[bi + 1][0] for bi, (k, _) in enumerate(blocks[:-1])}
     for (k, k2), var in xv.z.items():
         md.add_hint(var, nxt.get(k) == k2)
     for (k, k2), var in xv.w.items():

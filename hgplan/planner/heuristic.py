@@ -83,7 +83,7 @@ def best_layers(t: CostTables, assign: list[int]) -> tuple[int, list[int]] | Non
     return best
 
 
-def _blocks(assign: list[int]) -> list[tuple[int, int]]:
+def blocks_of(assign: list[int]) -> list[tuple[int, int]]:
     """(group, stages) per block, in pipeline order."""
     out: list[tuple[int, int]] = []
     for k in assign:
@@ -142,11 +142,11 @@ def improve(t: CostTables, start: tuple[list[int], list[int]]) -> tuple[list[int
         return False
 
     consider(best_assign)
-    counts = dict(_blocks(best_assign))
-    for order in _orders(t, [k for k, _ in _blocks(best_assign)]):
+    counts = dict(blocks_of(best_assign))
+    for order in _orders(t, [k for k, _ in blocks_of(best_assign)]):
         consider(_expand([(k, counts[k]) for k in order]))
     for _ in range(MAX_ROUNDS):
-        blocks = _blocks(best_assign)
+        blocks = blocks_of(best_assign)
         moved = False
         for i, j in itertools.permutations(range(len(blocks)), 2):  # one stage from block i to block j
             (ki, ni), (kj, nj) = blocks[i], blocks[j]

@@ -211,14 +211,12 @@ def _cycle_and_fill(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> t
     """The cycle (slowest stage per micro-batch, sends included) and v x the pipeline time: (v m - 1) cycle + the
     fill (work plus the crossings' sends and latencies once), and with interleaving at least its phase paths. Why:
     with the tail they are the closed form of the iteration time."""
-    p, v, L = t.pp, t.vpp, t.num_layers
+    p, v = t.pp, t.vpp
     work = _stage_time(t, xv, t.layer_us, t.first_us, t.last_us)
     send_of = {bi: sum(t.send_us[k][k2] * var for (b2, k, k2), var in xv.z.items() if b2 == bi)
                for bi, _ in enumerate(t.boundaries())}
-    most_send = max((val for row in t.send_us for val in row if val is not None), default=0)
     # a loop of n micro-batches averages n stages' work, the sends and latencies between them and two edge sends
-    horizon = (max(t.layer_us) * L + max(t.first_us) + max(t.last_us)
-               + 2 * (v + 1) * most_send + 2 * max(max(row) for row in t.lat_us) + 1)
+    horizon = t.max_stage_us + 2 * (v + 1) * t.most_send_us + 2 * max(max(row) for row in t.lat_us) + 1
     cycle = md.new_int_var(0, horizon, "cycle")
     for s in range(p):
         touching = [send_of[bi] for bi, (a, b) in enumerate(t.boundaries()) if s in (a, b)]
@@ -247,8 +245,7 @@ def _phase_pipe(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: li
     lat = [sum(t.lat_us[k][k2] * var for (b2, k, k2), var in xv.z.items() if b2 == bi) for bi in range(p)]
     starts, ends = phase_paths(fwd, bwd, sends, sends, lat, microbatches=t.microbatches, vpp=t.vpp)
     # every coefficient is >= 0, so the paths of stages at their largest work, send and latency bound them all
-    most = [max(t.layer_us) * t.num_layers + max(t.first_us) + max(t.last_us),
-            max((val for row in t.send_us for val in row if val is not None), default=0), max(map(max, t.lat_us))]
+    most = [t.max_stage_us, t.most_send_us, max(map(max, t.lat_us))]
     top_s, top_e = phase_paths([most[0]] * p, [most[0]] * p, [most[1]] * p, [most[1]] * p, [most[2]] * p,
                                microbatches=t.microbatches, vpp=t.vpp)
     top = max(top_s) + max(top_e) + 1

@@ -188,8 +188,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     attempt = Stage.attempt(stage)
     st.solved += attempt == 0
     prev = st.found.get(item)
-    hint = (list(prev.solution.assign), list(prev.solution.layers)) if prev else \
-        improve(tables, greedy_hint(tables, order))
+    hint = _hint_of(prev) or improve(tables, greedy_hint(tables, order))
     configured = solve_params(opts, attempt, remaining)
     params = within(configured, opts.wall_deadline_s)
     # the record keeps the limits as configured: the cut to the time left before the deadline depends on the clock,
@@ -205,8 +204,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
             return None
         lb = step
         hint = _hint_of(st.found.get(item)) or hint
-    best_now = st.best_us()
-    upper = math.ceil(best_now * cand.cfg.vpp) if math.isfinite(best_now) else None
+    upper = _upper_bound(st, cand.cfg.vpp)
     sol = solve(tables, params, hint=hint, upper_bound=upper, log=st.log, keep_model=opts.keep_model)
     st.last_model = sol.model_text or st.last_model
     st.dtime += sol.deterministic_time
@@ -217,15 +215,9 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         if current is None or f.time_us < current.time_us:
             st.found[item] = f
     if sol.status == "INFEASIBLE":
-        if upper is None:
-            st.infeasible += 1
-        else:
-            st.closed_bounds.append(upper / cand.cfg.vpp)  # nothing better than the incumbent
+        _close_infeasible(st, upper, cand.cfg.vpp)
         return None
-    # CP-SAT's bound holds for plans better than the incumbent, so the item's own optimum is at least
-    # min(bound, incumbent); the candidate's lower bound holds regardless
-    cp_bound = sol.bound if upper is None else min(sol.bound, upper)
-    bound = max(lb, cp_bound / cand.cfg.vpp)
+    bound = _raised_bound(lb, sol.bound, upper, cand.cfg.vpp)
     if sol.status == "OPTIMAL":
         st.closed_bounds.append(bound)
         return None
@@ -257,8 +249,7 @@ def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float,
     warm start finds). Returns None when that settles the item (nothing better than the incumbent, or a plan within
     solve_gap of the bound), else the item's raised bound for the stage-level solve."""
     v = cfg.vpp
-    best_now = st.best_us()
-    upper = math.ceil(best_now * v) if math.isfinite(best_now) else None
+    upper = _upper_bound(st, v)
     bs = solve_blocks(tables, params, hint=_hint_of(st.found.get(item)), upper_bound=upper, log=st.log,
                       keep_model=opts.keep_model)
     st.last_model = bs.model_text or st.last_model
@@ -270,17 +261,35 @@ def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float,
         if split is not None:
             _keep(st, item, cfg, tables, "BLOCK", split[0], (bs.assign, split[1]), bs.bound)
     if bs.status == "INFEASIBLE":
-        if upper is None:
-            st.infeasible += 1
-        else:
-            st.closed_bounds.append(upper / v)  # nothing better than the incumbent
+        _close_infeasible(st, upper, v)
         return None
-    bound = max(lb, (bs.bound if upper is None else min(bs.bound, upper)) / v)
+    bound = _raised_bound(lb, bs.bound, upper, v)
     own = st.found.get(item)
     if bs.status == "OPTIMAL" and own is not None and own.solution.objective <= bs.bound * (1 + opts.solve_gap):
         st.closed_bounds.append(bound)
         return None
     return bound
+
+
+def _close_infeasible(st: _State, upper: int | None, v: int) -> None:
+    """An INFEASIBLE solve closes its item: without an upper bound the item has no plan; with one, nothing in it beats
+    the incumbent."""
+    if upper is None:
+        st.infeasible += 1
+    else:
+        st.closed_bounds.append(upper / v)
+
+
+def _raised_bound(lb: float, solver_bound: float, upper: int | None, v: int) -> float:
+    """The item's bound (us) after a solve: CP-SAT's bound holds for plans better than the incumbent, so the item's
+    own optimum is at least min(bound, incumbent); the candidate's lower bound holds regardless."""
+    return max(lb, (solver_bound if upper is None else min(solver_bound, upper)) / v)
+
+
+def _upper_bound(st: _State, v: int) -> int | None:
+    """The incumbent's v-scaled objective, the upper bound of a solve (None before any plan)."""
+    best_now = st.best_us()
+    return math.ceil(best_now * v) if math.isfinite(best_now) else None
 
 
 def _hint_of(found: Found | None) -> tuple[list[int], list[int]] | None:

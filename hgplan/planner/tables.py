@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hgplan.costmodel.pipeline import phase_paths, segment_loops
+from hgplan.costmodel.pipeline import longest_phase_path, segment_loops
 from hgplan.domain import NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig
 from hgplan.planner.costs import TAIL_CLASSES, CostSource, capacity_mib, layers_that_fit, tail_class
@@ -61,6 +61,16 @@ class CostTables:
     def vpp(self) -> int:
         """Virtual stages per rank."""
         return self.cfg.vpp
+
+    @property
+    def max_stage_us(self) -> int:
+        """The most work one stage can carry per micro-batch: every layer and both edges on the slowest groups."""
+        return max(self.layer_us) * self.num_layers + max(self.first_us) + max(self.last_us)
+
+    @property
+    def most_send_us(self) -> int:
+        """The dearest send of any linked pair (0 when none), as PathTables.most_send_us."""
+        return max((val for row in self.send_us for val in row if val is not None), default=0)
 
     def boundaries(self) -> list[tuple[int, int]]:
         """(sender, receiver) of every boundary, the interleaved wrap-around included."""
@@ -114,9 +124,9 @@ class CostTables:
         fill = sum(work) + self.first_us[assign[0]] + self.last_us[assign[-1]] + sum(
             2 * self.send_us[assign[a]][assign[b]] + 2 * self.lat_us[assign[a]][assign[b]] for a, b in self.boundaries()
             if b == a + 1)
+        stage = [w + (self.first_us[k] if s == 0 else 0) + (self.last_us[k] if s == p - 1 else 0)
+                 for s, (w, k) in enumerate(zip(work, assign))]  # work with the embedding and the LM head
         if v == 1:  # 1F1B's loops through slow links (costmodel/pipeline.py, segment_loops); whole microseconds
-            stage = [w + (self.first_us[k] if s == 0 else 0) + (self.last_us[k] if s == p - 1 else 0)
-                     for s, (w, k) in enumerate(zip(work, assign))]
             send = [self.send_us[assign[s]][assign[s + 1]] for s in range(p - 1)] + [0]
             lat = [self.lat_us[assign[s]][assign[s + 1]] for s in range(p - 1)] + [0]
             zero = [0] * p
@@ -124,7 +134,7 @@ class CostTables:
                                                                                    microbatches=m)])
         pipe = (v * m - 1) * cycle + fill
         if v > 1:
-            pipe = max(pipe, self.phase_path(assign, layers, work))
+            pipe = max(pipe, self.phase_path(assign, layers, stage))
         tail = 0
         for s, (k, n) in enumerate(zip(assign, layers)):
             c = tail_class(s, p)
@@ -134,20 +144,16 @@ class CostTables:
             tail = max(tail, t)
         return pipe + v * tail
 
-    def phase_path(self, assign: list[int], layers: list[int], work: list[int]) -> int:
+    def phase_path(self, assign: list[int], layers: list[int], stage: list[int]) -> int:
         """v x the longest of interleaving's two-stage paths (costmodel/pipeline.py, phase_paths) of a placement
-        whose boundaries are all linked; `work`: each stage's layers' time, as objective() computed it."""
-        p, v = self.pp, self.vpp
+        whose boundaries are all linked; `stage`: each stage's work per micro-batch, edges included."""
         fwd = [n * self.fwd_layer_us[k] for k, n in zip(assign, layers)]
         fwd[0] += self.first_fwd_us[assign[0]]
         fwd[-1] += self.last_fwd_us[assign[-1]]
-        edge = [(self.first_us[assign[0]] if s == 0 else 0) + (self.last_us[assign[-1]] if s == p - 1 else 0)
-                for s in range(p)]
-        bwd = [w + e - f for w, e, f in zip(work, edge, fwd)]
         send = [self.send_us[assign[a]][assign[b]] for a, b in self.boundaries()]
         lat = [self.lat_us[assign[a]][assign[b]] for a, b in self.boundaries()]
-        starts, ends = phase_paths(fwd, bwd, send, send, lat, microbatches=self.microbatches, vpp=v)
-        return max(max(starts[:t + 1]) + ends[t] for t in range(p))
+        return longest_phase_path(fwd, [w - f for w, f in zip(stage, fwd)], send, send, lat,
+                                  microbatches=self.microbatches, vpp=self.vpp)
 
 
 def eligible(group: NodeGroup, cfg: ParallelConfig, train: TrainingSettings) -> bool:
