@@ -11,6 +11,7 @@ import random
 from dataclasses import replace
 
 import pytest
+from ortools.sat.python import cp_model
 from exhaustive import best_for_tables
 from test_bound_structure import _group, island_fleet
 from test_planner import random_multisite_fleet, small_model
@@ -18,12 +19,13 @@ from test_planner import random_multisite_fleet, small_model
 from hgplan.domain import Fleet, Link, TrainingSettings, Transport
 from hgplan.io import catalog
 from hgplan.plan import Recompute
-from hgplan.planner.block_model import solve_blocks
+from hgplan.planner.block_model import build_block_model, solve_blocks
 from hgplan.planner.bounds import subset_bounds_us
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
 from hgplan.planner.model import SolverParams
 from hgplan.planner.options import SearchOptions
+from hgplan.planner.symmetry import table_classes
 from hgplan.planner.tables import build_tables
 
 PARAMS = SolverParams(max_deterministic_time=10.0, max_time_in_seconds=60.0)
@@ -133,3 +135,36 @@ def test_an_item_nothing_fits_has_no_plan():
     assert best_for_tables(small) is None
     sol = solve_blocks(small, PARAMS)
     assert sol.status == "INFEASIBLE" and sol.assign == ()
+
+
+def _optimum(t, classes, reverse: tuple[int, int] | None = None) -> tuple[str, int | None]:
+    """Solve the block model with the given classes (and, with `reverse` = (k, k2), k2's block forced before k's)."""
+    md, xv = build_block_model(t, classes=classes)
+    if reverse is not None:
+        md.add(xv.idx[reverse[1]] < xv.idx[reverse[0]])
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers, solver.parameters.max_deterministic_time = 1, 10.0
+    status = solver.solve(md)
+    return solver.status_name(status), round(solver.objective_value) if status == cp_model.OPTIMAL else None
+
+
+def test_interchangeable_groups_come_in_index_order():
+    """Two groups of one site and GPU (the island's) are interchangeable: the block model places their blocks in
+    index order and loses nothing by it (the same optimum as without the order, with and without interleaving),
+    while forcing the later group first is infeasible with the order and costs nothing without it."""
+    fleet = island_fleet()
+    train = TrainingSettings(seq_length=2048, global_batch_size=32)
+    opts = SearchOptions(max_pp=4, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,))
+    items = [t for t in _multi_group_items(fleet, small_model(16, hidden=4096, heads=32), train, opts)
+             if any(len(c) > 1 for c in table_classes(t))]
+    assert {t.vpp for t in items} == {1, 2}
+    for t in items[:6]:
+        classes = table_classes(t)
+        alone = tuple((k,) for k in range(len(t.groups)))
+        k, k2 = next(c for c in classes if len(c) > 1)[:2]
+        status, best = _optimum(t, classes)
+        assert status == "OPTIMAL" and _optimum(t, alone) == (status, best)
+        assert _optimum(t, classes, reverse=(k, k2))[0] == "INFEASIBLE"
+        assert _optimum(t, alone, reverse=(k, k2)) == (status, best)
+        sol = solve_blocks(t, PARAMS)
+        assert sol.assign.index(k) < sol.assign.index(k2)

@@ -15,6 +15,7 @@ kept), the per-stage memory of interior stages (their largest holds at most the 
 room, and their total at most the positions' total), and with interleaving the phase paths (the objective is at
 least each of them; they weigh each stage by its position). So its optimum is a lower bound of the item, and its
 solution, expanded to stages, is a plan whose real objective is checked: when the two are equal the item is solved.
+Interchangeable groups' blocks come in index order (the same symmetry model.py breaks), which keeps the optimum.
 
 Legend: p stages, v virtual stages per rank, m micro-batches, L layers; K node groups of the table (k); units of v
 layers (u); objective in v-scaled integer microseconds, as CostTables.objective.
@@ -29,6 +30,7 @@ from ortools.sat.python import cp_model
 
 from hgplan.planner.heuristic import blocks_of
 from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
+from hgplan.planner.symmetry import canonical_assign, table_classes
 from hgplan.planner.tables import CostTables
 
 FIRST, MIDDLE, LAST = 0, 1, 2
@@ -234,14 +236,27 @@ def _tail(md: cp_model.CpModel, t: CostTables, xv: _Vars) -> cp_model.IntVar:
     return tail
 
 
-def build_block_model(t: CostTables, *, upper_bound: int | None = None) -> tuple[cp_model.CpModel, _Vars]:
+def _add_group_order(md: cp_model.CpModel, xv: _Vars, classes: tuple[tuple[int, ...], ...]) -> None:
+    """Interchangeable groups' blocks (planner/symmetry.py) start in index order, as model.py's stages do. Why:
+    relabelling them maps a solution to one of the same objective, and on 16 groups in four classes of four every
+    solution had 4!^4 twins (the 16-group benchmark fleet: 64 -> 25 s, docs/planner.md). Blocks do not overlap, so a later start is
+    a later block; written with the block's length (idx2 >= idx + n) CP-SAT stalled on a three-group item."""
+    for members in classes:
+        for k, k2 in zip(members, members[1:]):
+            md.add(xv.idx[k2] > xv.idx[k])
+
+
+def build_block_model(t: CostTables, *, upper_bound: int | None = None,
+                      classes: tuple[tuple[int, ...], ...] | None = None) -> tuple[cp_model.CpModel, _Vars]:
     """The block model of one item (t.require_all: every group of the table hosts a block). With upper_bound, only
-    solutions strictly below it are feasible."""
+    solutions strictly below it are feasible. `classes`: the table's interchangeable groups, when the caller has
+    them."""
     assert t.require_all and t.pp > 1 and len(t.groups) > 1, "the block model is for multi-group items"
     md = cp_model.CpModel()
     xv = _new_vars(md, t)
     _add_order(md, t, xv)
     _add_layers(md, t, xv)
+    _add_group_order(md, xv, table_classes(t) if classes is None else classes)
     v = t.vpp
     horizon = t.max_stage_us + 4 * v * t.most_send_us + 1
     cycle = md.new_int_var(0, horizon, "cycle")
@@ -310,9 +325,10 @@ def solve_blocks(t: CostTables, params: SolverParams, *, hint: tuple[list[int], 
                  keep_model: bool = False) -> BlockSolution:
     """Solve the block model of one item. The bound holds for every plan of the item (below upper_bound when one is
     given); the expanded plan is to be checked with CostTables.objective (it may break a dropped constraint)."""
-    md, xv = build_block_model(t, upper_bound=upper_bound)
+    classes = table_classes(t)
+    md, xv = build_block_model(t, upper_bound=upper_bound, classes=classes)
     if hint is not None:
-        add_block_hint(md, t, xv, *hint)
+        add_block_hint(md, t, xv, canonical_assign(classes, hint[0]), list(hint[1]))
     solver = cp_model.CpSolver()
     configure_solver(solver, params, log)
     status = solver.solve(md)
