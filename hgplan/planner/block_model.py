@@ -239,8 +239,9 @@ def _tail(md: cp_model.CpModel, t: CostTables, xv: _Vars) -> cp_model.IntVar:
 def _add_group_order(md: cp_model.CpModel, xv: _Vars, classes: tuple[tuple[int, ...], ...]) -> None:
     """Interchangeable groups' blocks (planner/symmetry.py) start in index order, as model.py's stages do. Why:
     relabelling them maps a solution to one of the same objective, and on 16 groups in four classes of four every
-    solution had 4!^4 twins (the 16-group benchmark fleet: 64 -> 25 s, docs/planner.md). Blocks do not overlap, so a later start is
-    a later block; written with the block's length (idx2 >= idx + n) CP-SAT stalled on a three-group item."""
+    solution had 4!^4 twins (the 16-group benchmark fleet: 64 -> 25 s, docs/planner.md). Blocks do not overlap, so
+    a later start is a later block; written with the block's length (idx2 >= idx + n) CP-SAT stalled on a
+    three-group item."""
     for members in classes:
         for k, k2 in zip(members, members[1:]):
             md.add(xv.idx[k2] > xv.idx[k])
