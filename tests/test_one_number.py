@@ -78,6 +78,20 @@ def _ranked_two_site():
     return fleet, model, train, base
 
 
+def test_baselines_skip_only_plans_that_do_not_fit():
+    """The file-order baselines check memory before simulating (evaluate.fits_memory): it agrees with the full
+    prediction's `fits` on every plan, those that fit and those that do not."""
+    from hgplan.costmodel.evaluate import fits_memory
+    from hgplan.validate import check_plan
+
+    fleet, model, train, _ = _ranked_two_site()
+    plans = [p for p in bl._file_order_plans(fleet, model, train, api.SearchOptions(), proportional=True)
+             if not check_plan(p, fleet, model, train)]
+    verdicts = [fits_memory(p, fleet, model, train) for p in plans]
+    assert verdicts == [evaluate(p, fleet, model, train).fits for p in plans]
+    assert 0 < sum(verdicts) < len(plans)
+
+
 def test_a_baseline_faster_than_every_solver_plan_is_returned_first():
     fleet, model, train, base = _ranked_two_site()
     assert base.plan is not None

@@ -391,6 +391,13 @@ def _recomputed_flops(plan: Plan, work: list[_StageWork], m: int) -> float:
     return extra
 
 
+def fits_memory(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> bool:
+    """evaluate(...).fits without timing the pipeline: whether every stage fits its GPUs' memory."""
+    groups = [fleet.group(st.node_group) for st in plan.stages]
+    work = _stage_work(plan, fleet, groups, model, train)
+    return all(w.memory.total_gib <= g.gpu.hbm_gib for w, g in zip(work, groups))
+
+
 def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
              use_simulator: bool = True, keep_ops: bool = False) -> Prediction:
     """Predict iteration time, throughput and per-stage memory. The plan must have passed check_plan.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hgplan.costmodel.evaluate import Prediction, evaluate, layer_cost
+from hgplan.costmodel.evaluate import Prediction, evaluate, fits_memory, layer_cost
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.plan import Plan, StageAssignment
 from hgplan.planner.candidates import base_configs
@@ -87,7 +87,8 @@ def _file_order_plans(fleet: Fleet, model: ModelArch, train: TrainingSettings, o
 def _best_of(plans: list[Plan], fleet: Fleet, model: ModelArch, train: TrainingSettings) -> tuple[Plan, Prediction] | None:
     best = None
     for plan in plans:
-        if check_plan(plan, fleet, model, train):
+        # most file-order plans of a large model do not fit: their memory is checked before the pipeline is simulated
+        if check_plan(plan, fleet, model, train) or not fits_memory(plan, fleet, model, train):
             continue
         pred = evaluate(plan, fleet, model, train)
         if pred.fits and (best is None or pred.iteration_time_s < best[1].iteration_time_s):

@@ -82,6 +82,16 @@ def _held(c: float, role: Role, v: int) -> tuple[int | None, int | None]:
     return (one if one >= v else None), (held_a + held_b if min(held_a, held_b) >= v and slots >= 2 else None)
 
 
+def _lost(c: float, one: int | None, two: int | None, role: Role | None, v: int) -> float:
+    """Layers a group's block loses at cycle c in `role` against (one, two), what it holds without WAN ends (as
+    one stage, and in its two end stages), the least over the shapes both can take (inf: none, or no such role)."""
+    if role is None:
+        return math.inf
+    w_one, w_two = _held(c, role, v)
+    lost = one - w_one if one is not None and w_one is not None else math.inf
+    return min(lost, two - w_two) if two is not None and w_two is not None else lost
+
+
 @dataclass(frozen=True, slots=True)
 class _WanEnds:
     """The block ends a placement over several sites must spend on the WAN.
@@ -105,20 +115,21 @@ class _WanEnds:
     loops: LoopSlack | None = None
     """The slack 1F1B's loops demand next to the WAN (None with interleaving, or with fewer than 3 micro-batches)."""
 
-    def loss(self, c: float) -> float:
-        """Least layers the WAN ends cost the placement at cycle c (inf: no placement)."""
+    def ends_loss(self, c: float) -> float:
+        """Least layers the WAN ends cost the placement at cycle c (inf: no placement), the loops' slack aside (>= 0:
+        a role with WAN ends pays at least the sends of the role without)."""
         one_end, two_ends = [math.inf] * self.sites, [math.inf] * self.sites
         second = [math.inf] * self.sites  # the second-cheapest single end of the site (another group)
+        v = self.v
         for s, (r0, r1, r2) in zip(self.site, self.variants):
-            base = _held(c, r0, self.v)
-            lost = [min((b - w for b, w in zip(base, _held(c, r, self.v)) if b is not None and w is not None),
-                        default=math.inf)
-                    if r is not None else math.inf for r in (r1, r2)]
-            if lost[0] < one_end[s]:
-                one_end[s], second[s] = lost[0], one_end[s]
-            else:
-                second[s] = min(second[s], lost[0])
-            two_ends[s] = min(two_ends[s], lost[1])
+            one, two = _held(c, r0, v)
+            lost1, lost2 = _lost(c, one, two, r1, v), _lost(c, one, two, r2, v)
+            if lost1 < one_end[s]:
+                one_end[s], second[s] = lost1, one_end[s]
+            elif lost1 < second[s]:
+                second[s] = lost1
+            if lost2 < two_ends[s]:
+                two_ends[s] = lost2
         need = [min(two, one + sec) for two, one, sec in zip(two_ends, one_end, second)]
         allowed = range(self.sites) if self.single is None else sorted(self.single)
 
@@ -127,8 +138,7 @@ class _WanEnds:
             return 0.0 if math.isinf(one_end[s]) else need[s] - one_end[s]
 
         single = sorted(allowed, key=gain, reverse=True)[:2]
-        lost = sum(one_end[s] if s in single else need[s] for s in range(self.sites))
-        return lost + (self.loops.loss(c) if self.loops else 0.0)
+        return sum(one_end[s] if s in single else need[s] for s in range(self.sites))
 
 
 class _BlockBound:
@@ -276,7 +286,13 @@ class _BlockBound:
             gained, need = gained + take * value, need - take
             if not need:
                 break
-        return base_sum + gained - (wan.loss(c) if wan else 0) >= self.L
+        # the WAN's losses are never negative, so a cycle whose capacity falls short without them is decided here, and
+        # the loops' loss (the costliest term) is computed only while the ends' loss leaves room for it
+        room = base_sum + gained - self.L
+        if room < 0 or wan is None:
+            return room >= 0
+        room -= wan.ends_loss(c)
+        return room >= 0 and (wan.loops is None or room - wan.loops.loss(c) >= 0)
 
     def work_at(self, cs: np.ndarray, role: list[Role]) -> np.ndarray:
         """W at every cycle in cs, all at or above C* (where the stages can be formed): the most layers each group's
