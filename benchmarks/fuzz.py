@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import resource
 import sys
 import tempfile
@@ -18,12 +19,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fuzz_cases import load_seeds, make_case, run_case  # noqa: E402
+import typer.main  # noqa: E402
+import typer.testing  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from hgplan.cli import app  # noqa: E402
 
 PLAN_ARGS = ["search", "-c", "mixed-nic", "-m", "gpt-1.7b", "--seq-len", "1024", "--global-batch", "64", "--top", "1",
              "--no-baselines", "-o"]
+
+
+# CliRunner rebuilds the click command on every invoke; the console script builds it once per process (as here).
+if hasattr(typer.testing, "_get_command"):
+    typer.testing._get_command = functools.cache(typer.main.get_command)
 
 
 def main() -> int:

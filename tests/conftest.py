@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
 
 import pytest
+import typer.main
+import typer.testing
 from typer.testing import CliRunner
 
 from hgplan.cli import app
@@ -15,6 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 for folder in (ROOT / "tests", ROOT / "benchmarks"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
+
+# typer's CliRunner rebuilds the click command from the app on every invoke (about half of what a refused input's
+# command costs in-process); the console script builds it once per process. The tests build it once per app.
+if hasattr(typer.testing, "_get_command"):
+    typer.testing._get_command = functools.cache(typer.main.get_command)
 
 
 @pytest.fixture(scope="session")

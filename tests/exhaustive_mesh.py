@@ -44,10 +44,9 @@ def _placements(t: MeshTables):
                     yield assign, dict(zip(order, opts))
 
 
-def _objectives(t: MeshTables, assign: list[int], choice: dict[int, int], splits: np.ndarray,
-                cycles: bool = False) -> np.ndarray | None:
-    """The closed form of every layer split of one placement, or with `cycles` its cycle (inf where memory breaks;
-    None when unreachable)."""
+def _scores(t: MeshTables, assign: list[int], choice: dict[int, int],
+            splits: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(closed form, cycle) of every layer split of one placement (inf where memory breaks; None when unreachable)."""
     P, m = t.pp, t.microbatches
     sends = []
     for s in range(P - 1):
@@ -72,28 +71,24 @@ def _objectives(t: MeshTables, assign: list[int], choice: dict[int, int], splits
         tails[:, -1] += tied
     room = np.array([t.memory_layers(s, h, o) for s, (h, o) in enumerate(zip(assign, opt))])
     ok = (splits <= room).all(axis=1)
-    return np.where(ok, cycle if cycles else (m - 1) * cycle + fill + tails.max(axis=1), np.inf)
+    return np.where(ok, (m - 1) * cycle + fill + tails.max(axis=1), np.inf), np.where(ok, cycle, np.inf)
 
 
-def candidate_best(t: MeshTables):
-    """(objective us, (assign, choice, layers)) of the best plan of one candidate's tables, or (inf, None)."""
-    best_us, best = math.inf, None
+def candidate_optima(t: MeshTables):
+    """(objective us, (assign, choice, layers)) of the best plan of one candidate's tables, or (inf, None), and the
+    least cycle (us) of any of its plans (inf when it has none), from one pass over the plans."""
+    best_us, best, cycle_us = math.inf, None, math.inf
     splits = compositions(t.num_layers, t.pp)
     for assign, choice in _placements(t):
-        obj = _objectives(t, assign, choice, splits)
-        if obj is None:
+        scores = _scores(t, assign, choice, splits)
+        if scores is None:
             continue
+        obj, cycles = scores
         i = int(np.argmin(obj))
         if obj[i] < best_us:
             best_us, best = float(obj[i]), (assign, choice, [int(x) for x in splits[i]])
-    return best_us, best
-
-
-def least_cycle(t: MeshTables) -> float:
-    """The least cycle (us) of any plan of one candidate's tables (inf when it has none)."""
-    splits = compositions(t.num_layers, t.pp)
-    found = [c.min() for a, ch in _placements(t) if (c := _objectives(t, a, ch, splits, cycles=True)) is not None]
-    return float(min(found, default=math.inf))
+        cycle_us = min(cycle_us, float(cycles.min()))
+    return best_us, best, cycle_us
 
 
 def exhaustive_mesh_best(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions):
@@ -105,7 +100,7 @@ def exhaustive_mesh_best(costs: CostSource, groups: list[NodeGroup], opts: Searc
             t = unpruned_tables(costs, B, P, groups, opts)
             if t is None:
                 continue
-            obj, plan = candidate_best(t)
+            obj, plan, _ = candidate_optima(t)
             if obj < best_us:
                 best_us, best = obj, (t, *plan)
     return best_us, best

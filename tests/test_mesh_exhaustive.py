@@ -10,7 +10,7 @@ import random
 from unittest import mock
 
 import pytest
-from exhaustive_mesh import candidate_best, exhaustive_mesh_best, least_cycle, unpruned_tables
+from exhaustive_mesh import candidate_optima, exhaustive_mesh_best, unpruned_tables
 
 from hgplan.costmodel.evaluate import evaluate
 from hgplan.domain import Fleet, Link, NodeGroup, Precision, TrainingSettings, Transport
@@ -110,6 +110,18 @@ def test_cross_check_covers_asymmetric_optima():
 
 
 @functools.cache
+def optima(seed: int, B: int, P: int):
+    """(unpruned tables, best objective us, least cycle us) of one candidate of a seed's fleet, or None without
+    tables: the deep bound test and the ordered-cycle test share the candidates of 4 to 6 stages."""
+    fleet, _, _, opts, costs, _, _ = case(seed)
+    full = unpruned_tables(costs, B, P, list(fleet.groups), opts)
+    if full is None:
+        return None
+    best_us, _, cycle_us = candidate_optima(full)
+    return full, best_us, cycle_us
+
+
+@functools.cache
 def candidate_bounds(seed: int, deep: bool = False) -> list[tuple[int, int, float, float, float, float]]:
     """(B, P, bound with the work term, bound without it, stage-coupled bound, exhaustive optimum) of every
     candidate of a seed's fleet: the bounds from the pruned tables the search uses, the optimum over every option
@@ -122,14 +134,14 @@ def candidate_bounds(seed: int, deep: bool = False) -> list[tuple[int, int, floa
     out = []
     for B, fill in fills.items():
         for P in range(4 if deep else 1, min(model.num_layers, opts.max_pp) + 1):
-            t, full = build_mesh_tables(costs, B, P, groups, opts), unpruned_tables(costs, B, P, groups, opts)
+            t, full = build_mesh_tables(costs, B, P, groups, opts), optima(seed, B, P)
             if t is None or full is None:
                 continue
             with_work = mesh_bound.candidate_bound(t, fill).bound_us
             staged = mesh_bound.candidate_bound(t, fill, stages=True).bound_us
             with mock.patch.object(mesh_bound, "_least_work_us", lambda *a: -math.inf):
                 without = mesh_bound.candidate_bound(t, fill).bound_us
-            out.append((B, P, with_work, without, staged, candidate_best(full)[0]))
+            out.append((B, P, with_work, without, staged, full[1]))
     return out
 
 
@@ -201,11 +213,11 @@ def ordered_cycles(seed: int) -> list[tuple[int, int, float, float, float]]:
     out = []
     for B in mesh_search_module._candidates(costs, groups, opts)[1]:
         for P in range(2, min(model.num_layers, 6) + 1):
-            t, full = build_mesh_tables(costs, B, P, groups, opts), unpruned_tables(costs, B, P, groups, opts)
+            t, full = build_mesh_tables(costs, B, P, groups, opts), optima(seed, B, P)
             if t is None or full is None or (order := mesh_order.order_hosts(t)) is None:
                 continue
             ordered = mesh_order.least_ordered_cycle(order, P, t.num_layers, 0.0, 1e9, 1.0)[0]
-            out.append((B, P, _least_order_free_cycle(t), ordered, least_cycle(full)))
+            out.append((B, P, _least_order_free_cycle(t), ordered, full[2]))
     return out
 
 
