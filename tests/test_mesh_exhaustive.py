@@ -111,14 +111,14 @@ def test_cross_check_covers_asymmetric_optima():
 
 @functools.cache
 def optima(seed: int, B: int, P: int):
-    """(unpruned tables, best objective us, least cycle us) of one candidate of a seed's fleet, or None without
-    tables: the deep bound test and the ordered-cycle test share the candidates of 4 to 6 stages."""
+    """(best objective us, least cycle us) over the unpruned tables of one candidate of a seed's fleet, or None
+    without tables: the deep bound test and the ordered-cycle test share the candidates of 4 to 6 stages."""
     fleet, _, _, opts, costs, _, _ = case(seed)
     full = unpruned_tables(costs, B, P, list(fleet.groups), opts)
     if full is None:
         return None
     best_us, _, cycle_us = candidate_optima(full)
-    return full, best_us, cycle_us
+    return best_us, cycle_us
 
 
 @functools.cache
@@ -134,14 +134,14 @@ def candidate_bounds(seed: int, deep: bool = False) -> list[tuple[int, int, floa
     out = []
     for B, fill in fills.items():
         for P in range(4 if deep else 1, min(model.num_layers, opts.max_pp) + 1):
-            t, full = build_mesh_tables(costs, B, P, groups, opts), optima(seed, B, P)
-            if t is None or full is None:
+            t, exact = build_mesh_tables(costs, B, P, groups, opts), optima(seed, B, P)
+            if t is None or exact is None:
                 continue
             with_work = mesh_bound.candidate_bound(t, fill).bound_us
             staged = mesh_bound.candidate_bound(t, fill, stages=True).bound_us
             with mock.patch.object(mesh_bound, "_least_work_us", lambda *a: -math.inf):
                 without = mesh_bound.candidate_bound(t, fill).bound_us
-            out.append((B, P, with_work, without, staged, full[1]))
+            out.append((B, P, with_work, without, staged, exact[0]))
     return out
 
 
@@ -213,11 +213,11 @@ def ordered_cycles(seed: int) -> list[tuple[int, int, float, float, float]]:
     out = []
     for B in mesh_search_module._candidates(costs, groups, opts)[1]:
         for P in range(2, min(model.num_layers, 6) + 1):
-            t, full = build_mesh_tables(costs, B, P, groups, opts), optima(seed, B, P)
-            if t is None or full is None or (order := mesh_order.order_hosts(t)) is None:
+            t, exact = build_mesh_tables(costs, B, P, groups, opts), optima(seed, B, P)
+            if t is None or exact is None or (order := mesh_order.order_hosts(t)) is None:
                 continue
             ordered = mesh_order.least_ordered_cycle(order, P, t.num_layers, 0.0, 1e9, 1.0)[0]
-            out.append((B, P, _least_order_free_cycle(t), ordered, full[2]))
+            out.append((B, P, _least_order_free_cycle(t), ordered, exact[1]))
     return out
 
 
