@@ -157,8 +157,10 @@ def test_interchangeable_groups_come_in_index_order():
     opts = SearchOptions(max_pp=4, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,))
     items = [t for t in _multi_group_items(fleet, small_model(16, hidden=4096, heads=32), train, opts)
              if any(len(c) > 1 for c in table_classes(t))]
-    assert {t.vpp for t in items} == {1, 2}
-    for t in items[:6]:
+    # three items of each schedule (the list starts with interleaved ones)
+    chosen = [t for v in (1, 2) for t in [t for t in items if t.vpp == v][:3]]
+    assert {t.vpp for t in chosen} == {1, 2}
+    for t in chosen:
         classes = table_classes(t)
         alone = tuple((k,) for k in range(len(t.groups)))
         k, k2 = next(c for c in classes if len(c) > 1)[:2]
