@@ -1,0 +1,144 @@
+"""The search's retries of an item whose block model stopped at its limit (planner/search.py `_solve_item`): the retry
+solves the block model again without the incumbent as its upper bound, keeps retrying only while that gets somewhere,
+and skips the stage-level model. The solvers are scripted (their answers are chosen per attempt) around a real item
+of a small two-site fleet, so each branch of the retry logic is taken on purpose."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import replace
+
+import pytest
+from test_planner import random_multisite_fleet, small_model
+
+from hgplan.domain import TrainingSettings
+from hgplan.planner import search
+from hgplan.planner.block_model import BlockSolution, solve_blocks
+from hgplan.planner.candidates import enumerate_candidates
+from hgplan.planner.costs import CostSource
+from hgplan.planner.model import Solution, SolverParams
+from hgplan.planner.options import SearchOptions
+from hgplan.planner.tables import build_tables
+
+OPTS = SearchOptions(budget_s=60.0)
+
+
+def _item():
+    """The first candidate with pp > 1 on a multi-site fleet, with all of its node groups as the item, and a plan of
+    it (the real block model's)."""
+    for seed in range(50):
+        fleet = random_multisite_fleet(random.Random(seed))
+        if len(fleet.groups) < 2:
+            continue
+        costs = CostSource(fleet, small_model(16), TrainingSettings(seq_length=2048, global_batch_size=64))
+        keys = tuple(g.key for g in fleet.groups)
+        for i, cand in enumerate(enumerate_candidates(costs, OPTS, list(fleet.groups))[0]):
+            tables = build_tables(costs, cand.cfg, list(fleet.groups)) if cand.cfg.pp > 1 else None
+            if tables is None or len(tables.groups) != len(keys):
+                continue
+            limits = SolverParams(max_deterministic_time=5.0, max_time_in_seconds=30.0)
+            real = solve_blocks(replace(tables, require_all=True), limits)
+            if real.assign and tables.objective(list(real.assign), list(real.layers)) is not None:
+                return costs, cand, (i, keys), fleet, real
+    raise AssertionError("no multi-group item with a plan among 50 generated fleets")
+
+
+@pytest.fixture(scope="module")
+def case():
+    return _item()
+
+
+@pytest.fixture()
+def scripted(monkeypatch, case):
+    """Runs _solve_item attempt by attempt with the block model's answers given per attempt (status, bound; a plan
+    when asked for); the stage-level model always stops with nothing. Records each call's upper bound."""
+    costs, cand, item, fleet, real = case
+    calls: list[tuple[str, int | None]] = []
+    answers: list[tuple[str, float, bool]] = []
+
+    def blocks(tables, params, *, hint=None, upper_bound=None, log=None, keep_model=False):
+        calls.append(("block", upper_bound))
+        status, bound, with_plan = answers.pop(0)
+        plan = (real.assign, real.layers) if with_plan else ((), ())
+        return BlockSolution(status=status, bound=bound, relaxed=None, assign=plan[0], layers=plan[1],
+                             deterministic_time=0.1)
+
+    def stage(tables, params, *, hint=None, upper_bound=None, log=None, keep_model=False):
+        calls.append(("stage", upper_bound))
+        return Solution(status="UNKNOWN", objective=None, bound=0.0, assign=(), layers=(), deterministic_time=0.1,
+                        wall_time_s=0.0)
+
+    monkeypatch.setattr(search, "solve_blocks", blocks)
+    monkeypatch.setattr(search, "solve", stage)
+    st = search._State(found={}, open_items=[1])
+    by_key = {g.key: g for g in fleet.groups}
+    order = [g.key for g in fleet.groups]
+
+    def attempt(n: int, lb: float, *script: tuple[str, float, bool], opts: SearchOptions = OPTS):
+        answers[:] = list(script)
+        calls.clear()
+        out = search._solve_item(costs, cand, item, search.Stage.SOLVE + n, lb, st, opts, 1e9, order, by_key)
+        assert not answers, "every scripted answer was asked for"
+        return out, list(calls)
+
+    return st, item, attempt
+
+
+def test_an_open_block_model_is_retried_without_the_incumbent_and_stops_when_it_gets_nowhere(scripted):
+    st, item, attempt = scripted
+    out, calls = attempt(0, 100.0, ("FEASIBLE", 150.0, True))
+    v = st.tables_of[item].vpp
+    assert [c[0] for c in calls] == ["block", "stage"]
+    assert calls[0][1] is not None  # the first block solve is bounded by the incumbent (the warm start or its plan)
+    assert item in st.block_open and out == pytest.approx(max(100.0, 150.0 / v))
+    # the retry: the block model alone, with no upper bound; it raised the bound, so the item comes back
+    out, calls = attempt(1, out, ("FEASIBLE", 300.0 * v, False))
+    assert calls == [("block", None)] and out == pytest.approx(300.0)
+    # the next one changes nothing: the item closes at its bound, no stage-level solve
+    closed = len(st.closed_bounds)
+    out, calls = attempt(2, out, ("FEASIBLE", 300.0 * v, False))
+    assert out is None and calls == [("block", None)] and st.closed_bounds[closed:] == [pytest.approx(300.0)]
+
+
+def test_a_retry_that_proves_the_items_plan_optimal_settles_it(scripted):
+    st, item, attempt = scripted
+    out, _ = attempt(0, 100.0, ("FEASIBLE", 100.0, True))
+    own = st.found[item].solution.objective
+    closed = len(st.closed_bounds)
+    out, calls = attempt(1, out, ("OPTIMAL", float(own), False))
+    assert out is None and calls == [("block", None)] and item not in st.block_open
+    assert st.closed_bounds[closed:] == [pytest.approx(own / st.tables_of[item].vpp)]
+
+
+def test_the_last_retry_closes_the_item_even_when_it_got_somewhere(scripted):
+    st, item, attempt = scripted
+    out, _ = attempt(0, 100.0, ("FEASIBLE", 100.0, True))
+    v = st.tables_of[item].vpp
+    for n in range(1, search.MAX_RETRIES):
+        out, calls = attempt(n, out, ("FEASIBLE", (200.0 + n) * v, False))
+        assert calls == [("block", None)] and out == pytest.approx(200.0 + n)
+    out, calls = attempt(search.MAX_RETRIES, out, ("FEASIBLE", 400.0 * v, False))
+    assert out is None and st.closed_bounds[-1] == pytest.approx(400.0)
+
+
+def test_a_closed_block_model_is_not_solved_again(scripted):
+    """OPTIMAL but not within solve_gap of the item's plan (the expansion to stages lost something): the stage-level
+    model follows; with nothing gained there and no block model left open the item closes, and a retry (one the
+    stage-level model earned) goes to the stage-level model only."""
+    st, item, attempt = scripted
+    out, calls = attempt(0, 100.0, ("OPTIMAL", 100.0, True))
+    assert [c[0] for c in calls] == ["block", "stage"] and item not in st.block_open and out is None
+    out, calls = attempt(1, 100.0)
+    assert [c[0] for c in calls] == ["stage"]
+
+
+def test_no_stage_level_solve_when_less_time_is_left_than_the_block_model_took(scripted):
+    """The stage-level model is the larger: with the deadline closer than the block step took, its build alone would
+    overrun the time limit (64 node groups: 10 s), so the item goes back with the block model's bound instead."""
+    st, item, attempt = scripted
+    late = replace(OPTS, wall_deadline_s=time.perf_counter() - 1.0)
+    out, calls = attempt(0, 100.0, ("FEASIBLE", 150.0, True), opts=late)
+    assert [c[0] for c in calls] == ["block"] and out == pytest.approx(max(100.0, 150.0 / st.tables_of[item].vpp))
+    out, calls = attempt(1, out, ("FEASIBLE", 150.0, False))  # with time left: as before
+    assert calls == [("block", None)]
