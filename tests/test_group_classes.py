@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -45,6 +47,20 @@ def test_sixteen_groups_in_four_classes():
     assert len(classes) == 4 and all(len(c) == 4 for c in classes)
     assert all(len({k.split("/")[0] for k in c}) == 1 for c in classes)  # a class never spans sites
     assert len(list(canonical_subsets(classes))) == 5 ** 4 - 1
+
+
+def test_the_stage_test_prunes_without_losing_or_reordering_a_set():
+    """canonical_subsets with `stages` skips branches of the count vectors that cannot pass; what it yields is the
+    whole product filtered by the test (at most `stages` groups, at least `stages` slots), in the same order."""
+    rng = random.Random(7)
+    for _ in range(500):
+        classes = [[f"c{i}/g{j}" for j in range(rng.randint(1, 6))] for i in range(rng.randint(1, 5))]
+        slots = [rng.randint(0, 4) for _ in classes]
+        stages = rng.choice([1, 2, 3, 5, 8, 13, 30])
+        want = [tuple(sorted(k for c, n in zip(classes, counts) for k in c[:n]))
+                for counts in itertools.product(*(range(len(c) + 1) for c in classes))
+                if any(counts) and sum(counts) <= stages and sum(n * s for n, s in zip(counts, slots)) >= stages]
+        assert list(canonical_subsets(classes, slots=slots, stages=stages)) == want, (classes, slots, stages)
 
 
 def test_what_makes_groups_different():

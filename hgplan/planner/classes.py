@@ -45,9 +45,28 @@ def canonical_subsets(classes: Sequence[Sequence[str]], *, slots: Sequence[int] 
     only the sets a pipeline of that many stages can use, one stage at least on each group: at most `stages`
     groups, at least `stages` slots (tested on the k's, before a set is built: 64 groups in four classes have
     83,520 sets)."""
-    for counts in itertools.product(*(range(len(c) + 1) for c in classes)):
-        if not any(counts):
-            continue
-        if stages is not None and (sum(counts) > stages or sum(n * s for n, s in zip(counts, slots)) < stages):
-            continue
-        yield tuple(sorted(k for c, n in zip(classes, counts) for k in c[:n]))
+    for counts in _counts([len(c) for c in classes], slots, stages):
+        if any(counts):
+            yield tuple(sorted(k for c, n in zip(classes, counts) for k in c[:n]))
+
+
+def _counts(sizes: Sequence[int], slots: Sequence[int] | None, stages: int | None) -> Iterator[tuple[int, ...]]:
+    """How many groups of each class, in itertools.product's order, skipping the branches that cannot pass the
+    stage test (more groups than stages so far, or too few slots even with every group still to come): of the 83,521
+    vectors of 64 groups in four classes, at most 495 have at most eight groups (an 8-stage pipeline)."""
+    if stages is None:
+        yield from itertools.product(*(range(n + 1) for n in sizes))
+        return
+    room = [sum(n * s for n, s in zip(sizes[i:], slots[i:])) for i in range(len(sizes) + 1)]
+
+    def walk(i: int, groups: int, have: int, prefix: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        if i == len(sizes):
+            yield prefix
+            return
+        for n in range(sizes[i] + 1):
+            if groups + n > stages:
+                break
+            if have + n * slots[i] + room[i + 1] >= stages:
+                yield from walk(i + 1, groups + n, have + n * slots[i], prefix + (n,))
+
+    yield from walk(0, 0, 0, ())

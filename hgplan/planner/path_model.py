@@ -184,7 +184,7 @@ def _stage_vars(md: cp_model.CpModel, pt: PathTables, xv: PlacementVars) -> tupl
         bwd.append(_var(md, b, 0, most, f"b{s}"))
     sends, lats = [0] * p, [0] * p
     for bi, _ in enumerate(t.boundaries()):
-        arcs = [(k, k2, var) for (b2, k, k2), var in xv.z.items() if b2 == bi]
+        arcs = xv.arcs(bi)
         sends[bi] = _var(md, sum(pt.send_us[k][k2] * var for k, k2, var in arcs), 0, pt.most_send_us, f"snd{bi}")
         lats[bi] = _var(md, sum(pt.lat_us[k][k2] * var for k, k2, var in arcs), 0, max(map(max, pt.lat_us)),
                         f"lat{bi}")
