@@ -206,7 +206,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         if step is None or (attempt > 0 and item in st.block_open):
             return _block_retry(st, step, attempt, step is not None and (step > lb or st.found.get(item) is not before))
         if _left_s(opts) < time.perf_counter() - began:
-            return step  # the larger stage-level model would overrun the time limit in its build (64 groups: 10 s)
+            return step  # the larger stage-level model would overrun the time limit in its build (64 groups: 8 s)
         lb = step
         hint = _hint_of(st.found.get(item)) or hint
     upper = _upper_bound(st, cand.cfg.vpp)
