@@ -135,7 +135,8 @@ def test_a_closed_block_model_is_not_solved_again(scripted):
 
 def test_no_stage_level_solve_when_less_time_is_left_than_the_block_model_took(scripted):
     """The stage-level model is the larger: with the deadline closer than the block step took, its build alone would
-    overrun the time limit (64 node groups: 8 s), so the item goes back with the block model's bound instead."""
+    overrun the time limit (64 node groups: seconds, benchmarks/model_build.py), so the item goes back with the block
+    model's bound instead."""
     st, item, attempt = scripted
     late = replace(OPTS, wall_deadline_s=time.perf_counter() - 1.0)
     out, calls = attempt(0, 100.0, ("FEASIBLE", 150.0, True), opts=late)

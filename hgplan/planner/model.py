@@ -88,15 +88,12 @@ class PlacementVars:
     y: list[list[cp_model.IntVar]]
     z: dict[tuple[int, int, int], cp_model.IntVar] = field(default_factory=dict)
     by_boundary: dict[int, list[tuple[int, int, cp_model.IntVar]]] = field(default_factory=dict)
-    """z grouped by boundary (arcs() fills it once z is complete)."""
+    """z's (k, k2, var) per boundary, in z's order, filled with z (_add_boundaries): the expressions per boundary read
+    it instead of scanning all of z for each boundary (64 groups and 64 stages: 262,144 arcs, scanned 64 times in each
+    of three places: 40% of the model's build, benchmarks/model_build.py)."""
 
     def arcs(self, bi: int) -> list[tuple[int, int, cp_model.IntVar]]:
-        """The (k, k2, z) of boundary bi, in z's order. Grouped in one pass: scanning all of z per boundary (64 groups
-        and 64 stages: 262,144 arcs, scanned 64 times in each of three places) took 2 of the model's 10 s build."""
-        if sum(map(len, self.by_boundary.values())) != len(self.z):
-            self.by_boundary.clear()
-            for (b, k, k2), var in self.z.items():
-                self.by_boundary.setdefault(b, []).append((k, k2, var))
+        """The (k, k2, z) of boundary bi."""
         return self.by_boundary.get(bi, [])
 
     def extract(self, solver: cp_model.CpSolver, v: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -152,10 +149,12 @@ def _add_boundaries(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> N
     and contiguity are all priced per boundary, and an unreachable pair must be impossible."""
     K = len(t.groups)
     for bi, (a, b) in enumerate(t.boundaries()):
+        arcs = xv.by_boundary.setdefault(bi, [])
         for k in range(K):
             for k2 in range(K):
                 if t.send_us[k][k2] is not None:
-                    xv.z[(bi, k, k2)] = md.new_bool_var(f"z{bi}_{k}_{k2}")
+                    xv.z[(bi, k, k2)] = var = md.new_bool_var(f"z{bi}_{k}_{k2}")
+                    arcs.append((k, k2, var))
         for k in range(K):
             md.add(sum(xv.z[(bi, k, k2)] for k2 in range(K) if (bi, k, k2) in xv.z) == xv.x[a][k])
         for k2 in range(K):

@@ -206,7 +206,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         if step is None or (attempt > 0 and item in st.block_open):
             return _block_retry(st, step, attempt, step is not None and (step > lb or st.found.get(item) is not before))
         if _left_s(opts) < time.perf_counter() - began:
-            return step  # the larger stage-level model would overrun the time limit in its build (64 groups: 8 s)
+            return step  # the larger stage-level model would overrun the time limit in its build (benchmarks/model_build.py)
         lb = step
         hint = _hint_of(st.found.get(item)) or hint
     upper = _upper_bound(st, cand.cfg.vpp)
@@ -289,7 +289,7 @@ def _block_retry(st: _State, bound: float | None, attempt: int, progressed: bool
     """After a retry's block step: None when it settled the item. Else the block model is still open, and its next
     attempt, not the stage-level model's, gets the doubled time if this one got somewhere (a better plan for the item,
     or a bound above the item's): without the incumbent as its upper bound the block model settles items the
-    stage-level model only improves (the 10-group benchmark fleet's pp 19 items, in 0.8-1.4 s each). An attempt that
+    stage-level model only improves (the 10-group benchmark fleet's pp 19 items over all ten groups). An attempt that
     got nowhere, or the last, closes the item at its bound (the 64-group fleet's pp 64 item: a first retry that
     changed nothing, then no more)."""
     if bound is None:
