@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hgplan.costmodel.compute import attention_kernel
 from hgplan.documents import BasisEntry
-from hgplan.domain import Fleet, PathKind, TrainingSettings, Transport
+from hgplan.domain import Fleet, PathKind, Precision, TrainingSettings, Transport
 from hgplan.plan import Plan
 
 CALIBRATED = "calibrated"
@@ -34,11 +34,16 @@ def _residual(validation: dict, gpu_id: str) -> str:
 def _gpu_entries(g, train: TrainingSettings, validation: dict, tp: int) -> list[BasisEntry]:
     """Compute, attention and tensor-parallel terms of one GPU type."""
     residual = _residual(validation, g.id)
-    gemm = CALIBRATED if "gemm_efficiency" in g.calibrated else VALIDATED if residual else PHYSICS
+    name = "fp8_gemm_efficiency" if train.precision is Precision.FP8 else "gemm_efficiency"
+    gemm = CALIBRATED if name in g.calibrated else VALIDATED if residual else PHYSICS
+    fp8 = ""
+    if train.precision is Precision.FP8:
+        fp8 = (f"; fp8 GEMMs at {g.arch}'s measured fp8 share" if g.eff.fp8_gemm_efficiency is not None else
+               f"; fp8 GEMMs assumed at bf16's share of the fp8 peak (not measured on {g.arch})")
     out = [BasisEntry(term=f"compute on {g.id}", basis=gemm,
-                      detail=("your profile's gemm_efficiency" if gemm == CALIBRATED else
-                              f"datasheet peak x {g.arch} efficiency{residual}" if residual else
-                              f"datasheet peak x {g.arch} efficiency; no published run on this GPU"))]
+                      detail=(f"your profile's {name}" if gemm == CALIBRATED else
+                              f"datasheet peak x {g.arch} efficiency{residual}{fp8}" if residual else
+                              f"datasheet peak x {g.arch} efficiency{fp8}; no published run on this GPU"))]
     kernel = attention_kernel(train, g)
     calibrated_attention = {"attention_efficiency", "fused_attention_efficiency",
                             "flash1_attention_efficiency"} & set(g.calibrated)

@@ -22,7 +22,7 @@ from hgplan.costmodel.compute import attention_kernel
 from hgplan.costmodel.evaluate import evaluate
 from hgplan.documents import (SCHEMA_VERSION, BenchConstant, CalibrationProfile, GpuConstants, ProfileFit, RunResidual,
                               TransportConstants)
-from hgplan.domain import Attention, Fleet, ModelArch, TrainingSettings
+from hgplan.domain import Attention, Fleet, ModelArch, Precision, TrainingSettings
 from hgplan.errors import InputError
 from hgplan.inputs import Catalog
 from hgplan.plan import Plan
@@ -82,14 +82,16 @@ Param = tuple[str, str, str]
 
 
 def _params(runs: list[Run]) -> list[Param]:
-    """The constants the runs could depend on: per GPU type used, its GEMM, HBM and collective efficiency and the
-    attention kernel it runs; per transport of the fleets, its efficiency."""
+    """The constants the runs could depend on: per GPU type used, its GEMM, HBM and collective efficiency, the
+    attention kernel it runs and, for fp8 runs, its fp8 GEMM efficiency; per transport of the fleets, its
+    efficiency."""
     out: dict[Param, None] = {}
     for r in runs:
         for st in r.plan.stages:
             g = r.fleet.group(st.node_group).gpu
             kernel = attention_kernel(r.train, g)
-            names = ["gemm_efficiency", "hbm_efficiency", "collective_efficiency"]
+            names = ["hbm_efficiency", "collective_efficiency"]
+            names.append("fp8_gemm_efficiency" if _fp8_rate(r, g) else "gemm_efficiency")
             if kernel is Attention.FUSED and g.eff.fused_attention_efficiency is not None:
                 names.append("fused_attention_efficiency")
             elif kernel is Attention.FLASH1 and g.eff.flash1_attention_efficiency is not None:
@@ -99,6 +101,20 @@ def _params(runs: list[Run]) -> list[Param]:
             out.update({("gpu", g.id, n): None for n in names})
         out.update({("transport", str(t), "efficiency"): None for t in r.fleet.transports})
     return sorted(out)
+
+
+def _fp8_rate(r: Run, g) -> bool:
+    """Whether the run's linear layers run at the GPU's own fp8 GEMM rate. Its bf16 rate then prices only the output
+    layer, which fp8 runs cannot tell apart from the linear layers (the fit would trade one for the other): it is
+    fitted from bf16/fp16 runs, or kept."""
+    return r.train.precision is Precision.FP8 and g.eff.fp8_gemm_efficiency is not None
+
+
+def _fp8_only(runs: list[Run], params: list[Param]) -> list[str]:
+    """'GPU.gemm_efficiency (...)' for the GPU types whose runs are all fp8 (their bf16 rate is kept)."""
+    fitted = {key for kind, key, name in params if name == "gemm_efficiency"}
+    used = sorted({r.fleet.group(st.node_group).gpu.id for r in runs for st in r.plan.stages})
+    return [f"{gid}.gemm_efficiency (only fp8 runs: kept at the catalog's)" for gid in used if gid not in fitted]
 
 
 def _base_value(p: Param, runs: list[Run]) -> float:
@@ -198,7 +214,8 @@ def calibrate(runs: list[Run], *, fixed: frozenset[Param] = frozenset()) -> Cali
         fit=ProfileFit(runs=len(runs), rms_error=round(float(np.sqrt(np.mean(np.expm1(errors) ** 2))), 6),
                        residuals=residuals,
                        not_identifiable=[f"{k}.{n}" if kind == "gpu" else f"transport {k}"
-                                         for i, (kind, k, n) in enumerate(candidates) if i not in active]))
+                                         for i, (kind, k, n) in enumerate(candidates) if i not in active]
+                       + _fp8_only(runs, candidates + sorted(fixed))))
 
 
 def bench_params(constants: list[BenchConstant]) -> frozenset[Param]:

@@ -42,6 +42,7 @@ class TrainingRecord(Doc):
     attention: str
     runtime: str
     transformer_impl: str = "transformer_engine"
+    fp8_recipe: str = Field("delayed", description="Transformer Engine's fp8 scaling (written with precision fp8)")
 
 
 class StageRecord(Doc):
@@ -486,6 +487,7 @@ class GpuConstants(Doc):
     attention_efficiency: float | None = Field(None, gt=0, le=2)
     fused_attention_efficiency: float | None = Field(None, gt=0, le=2)
     flash1_attention_efficiency: float | None = Field(None, gt=0, le=2)
+    fp8_gemm_efficiency: float | None = Field(None, gt=0, le=2)
     hbm_efficiency: float | None = Field(None, gt=0, le=2)
     collective_efficiency: float | None = Field(None, gt=0, le=2)
 
@@ -530,6 +532,18 @@ class BenchDevice(Doc):
 class BenchGemm(Doc):
     """One timed matmul (m x k) @ (k x n)."""
 
+    m: int = Field(ge=1)
+    n: int = Field(ge=1)
+    k: int = Field(ge=1)
+    ms: float = Field(gt=0, description="median of the timed repeats")
+    runs_ms: list[float]
+
+
+class BenchFp8Gemm(Doc):
+    """One timed fp8 matmul (m x k) @ (k x n) of a linear layer's pass, as Transformer Engine runs it on Hopper."""
+
+    gemm_pass: Literal["fprop", "dgrad", "wgrad"] = Field(
+        description="fprop: E4M3 x E4M3 with fast accumulation; dgrad, wgrad: E5M2 x E4M3 with split accumulation")
     m: int = Field(ge=1)
     n: int = Field(ge=1)
     k: int = Field(ge=1)
@@ -585,6 +599,8 @@ class BenchReport(Doc):
     precision: Literal["bf16", "fp16", "fp32"]
     repeats: int = Field(ge=1)
     gemms: list[BenchGemm] = Field(default_factory=list)
+    fp8_gemms: list[BenchFp8Gemm] = Field(default_factory=list, description="the layer GEMMs' three passes in fp8 "
+                                          "(GPUs with an fp8 peak in the catalog)")
     attention: list[BenchAttention] = Field(default_factory=list)
     copies: list[BenchCopy] = Field(default_factory=list)
     collectives: list[BenchCollective] = Field(default_factory=list)

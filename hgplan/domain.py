@@ -46,6 +46,18 @@ ATTENTION_ALIASES = {"flash": "flash2"}
 """0.1.0's `attention: flash` was priced as FlashAttention-2; it still means that."""
 
 
+class Fp8Recipe(StrEnum):
+    """How Transformer Engine scales fp8 tensors (Megatron-LM's `--fp8-recipe`; megatron/core/fp8_utils.py)."""
+
+    DELAYED = "delayed"
+    """One scale per tensor from the amax history of earlier steps (TE DelayedScaling; Megatron's default)."""
+    TENSORWISE = "tensorwise"
+    """One scale per tensor from its own amax, computed before each cast (TE Float8CurrentScaling)."""
+    MXFP8 = "mxfp8"
+    """OCP MX block scaling: one E8M0 scale per 32 elements, rowwise and columnwise copies (TE MXFP8BlockScaling);
+    needs Blackwell's tensor cores."""
+
+
 class TransformerImpl(StrEnum):
     """How Megatron builds its layers (`--transformer-impl`)."""
 
@@ -113,6 +125,12 @@ class ArchEfficiency:
     flash1_attention_efficiency: float | None = None
     """FlashAttention-1-class kernels (flash-attn 1.x, the Triton port), fwd+bwd, of the sustained peak (None: as
     attention_efficiency)."""
+    fp8_gemm_efficiency: float | None = None
+    """fp8 linear-layer GEMMs (Transformer Engine's recipe: E4M3 forward with fast accumulation, E5M2 x E4M3 dgrad and
+    wgrad with split accumulation) of the fp8 peak, on the same footing as gemm_efficiency (None: as
+    gemm_efficiency)."""
+    mxfp8: bool = False
+    """Whether the tensor cores take OCP MX block-scaled fp8 (Blackwell); Hopper's fp8 takes one scale per tensor."""
     flash_attention: bool = True
     """Whether FlashAttention-class kernels exist for the architecture (not on Volta or Turing)."""
     gemm_waves: bool = False
@@ -182,6 +200,12 @@ class GpuType:
     def supports(self, precision: Precision) -> bool:
         """Whether the GPU has tensor cores for this precision."""
         return self.peak_tflops(precision) is not None
+
+    def trains(self, train: "TrainingSettings") -> bool:
+        """Whether the GPU runs the training precision: its tensor cores, and MX block scaling for fp8 mxfp8."""
+        if not self.supports(train.precision):
+            return False
+        return not (train.precision is Precision.FP8 and train.fp8_recipe is Fp8Recipe.MXFP8 and not self.eff.mxfp8)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -442,3 +466,12 @@ class TrainingSettings:
     """Megatron-LM before megatron-core (March 2023): each TP rank sends 1/TP of the activations across a stage
     boundary and the receivers all-gather them (`--scatter-gather-tensors-in-pipeline`, on by default)."""
     transformer_impl: TransformerImpl = TransformerImpl.TRANSFORMER_ENGINE
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
+    """Transformer Engine's fp8 scaling (read with precision fp8 only)."""
+
+    @property
+    def precision_name(self) -> str:
+        """The precision as messages name it: 'fp8 (mxfp8)' for a recipe other than delayed scaling."""
+        if self.precision is Precision.FP8 and self.fp8_recipe is not Fp8Recipe.DELAYED:
+            return f"fp8 ({self.fp8_recipe.value})"
+        return self.precision.value

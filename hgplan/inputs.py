@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from hgplan.domain import (ATTENTION_ALIASES, ArchEfficiency, Attention, Fleet, GpuType, Link, ModelArch, NodeGroup,
-                           PcieTopology, Precision, Runtime, TrainingSettings, TransformerImpl, Transport,
+from hgplan.domain import (ATTENTION_ALIASES, ArchEfficiency, Attention, Fleet, Fp8Recipe, GpuType, Link, ModelArch,
+                           NodeGroup, PcieTopology, Precision, Runtime, TrainingSettings, TransformerImpl, Transport,
                            TransportProfile)
 from hgplan.cluster_checks import cluster_semantics
 from hgplan.errors import InputError, InputIssue
@@ -387,8 +387,14 @@ def make_training(values: dict[str, Any], model: ModelArch, source: str = "<cli>
                                      message=f"seq_length ({spec.seq_length}) exceeds the model's max_position_embeddings "
                                              f"({model.max_position_embeddings}); Megatron asserts seq_length <= "
                                              "max_position_embeddings: shorten the sequence or raise the limit")])
+    if spec.fp8_recipe != "delayed" and spec.precision != "fp8":
+        raise InputError([InputIssue(source=source, line=None, path="fp8_recipe",
+                                     message=f"fp8_recipe {spec.fp8_recipe} scales fp8 tensors, but precision is "
+                                             f"{spec.precision}: give precision fp8 (--precision fp8), or drop "
+                                             "fp8_recipe")])
     return TrainingSettings(seq_length=spec.seq_length, global_batch_size=spec.global_batch_size,
                             precision=Precision(spec.precision), optimizer=spec.optimizer,
                             attention=Attention(ATTENTION_ALIASES.get(spec.attention, spec.attention)),
                             runtime=Runtime(spec.runtime), transformer_impl=TransformerImpl(spec.transformer_impl),
-                            pipeline_scatter_gather=spec.pipeline_scatter_gather)
+                            pipeline_scatter_gather=spec.pipeline_scatter_gather,
+                            fp8_recipe=Fp8Recipe(spec.fp8_recipe))

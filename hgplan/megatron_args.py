@@ -17,7 +17,8 @@ from hgplan.errors import InputError, InputIssue
 
 TRAINING_FLAGS = {"--seq-length": "seq_length", "--global-batch-size": "global_batch_size",
                   "--transformer-impl": "transformer_impl", "--optimizer": "optimizer",
-                  "--fp8-format": "fp8_format", "--attention-backend": "attention_backend"}
+                  "--fp8-format": "fp8_format", "--fp8-recipe": "fp8_recipe",
+                  "--attention-backend": "attention_backend"}
 """Megatron flags that take a value and are training settings, with their argparse dest."""
 SWITCHES = {"--bf16": "bf16", "--fp16": "fp16", "--use-flash-attn": "use_flash_attn"}
 """Megatron switches (store_true) that are training settings."""
@@ -119,6 +120,8 @@ RECIPE_PRECISIONS = {"bf16_mixed": {"bf16": True}, "fp16_mixed": {"fp16": True},
                      "bf16_with_fp8_delayed_scaling_mixed": {"bf16": True, "fp8": "hybrid"}}
 """Megatron-Bridge's mixed-precision recipes (megatron/bridge/training/mixed_precision.py) hgplan models exactly; the
 others keep some layers in bf16 (fp8 current scaling) or use block-scaled formats (mxfp8, nvfp4, sub-channel)."""
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
+"""Megatron's --fp8-recipe values hgplan models (blockwise and custom are not)."""
 PLAN_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
              "virtual_pipeline_model_parallel_size", "sequence_parallel", "micro_batch_size", "recompute_granularity",
              "use_distributed_optimizer", "expert_model_parallel_size")
@@ -142,12 +145,13 @@ def _recipe_precision(mixed: Any, source: str) -> dict[str, Any]:
         return dict(RECIPE_PRECISIONS[name])
     if isinstance(mixed, dict):
         recipe = mixed.get("fp8_recipe", "delayed")
-        if mixed.get("fp8") and (recipe not in ("delayed", "tensorwise") or mixed.get("first_last_layers_bf16")):
+        if mixed.get("fp8") and (recipe not in FP8_RECIPES or mixed.get("first_last_layers_bf16")):
             raise _issue(source, f"mixed_precision with fp8_recipe {recipe!r}"
                                  f"{' and first_last_layers_bf16' if mixed.get('first_last_layers_bf16') else ''} is "
-                                 "not modelled exactly (hgplan's fp8 runs every linear layer in fp8 with tensor-wise "
-                                 "scaling)", "mixed_precision")
-        return {k: mixed[k] for k in ("bf16", "fp16", "fp8") if k in mixed}
+                                 f"not modelled exactly (hgplan runs every linear layer in fp8 with the recipes "
+                                 f"{', '.join(FP8_RECIPES)})", "mixed_precision")
+        return {k: mixed[k] for k in ("bf16", "fp16", "fp8", "fp8_recipe") if k in mixed and (k != "fp8_recipe"
+                                                                                            or mixed.get("fp8"))}
     raise _issue(source, "mixed_precision must be a recipe name (bf16_mixed) or a mapping", "mixed_precision")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hgplan.costmodel.evaluate import Prediction
 from hgplan.documents import MemoryRecord, PlanRecord, PredictionRecord, StageRecord, StageResult, TrainingRecord
-from hgplan.domain import TrainingSettings
+from hgplan.domain import Precision, TrainingSettings
 from hgplan.plan import Plan
 
 SIGNIFICANT_DIGITS = 6
@@ -21,7 +21,8 @@ def training_record(train: TrainingSettings) -> TrainingRecord:
     return TrainingRecord(seq_length=train.seq_length, global_batch_size=train.global_batch_size,
                           precision=train.precision.value, optimizer=train.optimizer,
                           attention=train.attention.value, runtime=train.runtime.value,
-                          transformer_impl=train.transformer_impl.value)
+                          transformer_impl=train.transformer_impl.value,
+                          **({"fp8_recipe": train.fp8_recipe.value} if train.precision is Precision.FP8 else {}))
 
 
 def plan_record(plan: Plan) -> PlanRecord:

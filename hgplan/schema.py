@@ -218,6 +218,10 @@ class TrainingSpec(_Strict):
         "megatron", description="Framework whose behaviour the cost model follows (ZeRO-3 gathers one buffer per layer "
         "in Megatron and FSDP; deepspeed is DeepSpeed's ZeRO-3 of 2021, one gather per module at its measured "
         "24.3 GB/s per GPU).")
+    fp8_recipe: Literal["delayed", "tensorwise", "mxfp8"] = Field(
+        "delayed", description="Transformer Engine's fp8 scaling, with precision fp8 (Megatron-LM's --fp8-recipe): "
+        "delayed (amax history, Megatron's default), tensorwise (current scaling: each tensor's own amax, one more "
+        "read per cast), mxfp8 (one scale per 32 elements; Blackwell only). blockwise is not modelled.")
     transformer_impl: Literal["transformer_engine", "local"] = Field(
         "transformer_engine", description="How Megatron builds its layers: transformer_engine (fused kernels, "
         "gradient-accumulation fusion) or local (megatron-core's PyTorch fallbacks).")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hgplan.costmodel.compute import (MAIN_GRAD_BYTES_PER_PARAM, attention_kernel, embedding_time, head_time, hbm_s,
-                                      main_grad_s, tile_efficiency)
+from hgplan.costmodel.compute import (MAIN_GRAD_BYTES_PER_PARAM, attention_kernel, embedding_time, gemm_compute_s,
+                                      head_time, hbm_s, main_grad_s, tile_efficiency)
 from hgplan.costmodel.evaluate import (GRAD_ZERO_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM,
                                        TORCH_ADAMW_BYTES_PER_PARAM, dp_tail, edge_costs, optimizer_bytes_per_param)
 from hgplan.costmodel.memory import activation_bytes_per_layer
@@ -160,6 +160,24 @@ def test_tile_efficiency_in_whole_tiles_and_waves():
     assert tile_efficiency(h, 4096, 4096, 4096) == pytest.approx((4096 / 4352) ** 2 * 4096 / 4224)
 
 
+def test_fp8_gemms_at_the_measured_share_of_the_fp8_peak():
+    """Hopper's fp8 GEMMs run at fp8_gemm_efficiency of the fp8 peak: 1.858x bf16 on a Llama shape (measured on a lent
+    H100, benchmarks/fp8_gemm_clock.py), not the peaks' 2x. Where the catalog has no fp8 figure (CDNA3), fp8 takes
+    bf16's share of the fp8 peak; a profile's fp8_gemm_efficiency replaces the catalog's."""
+    h = gpu("H100-SXM5-80GB")
+    shape = (8192, 28672, 4096)
+    speedup = gemm_compute_s(h, Precision.BF16, *shape) / gemm_compute_s(h, Precision.FP8, *shape)
+    assert speedup == pytest.approx(2 * 0.746 / 0.803) and speedup == pytest.approx(1.858, abs=0.005)
+    mi = gpu("MI300X")
+    assert mi.eff.fp8_gemm_efficiency is None
+    assert gemm_compute_s(mi, Precision.BF16, *shape) / gemm_compute_s(mi, Precision.FP8, *shape) == pytest.approx(
+        mi.peak_tflops(Precision.FP8) / mi.peak_tflops(Precision.BF16))
+    tuned = replace(h, eff=replace(h.eff, fp8_gemm_efficiency=0.5))
+    assert gemm_compute_s(tuned, Precision.FP8, *shape) == pytest.approx(
+        gemm_compute_s(h, Precision.FP8, *shape) * 0.746 / 0.5)
+    assert gemm_compute_s(tuned, Precision.BF16, *shape) == gemm_compute_s(h, Precision.BF16, *shape)
+
+
 @pytest.mark.skipif(not H100_DATA.exists(), reason="shared/reference/h100-measured.json is not beside the checkout")
 def test_h100_measured_configurations():
     """The megatron-core configurations measured on a real H100 (local spec). fwd+bwd of every configuration within
@@ -223,7 +241,8 @@ def test_fp8_export_flags(plan_from_search):
     from hgplan.domain import Precision
     plan, train = plan_from_search
     argv = parallel_args(plan, replace(train, precision=Precision.FP8))
-    assert argv[-3:] == ["--bf16", "--fp8-format", "hybrid"]
+    assert argv[-5:] == ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed"]
+    assert "--fp8-recipe" not in parallel_args(plan, train)
 
 
 @pytest.fixture

@@ -141,7 +141,9 @@ def test_a_megatron_bridge_recipe_excerpt_is_a_training_file(cli, tmp_path):
 
 @pytest.mark.parametrize("change, says", [
     (("mixed_precision: bf16_mixed", "mixed_precision: bf16_with_fp8_current_scaling_mixed"), "not modelled exactly"),
-    (("mixed_precision: bf16_mixed", "mixed_precision: {bf16: true, fp8: hybrid, fp8_recipe: mxfp8}"),
+    (("mixed_precision: bf16_mixed", "mixed_precision: {bf16: true, fp8: hybrid, fp8_recipe: blockwise}"),
+     "not modelled exactly"),
+    (("mixed_precision: bf16_mixed", "mixed_precision: {bf16: true, fp8: hybrid, first_last_layers_bf16: true}"),
      "not modelled exactly"),
     (("  sequence_length: 2048", "  sequence_length: 4096"), "differ"),
     (("  attention_backend: flash", "  attention_backend: flash\n  fp16: true"), "both set"),

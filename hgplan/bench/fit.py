@@ -67,6 +67,14 @@ def _observations(report: BenchReport, gpu: GpuType, prec: Precision) -> tuple[l
             continue
         obs.append(Observation("gemm_efficiency", g.ms / 1e3,
                                lambda t, g=g: gemm_compute_s(t, prec, g.m, g.n, g.k)))
+    if report.fp8_gemms and not gpu.supports(Precision.FP8):
+        notes.append(f"fp8 GEMMs: {gpu.id} has no fp8 peak in the catalog; not fitted")
+    for g in report.fp8_gemms if gpu.supports(Precision.FP8) else ():
+        if gemm_memory_s(gpu, g.m, g.n, g.k) / 2 >= GEMM_MEMORY_SHARE_MAX * g.ms / 1e3:  # 1-byte operands
+            notes.append(f"gemm fp8 {g.gemm_pass} {g.m}x{g.n}x{g.k}: memory-bound, not used")
+            continue
+        obs.append(Observation("fp8_gemm_efficiency", g.ms / 1e3,
+                               lambda t, g=g: gemm_compute_s(t, Precision.FP8, g.m, g.n, g.k)))
     for a in report.attention:
         if a.kernel not in FITTED_ATTENTION:
             notes.append(f"attention {a.kernel} b{a.batch} s{a.seq}: reported, not fitted (the cost model prices "
@@ -95,6 +103,14 @@ def _observations(report: BenchReport, gpu: GpuType, prec: Precision) -> tuple[l
             model_s=lambda t, c=c: allreduce_s(c.bytes, c.ranks, switched_busbw(
                 t.intra_node_gbytes_per_s, t.eff.collective_efficiency), latency_s=NVLINK_HOP_S)))
     return obs, notes
+
+
+def _catalog_value(gpu: GpuType, constant: str) -> float:
+    """The value the cost model uses today: the constant, or what stands in for it when the catalog leaves it out."""
+    value = getattr(gpu.eff, constant)
+    if value is not None:
+        return value
+    return gpu.eff.gemm_efficiency if constant == "fp8_gemm_efficiency" else gpu.eff.attention_efficiency
 
 
 def _median_abs_error(obs: list[Observation], gpu: GpuType) -> float:
@@ -127,8 +143,7 @@ def bench_constants(report: BenchReport, gpu: GpuType | None,
         out.append(BenchConstant(
             gpu=gpu.id, constant=constant, value=value, measurements=len(implied),
             implied_min=round(min(implied), 5), implied_max=round(max(implied), 5),
-            catalog_value=getattr(gpu.eff, constant) if getattr(gpu.eff, constant) is not None
-            else gpu.eff.attention_efficiency,
+            catalog_value=_catalog_value(gpu, constant),
             median_abs_error_before=round(_median_abs_error(mine, gpu), 6),
             median_abs_error_after=round(_median_abs_error(mine, _with(gpu, constant, value)), 6)))
     return out, notes

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from hgplan.documents import BenchAttention, BenchCopy, BenchGemm
+from hgplan.documents import BenchAttention, BenchCopy, BenchFp8Gemm, BenchGemm
 from hgplan.errors import InputError
 
 SAMPLE_TARGET_S = 0.05
@@ -46,6 +46,12 @@ ATTENTION_SHAPES = {
 ATTENTION_BACKENDS = {"flash2": "FLASH_ATTENTION", "fused": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
                       "unfused": "MATH"}
 """Kernel family (as the cost model names it) -> PyTorch SDPBackend."""
+FP8_PASSES = {"fprop": ("float8_e4m3fn", True), "dgrad": ("float8_e5m2", False), "wgrad": ("float8_e5m2", False)}
+"""Transformer Engine's fp8 GEMMs of a linear layer, pass -> (format of the first operand, fast accumulation); the
+second operand is E4M3 (the weight, or the saved input for wgrad). The HYBRID format (Megatron's default) quantises
+activations and weights to E4M3 and gradients to E5M2; transformer_engine/pytorch/module/base.py sets
+_2X_ACC_FPROP = False and _2X_ACC_DGRAD = _2X_ACC_WGRAD = True, i.e. Hopper's fast fp8 accumulation in the forward
+and split (promoted) accumulation in the backward GEMMs. Per-tensor scales, bf16 output."""
 COPY_BYTES = {"full": [256 << 20, 1 << 30], "quick": [256 << 20], "cpu": [16 << 20]}
 
 
@@ -113,6 +119,41 @@ def time_gemms(dev: Device, shapes: list[tuple[int, int, int]]) -> list[BenchGem
         b = dev.torch.randn(k, n, device=dev.device, dtype=dev.dtype)
         runs = dev.time_ms(lambda: dev.torch.matmul(a, b))
         out.append(BenchGemm(m=m, n=n, k=k, ms=statistics.median(runs), runs_ms=[round(r, 6) for r in runs]))
+    return out
+
+
+def fp8_pass_shapes(m: int, n: int, k: int) -> list[tuple[str, tuple[int, int, int]]]:
+    """The (m, n, k) of the three GEMMs of a forward (m x k) @ (k x n) as the cost model prices them: fprop, dgrad
+    (m x n) @ (n x k), wgrad (k x m) @ (m x n)."""
+    return [("fprop", (m, n, k)), ("dgrad", (m, k, n)), ("wgrad", (k, n, m))]
+
+
+def fp8_missing(torch: Any) -> str | None:
+    """Why this torch build cannot time fp8 GEMMs (None when it can)."""
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e5m2"):
+        return f"torch {torch.__version__} has no torch._scaled_mm with fp8 dtypes (PyTorch 2.4 or later)"
+    return None
+
+
+def time_fp8_gemms(dev: Device, shapes: list[tuple[int, int, int]]) -> list[BenchFp8Gemm]:
+    """The three fp8 GEMMs of each forward shape (FP8_PASSES) with torch._scaled_mm, cuBLASLt's fp8 path (row-major
+    first operand, column-major second, as cuBLASLt requires on Hopper)."""
+    torch = dev.torch
+    one = torch.ones((), device=dev.device, dtype=torch.float32)
+    out = []
+    for shape in shapes:
+        for gemm_pass, (m, n, k) in fp8_pass_shapes(*shape):
+            first, fast = FP8_PASSES[gemm_pass]
+            a = torch.randn(m, k, device=dev.device).to(getattr(torch, first))
+            b = torch.randn(n, k, device=dev.device).to(torch.float8_e4m3fn).t()
+
+            def run(a=a, b=b, fast=fast) -> Any:
+                return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                        use_fast_accum=fast)
+            runs = dev.time_ms(run)
+            out.append(BenchFp8Gemm(gemm_pass=gemm_pass, m=m, n=n, k=k, ms=statistics.median(runs),
+                                    runs_ms=[round(r, 6) for r in runs]))
+            del a, b
     return out
 
 

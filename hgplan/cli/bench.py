@@ -54,13 +54,29 @@ def _device_record(dev, ranks: int):
                        sm_count=props.multi_processor_count, memory_gib=round(props.total_memory / 2**30, 3))
 
 
-def _measure(dev, *, mode: str, kernels: list[str], ranks: int) -> dict:
+def _fp8_skip(dev, gpu_type) -> str | None:
+    """Why the bench does not time fp8 GEMMs here (None: it does)."""
+    from hgplan.bench.kernels import fp8_missing
+    from hgplan.domain import Precision
+
+    if gpu_type is not None and not gpu_type.supports(Precision.FP8):
+        return f"fp8 GEMMs: {gpu_type.id} has no fp8 tensor-core peak in the catalog"
+    missing = fp8_missing(dev.torch)
+    return f"fp8 GEMMs: {missing}" if missing else None
+
+
+def _measure(dev, *, mode: str, kernels: list[str], ranks: int, fp8_skip: str | None) -> dict:
     from hgplan.bench import collectives, kernels as k
 
     warn(f"timing {len(k.GEMM_SHAPES[mode])} GEMM shapes", "bench")
     parts: dict = {"gemms": k.time_gemms(dev, k.GEMM_SHAPES[mode])}
+    skipped = [fp8_skip] if fp8_skip else []
+    if not fp8_skip:
+        warn(f"timing {len(k.GEMM_SHAPES[mode])} GEMM shapes in fp8 (fprop, dgrad, wgrad)", "bench")
+        parts["fp8_gemms"] = k.time_fp8_gemms(dev, k.GEMM_SHAPES[mode])
     warn(f"timing attention ({', '.join(kernels)})", "bench")
-    parts["attention"], skipped = k.time_attention(dev, k.ATTENTION_SHAPES[mode], kernels)
+    parts["attention"], not_timed = k.time_attention(dev, k.ATTENTION_SHAPES[mode], kernels)
+    skipped += not_timed
     warn("timing copies", "bench")
     parts["copies"] = k.time_copies(dev, k.COPY_BYTES[mode])
     if ranks >= 2:
@@ -122,7 +138,7 @@ def bench(
         raise InputError(f"--ranks {n}: torch sees {available} GPUs on this node")
     mode = "cpu" if not cuda else ("quick" if quick else "full")
     kernels = ["cpu"] if not cuda else ["flash2", "fused", "efficient"]
-    parts = _measure(dev, mode=mode, kernels=kernels, ranks=n)
+    parts = _measure(dev, mode=mode, kernels=kernels, ranks=n, fp8_skip=_fp8_skip(dev, gpu_type))
     report = BenchReport(hgplan_version=__version__, gpu=gpu_type.id if gpu_type else None,
                          device=_device_record(dev, n), precision=prec, repeats=repeats, **parts)
     doc = report.to_json_dict()
@@ -147,6 +163,9 @@ def _print_report(report, console) -> None:
     t = Table("kernel", "shape", "ms", "rate")
     for g in report.gemms:
         t.add_row("gemm", f"{g.m}x{g.n}x{g.k}", f"{g.ms:.4f}", f"{2 * g.m * g.n * g.k / g.ms / 1e9:.1f} TFLOP/s")
+    for g in report.fp8_gemms:
+        t.add_row(f"gemm fp8 {g.gemm_pass}", f"{g.m}x{g.n}x{g.k}", f"{g.ms:.4f}",
+                  f"{2 * g.m * g.n * g.k / g.ms / 1e9:.1f} TFLOP/s")
     for a in report.attention:
         flops = (1 + FLASH_BWD_RATIO) * causal_attention_flops(a.batch * a.heads, a.seq, a.seq, a.head_dim)
         t.add_row(f"attention {a.kernel}", f"b{a.batch} h{a.heads} s{a.seq} d{a.head_dim}", f"{a.fwd_bwd_ms:.4f}",

@@ -23,6 +23,7 @@ class TrainingFlags:
     attention: str | None = None
     runtime: str | None = None
     transformer_impl: str | None = None
+    fp8_recipe: str | None = None
 
     def given(self) -> list[str]:
         """The flags the user gave, as spelled on the command line."""
@@ -47,7 +48,7 @@ class TrainingFlags:
                      f"--model gives the model): {' '.join(ignored)}")
         for key, val in (("seq_length", self.seq_len), ("global_batch_size", self.global_batch),
                          ("precision", self.precision), ("attention", self.attention), ("runtime", self.runtime),
-                         ("transformer_impl", self.transformer_impl)):
+                         ("transformer_impl", self.transformer_impl), ("fp8_recipe", self.fp8_recipe)):
             if val is not None:
                 values[key] = val
         if "precision" not in values and fleet is not None:
@@ -67,7 +68,10 @@ _TRAINING_OPTIONS: dict[str, Any] = {
     "global_batch": Annotated[int | None, typer.Option("--global-batch", "--global-batch-size",
                                                        help="Global batch size (sequences per iteration); "
                                                             "--global-batch-size as in Megatron-LM.")],
-    "precision": Annotated[str | None, typer.Option("--precision", help="bf16 (default) or fp16.")],
+    "precision": Annotated[str | None, typer.Option("--precision", help="bf16 (default), fp16, or fp8 (Transformer "
+                                                    "Engine's fp8 linear layers, bf16 elsewhere).")],
+    "fp8_recipe": Annotated[str | None, typer.Option("--fp8-recipe", help="With --precision fp8: delayed (default), "
+                                                     "tensorwise (current scaling) or mxfp8 (Blackwell).")],
     "training": Annotated[str | None, typer.Option("--training", help="Training settings YAML (flags override it).")],
     "attention": Annotated[str | None, typer.Option("--attention", help="auto (default: what the runtime and GPU "
                                                     "use), fused, flash2 (alias flash), flash1 (flash-attn "

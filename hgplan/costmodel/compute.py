@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass
 
 from hgplan.costmodel.comm import allreduce_s
-from hgplan.domain import (ACTIVATION_FFN_MATRICES, Attention, GpuType, ModelArch, Precision, Runtime, TrainingSettings,
-                           TransformerImpl)
+from hgplan.costmodel.memory import MXFP8_SCALE_BYTES
+from hgplan.domain import (ACTIVATION_FFN_MATRICES, Attention, Fp8Recipe, GpuType, ModelArch, Precision, Runtime,
+                           TrainingSettings, TransformerImpl)
 from hgplan.plan import ParallelConfig, Recompute
 
 RUNTIME_EFFICIENCY = {Runtime.MEGATRON: 1.0, Runtime.DEEPSPEED: 0.80, Runtime.FSDP: 0.85}
@@ -73,6 +74,15 @@ FP8_CAST_TRANSPOSE_BYTES = 4
 wgrad GEMM needs (read 2, write 1 + 1), for each of the four linear layers. Its weight gets the same cast and
 transpose on every forward: FSDP re-gathers the bf16 weight for each micro-batch and the module is not told which
 micro-batch is the first (TE caches the weight cast only when it is; Megatron tells it)."""
+TENSORWISE_AMAX_BYTES = 2
+"""Current scaling (`fp8_recipe: tensorwise`, TE Float8CurrentScaling) computes each tensor's amax before its cast:
+a stand-alone cast first reads its bf16 input once more (nvte_compute_amax in transformer_engine/pytorch/csrc/
+extensions/cast.cpp)."""
+UNFUSED_NORM_CAST_BYTES = 3
+"""Where the norm (or activation) cannot write fp8 itself, it writes bf16 and a quantize kernel reads it back (2)
+and writes fp8 (1): current scaling's norms and activation compute the output in bf16 fused with its amax, then
+quantize (FUSED_NORM_AMAX_FP8 and FUSED_DACT_AMAX_FP8 in TE's normalization.cpp and activation.cpp); MXFP8's norms
+do the same unless NVTE_NORM_FWD_USE_CUDNN is set (its activation quantizes in the fused kernel)."""
 KERNELS_PER_LAYER_FWD = 14
 """Kernel launches charged to one transformer layer's forward (0.1.0's count for Megatron's fused path: two norms,
 four GEMMs, rotary, attention, activation, two bias-dropout-adds and the TP collectives), one launch overhead each."""
@@ -101,7 +111,14 @@ def gemm_compute_s(gpu: GpuType, precision: Precision, m: float, n: float, k: fl
     """Tensor-core time of an (m x k) @ (k x n) matmul at the per-clock efficiency and training clock, in whole tiles
     and waves (inversely proportional to gemm_efficiency)."""
     peak = sustained_peak_flops(gpu, precision)
-    return 2.0 * m * n * k / (peak * gpu.eff.gemm_efficiency * tile_efficiency(gpu, m, n, k))
+    return 2.0 * m * n * k / (peak * gemm_efficiency(gpu, precision) * tile_efficiency(gpu, m, n, k))
+
+
+def gemm_efficiency(gpu: GpuType, precision: Precision) -> float:
+    """The architecture's GEMM efficiency in this precision: fp8_gemm_efficiency for fp8 where it is known."""
+    if precision is Precision.FP8 and gpu.eff.fp8_gemm_efficiency is not None:
+        return gpu.eff.fp8_gemm_efficiency
+    return gpu.eff.gemm_efficiency
 
 
 def gemm_memory_s(gpu: GpuType, m: float, n: float, k: float) -> float:
@@ -233,16 +250,35 @@ def _fp8_cast_bytes(model: ModelArch, cfg: ParallelConfig, train: TrainingSettin
     """(forward bytes per token, backward bytes per token, forward bytes per micro-batch) of fp8 casts in one layer.
 
     Megatron's Transformer Engine layers fuse the QKV and MLP input casts into their norms and the fc2 input cast into
-    the activation (FP8_CAST_BYTES_*); PyTorch FSDP runs stand-alone TE Linear modules (FP8_CAST_TRANSPOSE_BYTES)."""
+    the activation (FP8_CAST_BYTES_*); PyTorch FSDP runs stand-alone TE Linear modules (FP8_CAST_TRANSPOSE_BYTES).
+    Current scaling adds an amax read to every stand-alone cast and unfuses the norms' and activation's casts; MXFP8
+    unfuses the norms' and writes one scale byte per 32 fp8 elements (docs/cost-model.md, Precision)."""
     t = cfg.tp
     h, q, kv, F = model.hidden_size, model.query_dim, model.kv_dim, model.ffn_hidden_size
     n_mat = ACTIVATION_FFN_MATRICES[model.activation]
+    recipe = train.fp8_recipe
     grad_outputs = (q + 2 * kv) / t + h + (n_mat - 1) * F / t + h  # QKV, proj, fc1, fc2 outputs
+    norm_outputs = 2 * (h / t if cfg.sequence_parallel else h)  # QKV and fc1 inputs, cast where the norm runs
     if train.runtime is Runtime.FSDP:
         inputs = h + q / t + h + F / t  # QKV, proj, fc1, fc2 inputs
-        return (FP8_CAST_TRANSPOSE_BYTES * inputs, FP8_CAST_BYTES_BWD * grad_outputs,
-                FP8_CAST_TRANSPOSE_BYTES * model.layer_params() / t)
-    return FP8_CAST_BYTES_FWD * q / t, FP8_CAST_BYTES_BWD * grad_outputs, 0.0
+        fwd, bwd, weights = (FP8_CAST_TRANSPOSE_BYTES * inputs, FP8_CAST_BYTES_BWD * grad_outputs,
+                             FP8_CAST_TRANSPOSE_BYTES * model.layer_params() / t)
+        if recipe is Fp8Recipe.TENSORWISE:
+            fwd += TENSORWISE_AMAX_BYTES * inputs
+            weights += TENSORWISE_AMAX_BYTES * model.layer_params() / t
+    else:
+        fwd, bwd, weights = FP8_CAST_BYTES_FWD * q / t, FP8_CAST_BYTES_BWD * grad_outputs, 0.0
+        if recipe is Fp8Recipe.TENSORWISE:
+            fwd += TENSORWISE_AMAX_BYTES * q / t + UNFUSED_NORM_CAST_BYTES * (norm_outputs + F / t)
+        elif recipe is Fp8Recipe.MXFP8:
+            fwd += UNFUSED_NORM_CAST_BYTES * norm_outputs
+    if recipe is Fp8Recipe.TENSORWISE:
+        bwd += TENSORWISE_AMAX_BYTES * grad_outputs
+    elif recipe is Fp8Recipe.MXFP8:  # the scales of every fp8 copy written: rowwise and columnwise
+        fwd += 2 * MXFP8_SCALE_BYTES * (norm_outputs + q / t + F / t)
+        bwd += 2 * MXFP8_SCALE_BYTES * grad_outputs
+        weights += 2 * MXFP8_SCALE_BYTES * model.layer_params() / t if train.runtime is Runtime.FSDP else 0.0
+    return fwd, bwd, weights
 
 
 def layer_time(model: ModelArch, gpu: GpuType, cfg: ParallelConfig, train: TrainingSettings,

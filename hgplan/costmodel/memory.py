@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hgplan.domain import ACTIVATION_FFN_MATRICES, ModelArch, Precision
+from hgplan.domain import ACTIVATION_FFN_MATRICES, Fp8Recipe, ModelArch, Precision, TrainingSettings
 from hgplan.plan import ParallelConfig, Recompute
 
 GIB = 1024 ** 3
@@ -19,6 +19,8 @@ BYTES_BF16 = 2
 FP8_WEIGHT_COPY_BYTES = 2
 """Transformer Engine keeps each fp8 layer's weight cast to E4M3 and its transpose (Hopper's fp8 GEMMs need both
 layouts) across the micro-batches of an iteration: 1 + 1 bytes per parameter (TE docs, fp8 primer)."""
+MXFP8_SCALE_BYTES = 1 / 32
+"""MXFP8 (OCP MX) keeps one E8M0 scale byte per 32-element block of each fp8 copy (TE MXFP8BlockScaling)."""
 FRAGMENTATION = 1.05
 """Allocator fragmentation on activations, as Megatron's theoretical_memory_usage applies (x1.05)."""
 UNFUSED_BACKWARD_SCORE_TENSORS = 2
@@ -128,10 +130,16 @@ def inflight_layers(stage: int, num_stages: int, layers: int, vpp: int, num_micr
     return chunks * layers / vpp
 
 
+def mx_scales(train: TrainingSettings) -> bool:
+    """Whether the training keeps MXFP8 block scales beside its fp8 copies."""
+    return train.precision is Precision.FP8 and train.fp8_recipe is Fp8Recipe.MXFP8
+
+
 def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision, seq_length: int, num_microbatches: int,
-                 stage: int, layers: int, flash: bool, local: bool = False) -> StageMemory:
+                 stage: int, layers: int, flash: bool, local: bool = False, mx_scales: bool = False) -> StageMemory:
     """Per-GPU memory of a stage holding `layers` layers: weights, gradients, optimizer state (sharded as the ZeRO
-    stage says), in-flight activations and the framework's overhead."""
+    stage says), in-flight activations and the framework's overhead. mx_scales: fp8 weight copies carry MXFP8's
+    block scales (rowwise and columnwise); the saved fp8 activations' scales (under 1% of them) are left out."""
     p, t = cfg.pp, cfg.tp
     first, last = stage == 0, stage == p - 1
     vocab = model.padded_vocab(t)
@@ -179,7 +187,8 @@ def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision,
     if local and not flash and layers:
         # the unfused path's persistent buffer for one layer's attention scores (megatron's global memory buffer)
         acts += score_bytes
-    fp8_copies = FP8_WEIGHT_COPY_BYTES * layers * model.layer_params() / t \
+    copy_bytes = FP8_WEIGHT_COPY_BYTES + (2 * MXFP8_SCALE_BYTES if mx_scales else 0.0)
+    fp8_copies = copy_bytes * layers * model.layer_params() / t \
         if precision is Precision.FP8 and cfg.zero_stage < 3 else 0.0
     return StageMemory(weights_gib=(params * w + zero3_buffer + fp8_copies) / GIB, gradients_gib=params * g / GIB,
                        optimizer_gib=params * o / GIB, activations_gib=acts * FRAGMENTATION / GIB,

@@ -92,4 +92,5 @@ def parallel_args(plan: Plan, train: TrainingSettings, *, deepspeed: bool = Fals
     a += ["--fp16"] if train.precision is Precision.FP16 else ["--bf16"]
     if train.precision is Precision.FP8:
         a += ["--fp8-format", "hybrid"]  # Transformer Engine: E4M3 forward, E5M2 gradients (export-targets.md 1.4)
+        a += ["--fp8-recipe", train.fp8_recipe.value]  # Megatron-LM's default is delayed; said, so it cannot drift
     return a

@@ -87,7 +87,7 @@ def _recompute_keys(plan: Plan, m: int) -> dict:
             "recompute_num_layers_per_stage_micro_batch": [[1, m, f] for f in full]}
 
 
-PRECISION_KEYS = ("fp16", "bf16", "fp8_format")
+PRECISION_KEYS = ("fp16", "bf16", "fp8_format", "fp8_recipe")
 """The precision flags of export.common.parallel_args, as FlagScale keys."""
 
 

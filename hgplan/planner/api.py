@@ -63,8 +63,8 @@ def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[IdleGpu
             continue
         cfg = plan.stage_config(on[0]) if on else plan.config
         size = cfg.gpus_per_stage
-        if not g.gpu.supports(train.precision):
-            why = f"{g.gpu.id} does not support {train.precision.value}"
+        if not g.gpu.trains(train):
+            why = f"{g.gpu.id} does not support {train.precision_name}"
         elif not eligible(g, cfg, train):
             why = (f"a stage of tp*cp*dp = {size} GPUs with tp = {cfg.tp} does not fit the {g.gpus_per_node}-GPU nodes "
                    f"of this group")
@@ -80,9 +80,11 @@ def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[IdleGpu
 def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, result: SearchResult,
                        opts: SearchOptions) -> str:
     """Why nothing fits, with the numbers."""
-    usable = [g for g in fleet.groups if g.gpu.supports(train.precision)]
+    usable = [g for g in fleet.groups if g.gpu.trains(train)]
     if not usable:
-        return f"no GPU in the fleet supports {train.precision.value}; train in fp16 (--precision fp16)"
+        fix = ("fp8_recipe delayed or tensorwise (MXFP8 needs Blackwell)" if train.precision_name.endswith("(mxfp8)")
+               else "train in fp16 (--precision fp16)")
+        return f"no GPU in the fleet supports {train.precision_name}; {fix}"
     per_param = sum(state_bytes_per_param(train.precision, 0, 1))
     need = model.num_params() * per_param / GIB / 1024
     have = sum(g.num_gpus * (g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) for g in usable) / 1024

@@ -159,7 +159,7 @@ class CostTables:
 def eligible(group: NodeGroup, cfg: ParallelConfig, train: TrainingSettings) -> bool:
     """Whether a group can host a stage of cfg: precision, TP inside a node, stages tiling nodes, enough GPUs."""
     g = cfg.gpus_per_stage
-    if not group.gpu.supports(train.precision):
+    if not group.gpu.trains(train):
         return False
     if cfg.tp > group.gpus_per_node or group.gpus_per_node % cfg.tp:
         return False
