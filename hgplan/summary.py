@@ -45,7 +45,7 @@ def gpu_row(g: Any, gpu: GpuType) -> dict[str, Any]:
     p2p = ", no P2P" if g.intra_node.kind == "pcie" and g.intra_node.p2p is False else ""
     return {"id": g.id, "vendor": g.vendor, "arch": g.arch, "bf16_tflops": g.bf16_tflops, "fp16_tflops": g.fp16_tflops,
             "fp8_tflops": gpu.peak_tflops(Precision.FP8), "hbm_gib": g.hbm_gib, "hbm_gbytes_per_s": g.hbm_gbytes_per_s,
-            "precisions": " ".join(p.value for p in Precision if gpu.supports(p)),
+            "precisions": " ".join([p.value for p in Precision if gpu.supports(p)] + ["mxfp8"] * gpu.eff.mxfp8),
             "attention": "fused flash2 flash1 unfused" if gpu.eff.flash_attention else "unfused",
             "intra_node": f"{g.intra_node.kind} {g.intra_node.gbytes_per_s:g} GB/s{p2p}"}
 

@@ -145,3 +145,9 @@ def test_recipe_from_an_argument_file_and_a_bridge_mapping():
                                                                         "fp8_recipe": "blockwise"}}, "<r>")
     assert TrainingSettings(seq_length=1, global_batch_size=1, precision=Precision.FP8,
                             fp8_recipe=Fp8Recipe.MXFP8).precision_name == "fp8 (mxfp8)"
+
+
+def test_the_catalog_lists_mxfp8_where_the_tensor_cores_take_it(cli):
+    rows = {r["id"]: r["precisions"].split() for r in cli("profiles", "list", "gpus", "--json").json()}
+    assert "mxfp8" in rows["B200-HGX"] and "mxfp8" in rows["GB200"]
+    assert rows["H100-SXM5-80GB"] == ["bf16", "fp16", "fp8"] and "mxfp8" not in rows["MI300X"]
