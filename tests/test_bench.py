@@ -208,3 +208,35 @@ def test_a_real_h100_bench_report_calibrates(cli, run):
     eff = catalog().archs["hopper"]
     measured = got["fp8_gemm_efficiency"].value / got["gemm_efficiency"].value
     assert measured == pytest.approx(eff.fp8_gemm_efficiency / eff.gemm_efficiency, rel=0.04)
+
+
+def test_fp8_gemms_fall_back_to_fnuz_formats_and_skip_what_the_device_refuses():
+    """MI300-class GPUs take only the fnuz fp8 variants: a GEMM the OCP formats fail on is timed in fnuz; one every
+    format fails on is listed as skipped with the error, and the bench goes on (no traceback)."""
+    import types
+
+    import torch
+
+    from hgplan.bench.kernels import Device, time_fp8_gemms
+
+    def proxy(refuse):
+        def scaled_mm(a, b, **kw):
+            if refuse(a.dtype, b.dtype):
+                raise RuntimeError(f"fp8 dtype {a.dtype} is not supported on this device\nmore")
+            return torch._scaled_mm(a, b, **kw)
+        return types.SimpleNamespace(**{n: getattr(torch, n) for n in dir(torch) if n.startswith(("float8", "ones",
+                                                                                                 "randn", "bfloat16",
+                                                                                                 "float32"))},
+                                     _scaled_mm=scaled_mm)
+
+    shapes = [(32, 64, 48)]
+    ocp = {torch.float8_e4m3fn, torch.float8_e5m2}
+    dev = Device(torch=proxy(lambda a, b: a in ocp or b in ocp), device=torch.device("cpu"), dtype=torch.float32,
+                 cuda=False, repeats=2)
+    timed, skipped = time_fp8_gemms(dev, shapes)
+    assert [(g.gemm_pass, g.m, g.n, g.k) for g in timed] == [(p, *s) for p, s in fp8_pass_shapes(*shapes[0])]
+    assert skipped == []
+    dev = replace(dev, torch=proxy(lambda a, b: True))
+    timed, skipped = time_fp8_gemms(dev, shapes)
+    assert timed == [] and len(skipped) == 3
+    assert skipped[0] == "fp8 gemm fprop 32x64x48: fp8 dtype torch.float8_e4m3fnuz is not supported on this device"

@@ -135,26 +135,40 @@ def fp8_missing(torch: Any) -> str | None:
     return None
 
 
-def time_fp8_gemms(dev: Device, shapes: list[tuple[int, int, int]]) -> list[BenchFp8Gemm]:
-    """The three fp8 GEMMs of each forward shape (FP8_PASSES) with torch._scaled_mm, cuBLASLt's fp8 path (row-major
-    first operand, column-major second, as cuBLASLt requires on Hopper)."""
+FP8_FORMATS = (("float8_e4m3fn", "float8_e5m2"), ("float8_e4m3fnuz", "float8_e5m2fnuz"))
+"""(E4M3, E5M2) dtypes to try: the OCP formats (NVIDIA, MI355X), then the fnuz variants MI300-class GPUs take."""
+
+
+def time_fp8_gemms(dev: Device, shapes: list[tuple[int, int, int]]) -> tuple[list[BenchFp8Gemm], list[str]]:
+    """The three fp8 GEMMs of each forward shape (FP8_PASSES) with torch._scaled_mm, cuBLASLt's (hipBLASLt's) fp8 path
+    (row-major first operand, column-major second, as cuBLASLt requires on Hopper), in the first of FP8_FORMATS the
+    device takes; a GEMM it refuses in every format is listed as skipped with the error."""
     torch = dev.torch
     one = torch.ones((), device=dev.device, dtype=torch.float32)
-    out = []
+    out, skipped = [], []
+    formats = [f for f in FP8_FORMATS if all(hasattr(torch, name) for name in f)]
     for shape in shapes:
         for gemm_pass, (m, n, k) in fp8_pass_shapes(*shape):
             first, fast = FP8_PASSES[gemm_pass]
-            a = torch.randn(m, k, device=dev.device).to(getattr(torch, first))
-            b = torch.randn(n, k, device=dev.device).to(torch.float8_e4m3fn).t()
+            error = None
+            for e4m3, e5m2 in formats:
+                a = torch.randn(m, k, device=dev.device).to(getattr(torch, e4m3 if first.endswith("e4m3fn") else e5m2))
+                b = torch.randn(n, k, device=dev.device).to(getattr(torch, e4m3)).t()
 
-            def run(a=a, b=b, fast=fast) -> Any:
-                return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
-                                        use_fast_accum=fast)
-            runs = dev.time_ms(run)
-            out.append(BenchFp8Gemm(gemm_pass=gemm_pass, m=m, n=n, k=k, ms=statistics.median(runs),
-                                    runs_ms=[round(r, 6) for r in runs]))
-            del a, b
-    return out
+                def run(a=a, b=b, fast=fast) -> Any:
+                    return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                            use_fast_accum=fast)
+                try:
+                    runs = dev.time_ms(run)
+                except RuntimeError as exc:  # the format, the layout or fp8 itself is not supported here
+                    error = str(exc).splitlines()[0][:160]
+                    continue
+                out.append(BenchFp8Gemm(gemm_pass=gemm_pass, m=m, n=n, k=k, ms=statistics.median(runs),
+                                        runs_ms=[round(r, 6) for r in runs]))
+                break
+            else:
+                skipped.append(f"fp8 gemm {gemm_pass} {m}x{n}x{k}: {error or 'no fp8 dtype in this torch'}")
+    return out, skipped
 
 
 def time_attention(dev: Device, shapes: list[tuple[int, int, int, int]],

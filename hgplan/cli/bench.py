@@ -73,7 +73,8 @@ def _measure(dev, *, mode: str, kernels: list[str], ranks: int, fp8_skip: str | 
     skipped = [fp8_skip] if fp8_skip else []
     if not fp8_skip:
         warn(f"timing {len(k.GEMM_SHAPES[mode])} GEMM shapes in fp8 (fprop, dgrad, wgrad)", "bench")
-        parts["fp8_gemms"] = k.time_fp8_gemms(dev, k.GEMM_SHAPES[mode])
+        parts["fp8_gemms"], not_timed = k.time_fp8_gemms(dev, k.GEMM_SHAPES[mode])
+        skipped += not_timed
     warn(f"timing attention ({', '.join(kernels)})", "bench")
     parts["attention"], not_timed = k.time_attention(dev, k.ATTENTION_SHAPES[mode], kernels)
     skipped += not_timed
