@@ -12,7 +12,9 @@ per (pattern, precision, pass): median GEMM milliseconds, TFLOP/s, and the media
 
 The fp8 GEMMs are Transformer Engine's (hgplan/bench/kernels.py FP8_PASSES): fprop E4M3 x E4M3 with fast
 accumulation; dgrad and wgrad E5M2 x E4M3 with split accumulation; per-tensor scales; bf16 output.
-Usage: python benchmarks/fp8_gemm_clock.py [--seconds 3]
+Ends with the summary per pattern: the bf16 GEMMs' summed time over the fp8 GEMMs' (every shape and pass) and each
+pass's median speedup. `--summary FILE...` prints the summaries of saved outputs and their medians instead.
+Usage: python benchmarks/fp8_gemm_clock.py [--seconds 3] | [--summary out1.txt out2.txt ...]
 """
 
 from __future__ import annotations
@@ -87,13 +89,43 @@ def phase(torch, fn, *, stepmix: bool, seconds: float, clocks: ClockLog) -> tupl
     return statistics.median(times), clocks.median_between(t0 + 0.3, time.perf_counter())
 
 
+def summary(lines: list[str]) -> dict[str, tuple[float, dict[str, float]]]:
+    """Per pattern: (summed bf16 ms / summed fp8 ms, the median speedup of each pass) of the rows in `lines`."""
+    rows = [line.split() for line in lines if line.startswith(("alone ", "stepmix "))]
+    out = {}
+    for pattern in ("alone", "stepmix"):
+        mine = [r for r in rows if r[0] == pattern]
+        if mine:
+            total = sum(float(r[3]) for r in mine) / sum(float(r[5]) for r in mine)
+            out[pattern] = (total, {p: statistics.median(float(r[7]) for r in mine if r[2] == p)
+                                    for p in ("fprop", "dgrad", "wgrad")})
+    return out
+
+
+def print_summary(name: str, found: dict[str, tuple[float, dict[str, float]]]) -> None:
+    for pattern, (total, passes) in found.items():
+        each = ", ".join(f"{p} {x:.3f}x" for p, x in passes.items())
+        print(f"{name}: {pattern:8} fp8 over bf16 {total:.4f}x ({each})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0, help="length of each phase")
+    ap.add_argument("--summary", nargs="+", metavar="FILE", help="summarise saved outputs of this script")
     args = ap.parse_args()
+    if args.summary:
+        found = {f: summary(open(f).read().splitlines()) for f in args.summary}
+        for f, one in found.items():
+            print_summary(f, one)
+        for pattern in ("alone", "stepmix"):
+            totals = [one[pattern][0] for one in found.values() if pattern in one]
+            if totals:
+                print(f"median of {len(totals)}: {pattern:8} fp8 over bf16 {statistics.median(totals):.4f}x")
+        return
     import torch
     clocks = ClockLog()
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    printed: list[str] = []
     print(f"{'pattern':8} {'shape':18} {'pass':6} {'bf16 ms':>8} {'MHz':>5} {'fp8 ms':>8} {'MHz':>5} "
           f"{'speedup':>7} {'per clock':>9}")
     for stepmix in (False, True):
@@ -104,11 +136,13 @@ def main() -> None:
                 f8_ms, f8_mhz = phase(torch, gemm_fn(torch, "fp8", gemm_pass, *shape), stepmix=stepmix,
                                       seconds=args.seconds, clocks=clocks)
                 speedup = bf_ms / f8_ms
-                print(f"{'stepmix' if stepmix else 'alone':8} {'x'.join(map(str, shape)):18} {gemm_pass:6} "
-                      f"{bf_ms:8.4f} {bf_mhz:5.0f} {f8_ms:8.4f} {f8_mhz:5.0f} {speedup:7.3f} "
-                      f"{speedup * bf_mhz / f8_mhz:9.3f}", flush=True)
+                printed.append(f"{'stepmix' if stepmix else 'alone':8} {'x'.join(map(str, shape)):18} {gemm_pass:6} "
+                               f"{bf_ms:8.4f} {bf_mhz:5.0f} {f8_ms:8.4f} {f8_mhz:5.0f} {speedup:7.3f} "
+                               f"{speedup * bf_mhz / f8_mhz:9.3f}")
+                print(printed[-1], flush=True)
                 torch.cuda.empty_cache()
     clocks.stop = True
+    print_summary("summary", summary(printed))
 
 
 if __name__ == "__main__":

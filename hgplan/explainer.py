@@ -222,7 +222,7 @@ def fleet_upper_bound(fleet: Fleet, model: ModelArch, train: TrainingSettings) -
     from hgplan.costmodel.flops import megatron_model_flops
 
     rate = sum(g.num_gpus * g.gpu.peak_tflops(compute_precision(train)) * 1e12 * g.gpu.eff.gemm_efficiency
-               * g.gpu.eff.sustained_clock_fraction for g in fleet.groups if g.gpu.supports(train.precision))
+               * g.gpu.eff.sustained_clock_fraction for g in fleet.groups if g.gpu.trains(train))
     per_token = megatron_model_flops(model, global_batch_size=1, seq_length=train.seq_length) / train.seq_length
     return rate / per_token
 

@@ -4,6 +4,8 @@ Megatron's spellings and exported as Megatron-LM's --fp8-recipe."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hgplan.costmodel.compute import (FP8_CAST_BYTES_BWD, TENSORWISE_AMAX_BYTES, UNFUSED_NORM_CAST_BYTES, hbm_s,
@@ -151,3 +153,26 @@ def test_the_catalog_lists_mxfp8_where_the_tensor_cores_take_it(cli):
     rows = {r["id"]: r["precisions"].split() for r in cli("profiles", "list", "gpus", "--json").json()}
     assert "mxfp8" in rows["B200-HGX"] and "mxfp8" in rows["GB200"]
     assert rows["H100-SXM5-80GB"] == ["bf16", "fp16", "fp8"] and "mxfp8" not in rows["MI300X"]
+
+
+def test_mesh_plans_and_the_upper_bound_leave_out_gpus_without_mxfp8(cli, tmp_path):
+    """--target flagscale builds no mesh on the H100s under mxfp8; explain's fleet upper bound counts only the GPUs
+    that can train."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(B200_FLEET)
+    args = ["-c", fleet, "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "128", "--precision", "fp8"]
+    r = cli("search", *args, "--fp8-recipe", "mxfp8", "--target", "flagscale", "--json")
+    assert r.code == 0, r.stderr
+    assert {s["node_group"] for s in r.json()["plans"][0]["plan"]["stages"]} == {"dc/b200"}
+    from hgplan.explainer import fleet_upper_bound
+    from hgplan.inputs import load_cluster
+    cat = catalog()
+    f, _ = load_cluster(B200_FLEET, "b200-h100", cat)
+    model = load_model(cat.model_texts["llama3.1-8b"], "m")
+    train = TrainingSettings(seq_length=4096, global_batch_size=128, precision=Precision.FP8)
+    both = fleet_upper_bound(f, model, train)
+    only_b200 = fleet_upper_bound(f, model, replace(train, fp8_recipe=Fp8Recipe.MXFP8))
+    b200, h100 = _gpu("B200-HGX"), _gpu("H100-SXM5-80GB")
+    rate = {g: g.peak_tflops(Precision.BF16) * g.eff.gemm_efficiency * g.eff.sustained_clock_fraction
+            for g in (b200, h100)}
+    assert only_b200 / both == pytest.approx(rate[b200] / (rate[b200] + rate[h100]), rel=1e-9)

@@ -161,20 +161,20 @@ def test_tile_efficiency_in_whole_tiles_and_waves():
 
 
 def test_fp8_gemms_at_the_measured_share_of_the_fp8_peak():
-    """Hopper's fp8 GEMMs run at fp8_gemm_efficiency of the fp8 peak: 1.858x bf16 on a Llama shape (measured on a lent
+    """Hopper's fp8 GEMMs run at fp8_gemm_efficiency of the fp8 peak: 1.850x bf16 on a Llama shape (measured on a lent
     H100, benchmarks/fp8_gemm_clock.py), not the peaks' 2x. Where the catalog has no fp8 figure (CDNA3), fp8 takes
     bf16's share of the fp8 peak; a profile's fp8_gemm_efficiency replaces the catalog's."""
     h = gpu("H100-SXM5-80GB")
     shape = (8192, 28672, 4096)
     speedup = gemm_compute_s(h, Precision.BF16, *shape) / gemm_compute_s(h, Precision.FP8, *shape)
-    assert speedup == pytest.approx(2 * 0.746 / 0.803) and speedup == pytest.approx(1.858, abs=0.005)
+    assert speedup == pytest.approx(2 * 0.743 / 0.803) and speedup == pytest.approx(1.850, abs=0.005)
     mi = gpu("MI300X")
     assert mi.eff.fp8_gemm_efficiency is None
     assert gemm_compute_s(mi, Precision.BF16, *shape) / gemm_compute_s(mi, Precision.FP8, *shape) == pytest.approx(
         mi.peak_tflops(Precision.FP8) / mi.peak_tflops(Precision.BF16))
     tuned = replace(h, eff=replace(h.eff, fp8_gemm_efficiency=0.5))
     assert gemm_compute_s(tuned, Precision.FP8, *shape) == pytest.approx(
-        gemm_compute_s(h, Precision.FP8, *shape) * 0.746 / 0.5)
+        gemm_compute_s(h, Precision.FP8, *shape) * 0.743 / 0.5)
     assert gemm_compute_s(tuned, Precision.BF16, *shape) == gemm_compute_s(h, Precision.BF16, *shape)
 
 

@@ -138,7 +138,7 @@ def _tp_options(costs: CostSource, g: NodeGroup, opts: SearchOptions) -> list[in
 def host_options(costs: CostSource, g: NodeGroup, B: int, P: int, opts: SearchOptions) -> list[ParallelConfig]:
     """Every mesh option of host g: tp inside a node, dp dividing B with micro-batches of at most MAX_MICRO_BATCH,
     tp x dp tiling the nodes and fitting the group, each recomputation choice."""
-    if not g.gpu.supports(costs.train.precision):
+    if not g.gpu.trains(costs.train):
         return []
     out = []
     for tp in _tp_options(costs, g, opts):
