@@ -125,24 +125,26 @@ def test_profile_changes_predictions_and_travels_in_plan_files(cli, tmp_path):
 
 
 def test_fp8_runs_calibrate_the_fp8_gemm_rate(cli, tmp_path):
-    """fp8 runs on H100s whose fp8 GEMMs are 20% slower than the catalog's: calibrate fits fp8_gemm_efficiency and
-    recovers it within 2%, the other constants stay within 2% of their values. Only fp8 runs cannot tell the bf16
+    """fp8 runs on H100s whose constants are 15-30% off the catalog's (TRUTH's, and fp8 GEMMs 20% slower): calibrate
+    fits fp8_gemm_efficiency beside the others and recovers every one within 2%. Only fp8 runs cannot tell the bf16
     output layer's rate from the linear layers' (fitting both traded one for the other: 0.12 and 1.29), so
-    gemm_efficiency is kept and listed as such. explain then says the fp8 compute term is calibrated."""
-    truth = CalibrationProfile(hgplan_version="test",
-                               gpus={"H100-SXM5-80GB": GpuConstants(fp8_gemm_efficiency=0.743 * 0.8)})
+    gemm_efficiency is kept (at the catalog's here) and listed as such. With fp8 operands counted as two bytes in the
+    GEMMs' memory roofline the fit stopped in a kink (HBM 0.40 against 0.64, rms 0.4%). explain then says the fp8
+    compute term is calibrated."""
+    h100 = TRUTH.gpus["H100-SXM5-80GB"].model_copy(update={"fp8_gemm_efficiency": 0.743 * 0.8,
+                                                           "gemm_efficiency": None})
+    truth = TRUTH.model_copy(update={"gpus": {"H100-SXM5-80GB": h100}})
     runs = _synthesise(tmp_path, truth, {"h100": "beijing/h100"}, precision="fp8")
     r = cli("calibrate", runs, "--json")
     assert r.code == 0, r.stderr
     got = CalibrationProfile.model_validate(r.json())
-    h100 = got.gpus["H100-SXM5-80GB"]
-    assert h100.fp8_gemm_efficiency == pytest.approx(0.743 * 0.8, rel=0.02)
-    assert got.fit.rms_error < 0.005 and h100.gemm_efficiency is None
+    fitted = got.gpus["H100-SXM5-80GB"]
+    assert fitted.gemm_efficiency is None and got.fit.rms_error < 0.005
     assert "H100-SXM5-80GB.gemm_efficiency (only fp8 runs: kept at the catalog's)" in got.fit.not_identifiable
-    hopper = catalog().archs["hopper"]
     for name, value in h100.model_dump(exclude_none=True).items():
-        if name != "fp8_gemm_efficiency":
-            assert value == pytest.approx(getattr(hopper, name), rel=0.02), name
+        assert getattr(fitted, name) == pytest.approx(value, rel=0.02), name
+    assert got.transports["infiniband"].efficiency == pytest.approx(TRUTH.transports["infiniband"].efficiency,
+                                                                    rel=0.02)
     profile = tmp_path / "profile.yaml"
     profile.write_text(yaml.safe_dump(got.to_json_dict()))
     args = ["explain", "-c", "two-site", "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "64", "--tp", "1",

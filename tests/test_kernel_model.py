@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hgplan.costmodel.compute import (MAIN_GRAD_BYTES_PER_PARAM, attention_kernel, embedding_time, gemm_compute_s,
-                                      head_time, hbm_s, main_grad_s, tile_efficiency)
+                                      gemm_s, head_time, hbm_s, main_grad_s, tile_efficiency)
 from hgplan.costmodel.evaluate import (GRAD_ZERO_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM,
                                        TORCH_ADAMW_BYTES_PER_PARAM, dp_tail, edge_costs, optimizer_bytes_per_param)
 from hgplan.costmodel.memory import activation_bytes_per_layer
@@ -176,6 +176,12 @@ def test_fp8_gemms_at_the_measured_share_of_the_fp8_peak():
     assert gemm_compute_s(tuned, Precision.FP8, *shape) == pytest.approx(
         gemm_compute_s(h, Precision.FP8, *shape) * 0.743 / 0.5)
     assert gemm_compute_s(tuned, Precision.BF16, *shape) == gemm_compute_s(h, Precision.BF16, *shape)
+    # a memory-bound GEMM (here: HBM at a tenth of its rate) reads one byte per fp8 operand element and writes a bf16
+    # result; a bf16 GEMM two bytes each
+    slow = replace(h, eff=replace(h.eff, hbm_efficiency=0.085))
+    m, n, k = 16, 8192, 8192
+    assert gemm_s(slow, Precision.FP8, m, n, k) == pytest.approx(hbm_s(slow, m * k + k * n + 2 * m * n))
+    assert gemm_s(slow, Precision.BF16, m, n, k) == pytest.approx(hbm_s(slow, 2 * (m * k + k * n + m * n)))
 
 
 @pytest.mark.skipif(not H100_DATA.exists(), reason="shared/reference/h100-measured.json is not beside the checkout")

@@ -70,7 +70,7 @@ def _observations(report: BenchReport, gpu: GpuType, prec: Precision) -> tuple[l
     if report.fp8_gemms and not gpu.supports(Precision.FP8):
         notes.append(f"fp8 GEMMs: {gpu.id} has no fp8 peak in the catalog; not fitted")
     for g in report.fp8_gemms if gpu.supports(Precision.FP8) else ():
-        if gemm_memory_s(gpu, g.m, g.n, g.k) / 2 >= GEMM_MEMORY_SHARE_MAX * g.ms / 1e3:  # 1-byte operands
+        if gemm_memory_s(gpu, g.m, g.n, g.k, operand_bytes=1) >= GEMM_MEMORY_SHARE_MAX * g.ms / 1e3:
             notes.append(f"gemm fp8 {g.gemm_pass} {g.m}x{g.n}x{g.k}: memory-bound, not used")
             continue
         obs.append(Observation("fp8_gemm_efficiency", g.ms / 1e3,

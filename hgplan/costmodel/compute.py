@@ -121,14 +121,16 @@ def gemm_efficiency(gpu: GpuType, precision: Precision) -> float:
     return gpu.eff.gemm_efficiency
 
 
-def gemm_memory_s(gpu: GpuType, m: float, n: float, k: float) -> float:
-    """HBM time of reading both operands and writing the result once."""
-    return hbm_s(gpu, BYTES * (m * k + k * n + m * n))
+def gemm_memory_s(gpu: GpuType, m: float, n: float, k: float, operand_bytes: int = BYTES) -> float:
+    """HBM time of reading both operands and writing the (2-byte) result once."""
+    return hbm_s(gpu, operand_bytes * (m * k + k * n) + BYTES * m * n)
 
 
 def gemm_s(gpu: GpuType, precision: Precision, m: float, n: float, k: float) -> float:
-    """Roofline time of an (m x k) @ (k x n) matmul: tensor cores (gemm_compute_s), never faster than HBM."""
-    return max(gemm_compute_s(gpu, precision, m, n, k), gemm_memory_s(gpu, m, n, k))
+    """Roofline time of an (m x k) @ (k x n) matmul: tensor cores (gemm_compute_s), never faster than HBM (fp8
+    operands are one byte each; the result is bf16)."""
+    operand_bytes = 1 if precision is Precision.FP8 else BYTES
+    return max(gemm_compute_s(gpu, precision, m, n, k), gemm_memory_s(gpu, m, n, k, operand_bytes))
 
 
 def attention_kernel(train: TrainingSettings, gpu: GpuType) -> Attention:
