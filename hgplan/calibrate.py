@@ -105,8 +105,8 @@ def _params(runs: list[Run]) -> list[Param]:
 
 def _fp8_rate(r: Run, g) -> bool:
     """Whether the run's linear layers run at the GPU's own fp8 GEMM rate. Its bf16 rate then prices only the output
-    layer, which fp8 runs cannot tell apart from the linear layers (the fit would trade one for the other): it is
-    fitted from bf16/fp16 runs, or kept."""
+    layer, a few percent of a step, which fp8 runs hardly tell apart from the linear layers (six runs with +-1% noise
+    put it at 9.3): it is fitted from bf16/fp16 runs, or kept."""
     return r.train.precision is Precision.FP8 and g.eff.fp8_gemm_efficiency is not None
 
 
@@ -197,6 +197,7 @@ def calibrate(runs: list[Run], *, fixed: frozenset[Param] = frozenset()) -> Cali
     base = base_all[active]
     x = _levenberg_marquardt(runs, params, base) if params else np.zeros(0)
     fitted = dict(zip(params, base * np.exp(x)))
+    _check_range(fitted)
     errors = _log_errors(runs, params, base, x)
     gpus: dict[str, dict[str, float]] = {}
     transports: dict[str, TransportConstants] = {}
@@ -216,6 +217,24 @@ def calibrate(runs: list[Run], *, fixed: frozenset[Param] = frozenset()) -> Cali
                        not_identifiable=[f"{k}.{n}" if kind == "gpu" else f"transport {k}"
                                          for i, (kind, k, n) in enumerate(candidates) if i not in active]
                        + _fp8_only(runs, candidates + sorted(fixed))))
+
+
+FITTED_MAX = {"gpu": 2.0, "transport": 1.5}
+"""The largest value a profile takes (documents.GpuConstants, TransportConstants): a fraction of a datasheet figure."""
+
+
+def _check_range(fitted: dict[Param, float]) -> None:
+    """InputError when the fit put a constant outside what a profile can hold: the runs do not pin it down (too few
+    runs for the constants, measurements noisier than what tells two constants apart, or runs that are not what the
+    plan and settings say)."""
+    bad = [(p, v) for p, v in sorted(fitted.items()) if not 0 < v <= FITTED_MAX[p[0]]]
+    if bad:
+        what = "; ".join(f"{'transport ' + key if kind == 'transport' else key + '.' + name} fitted to {v:.3g} "
+                         f"(a profile holds (0, {FITTED_MAX[kind]:g}])" for (kind, key, name), v in bad)
+        raise InputError(f"calibrate: the runs do not pin down {what}. Check that each run's plan and training "
+                         "settings are what ran, add runs that stress that term (docs/calibrate.md: 'Give runs that "
+                         "stress different resources'), or measure the GPU's kernels with `hgplan bench` and give "
+                         "the report with --bench so they are held")
 
 
 def bench_params(constants: list[BenchConstant]) -> frozenset[Param]:
