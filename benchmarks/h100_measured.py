@@ -1,6 +1,7 @@
 """hgplan's predictions beside the real H100 measurements of megatron-core steps (shared/reference/h100-measured.json).
 
 Usage: python benchmarks/h100_measured.py [--json FILE] [--data PATH] [--profile FILE] [--as-bench FILE]
+       python benchmarks/h100_measured.py --mcore-jsonl mcore.jsonl --gpu H200-SXM-141GB  (another GPU's steps)
 
 Each measured configuration (one H100 80GB HBM3 SXM, megatron-core 0.16.1 local spec, bf16, TP = PP = DP = 1)
 becomes a one-GPU fleet, a Llama model of the measured depth and a plan, predicted with `transformer_impl: local`
@@ -8,7 +9,9 @@ becomes a one-GPU fleet, a Llama model of the measured depth and a plan, predict
 forward time, activation memory (peak allocated minus weights and the fp32 gradient buffer) and peak memory of a
 forward+backward; then the per-layer activation memory from differencing two depths and the optimizer step.
 Targets (issue 10): fwd+bwd within +-7%, per-layer activations +-8%, peak +-8%, optimizer step +-15%.
-Errors are (hgplan - measured) / measured.
+Errors are (hgplan - measured) / measured. `--mcore-jsonl` reads the raw output of shared/gpu-bench/mcore_bench.py
+(the script that measured the sheet) from another GPU instead, `--gpu` names its catalog id; benchmarks/data/
+h200-2026-11-25/mcore.jsonl is one, from a lent H200.
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ ATTENTION = {"flash": Attention.FLASH2, "cudnn": Attention.FUSED, "unfused": Att
 the fused attention Transformer Engine uses on Hopper, and the local spec's own DotProductAttention is unfused."""
 
 
-def one_gpu_fleet(cat: Catalog | None = None) -> Fleet:
-    """One H100 SXM in one node: the measured machine (with the catalog's constants, or a calibrated catalog's)."""
+def one_gpu_fleet(cat: Catalog | None = None, gpu_id: str = "H100-SXM5-80GB") -> Fleet:
+    """One GPU in one node: the measured machine (with the catalog's constants, or a calibrated catalog's)."""
     cat = cat or catalog()
-    gpu = cat.gpu_type(cat.gpus["H100-SXM5-80GB"])
+    gpu = cat.gpu_type(cat.gpus[gpu_id])
     group = NodeGroup(site="lab", name="h100", num_nodes=1, gpu=gpu, gpus_per_node=1, intra_node_kind="nvlink",
                       intra_node_gbytes_per_s=gpu.intra_node_gbytes_per_s, nic_transport=Transport.INFINIBAND,
                       nic_gbps=400, nic_count=1, gpu_hour_usd=None, order=0)
@@ -48,9 +51,10 @@ def model_of(name: str, layers: int):
     return load_model("\n".join(lines + [f"num_layers: {layers}"]) + "\n", f"{name}-L{layers}")
 
 
-def predict(cfg: dict, cat: Catalog | None = None, impl: TransformerImpl = TransformerImpl.LOCAL) -> dict:
+def predict(cfg: dict, cat: Catalog | None = None, impl: TransformerImpl = TransformerImpl.LOCAL,
+            gpu_id: str = "H100-SXM5-80GB") -> dict:
     """hgplan's prediction of one measured configuration (as the local spec it ran, or as `impl`)."""
-    fleet = one_gpu_fleet(cat)
+    fleet = one_gpu_fleet(cat, gpu_id)
     model = model_of(cfg["model"], cfg["layers"])
     train = TrainingSettings(seq_length=cfg["seq"], global_batch_size=cfg["mbs"], attention=ATTENTION[cfg["attn"]],
                              transformer_impl=impl)
@@ -68,13 +72,13 @@ def _err(pred: float, meas: float) -> float:
     return (pred - meas) / meas
 
 
-def compare(data: dict, cat: Catalog | None = None) -> dict:
+def compare(data: dict, cat: Catalog | None = None, gpu_id: str = "H100-SXM5-80GB") -> dict:
     """Per-configuration and per-layer errors, and the optimizer step."""
     configs = [c for c in data["megatron_configs"] if c["model"].startswith("llama") and "meas_fwd_bwd_ms" in c
                and not c.get("softmax_fp32")]
     rows = []
     for c in configs:
-        p = predict(c, cat)
+        p = predict(c, cat, gpu_id=gpu_id)
         rows.append({"name": c["name"], "fwd_bwd": _err(p["fwd_bwd_ms"], c["meas_fwd_bwd_ms"]),
                      "fwd": _err(p["fwd_ms"], c["meas_fwd_ms"]), "act": _err(p["act_gib"], c["meas_act_peak_gib"]),
                      "peak": _err(p["peak_gib"], c["meas_peak_gib"]), "pred": p, "meas": c})
@@ -98,10 +102,40 @@ def compare(data: dict, cat: Catalog | None = None) -> dict:
                 # the fused AdamW stands in for the fused Adam that Transformer Engine or Apex brings; the default
                 # multi-tensor one is what the local spec's build (neither installed) falls back to
                 fused = key.endswith("fused")
-                pred = predict(r["meas"], cat, TransformerImpl.TRANSFORMER_ENGINE) if fused else r["pred"]
+                pred = predict(r["meas"], cat, TransformerImpl.TRANSFORMER_ENGINE, gpu_id) if fused else r["pred"]
                 opt.append({"name": f"{r['name']} ({key.replace('optimizer_result', 'torch AdamW') or 'foreach'})",
                             "error": _err(pred["optimizer_ms"], res["optimizer_step_ms"]), "fused": fused})
     return {"configs": rows, "per_layer": layers, "optimizer": opt}
+
+
+def from_mcore_jsonl(lines: list[str]) -> dict:
+    """mcore_bench.py's output (one JSON object per line) in the sheet's form: each finished configuration with the
+    sheet's fields, and the per-layer figures of every pair of depths of one configuration (deeper minus shallower)."""
+    gib = 2**30
+    configs = []
+    for row in (json.loads(line) for line in lines if line.strip()):
+        if row.get("fwd_bwd_ms_median") is None:
+            continue
+        c = {k: row[k] for k in ("name", "model", "layers", "seq", "mbs", "attn", "softmax_fp32")}
+        c.update(recompute=row["recompute"] or "none", meas_fwd_bwd_ms=row["fwd_bwd_ms_median"],
+                 meas_fwd_ms=row["fwd_ms_median"], meas_params=row["params"],
+                 meas_act_peak_gib=(row["peak_allocated"] - row["mem_after_ddp"]) / gib,
+                 meas_peak_gib=row["peak_allocated"] / gib)
+        c.update({k: row[k] for k in ("optimizer_result", "optimizer_result_fused") if k in row})
+        configs.append(c)
+    per_layer = []
+    by_rest: dict[tuple[str, str], list[dict]] = {}
+    for c in configs:
+        model, depth, rest = c["name"].split("-", 2)
+        by_rest.setdefault((model, rest), []).append(c)
+    for (model, rest), group in sorted(by_rest.items()):
+        if len(group) >= 2 and not group[0]["softmax_fp32"]:
+            a, b = max(group, key=lambda c: c["layers"]), min(group, key=lambda c: c["layers"])
+            dl = a["layers"] - b["layers"]
+            per_layer.append({"name": f"{model}-{rest} (per layer)",
+                              "meas_ms": (a["meas_fwd_bwd_ms"] - b["meas_fwd_bwd_ms"]) / dl,
+                              "meas_act_gib": (a["meas_act_peak_gib"] - b["meas_act_peak_gib"]) / dl})
+    return {"megatron_configs": configs, "per_layer": per_layer}
 
 
 SDPA_KERNELS = {"sdpa_flash": "flash2", "sdpa_cudnn": "fused", "unfused": "unfused"}
@@ -134,14 +168,19 @@ def main() -> int:
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--json", help="also write the comparison to this file")
     ap.add_argument("--profile", help="predict with a calibration profile's constants (hgplan calibrate -o FILE)")
+    ap.add_argument("--mcore-jsonl", metavar="FILE", help="read mcore_bench.py's raw output instead of --data")
+    ap.add_argument("--gpu", default="H100-SXM5-80GB", help="catalog id of the GPU measured")
     ap.add_argument("--as-bench", metavar="FILE", help="write the kernel measurements as an `hgplan bench` report "
                                                      "(for `hgplan calibrate --bench FILE`) and stop")
     args = ap.parse_args()
-    data = json.loads(Path(args.data).read_text())
+    if args.mcore_jsonl:
+        data = from_mcore_jsonl(Path(args.mcore_jsonl).read_text().splitlines())
+    else:
+        data = json.loads(Path(args.data).read_text())
     if args.as_bench:
         Path(args.as_bench).write_text(json.dumps(as_bench_report(data), indent=2) + "\n")
         return 0
-    out = compare(data, resolve_profile(args.profile)[0] if args.profile else None)
+    out = compare(data, resolve_profile(args.profile)[0] if args.profile else None, args.gpu)
     print(f"{'configuration':34} {'fwd+bwd':>8} {'fwd':>8} {'act':>8} {'peak':>8}")
     for r in out["configs"]:
         print(f"{r['name']:34} {r['fwd_bwd']:+8.1%} {r['fwd']:+8.1%} {r['act']:+8.1%} {r['peak']:+8.1%}")
