@@ -318,3 +318,22 @@ def test_held_out_h200_megatron_core_steps():
     assert max(abs(r["peak"]) for r in out["configs"]) < 0.08
     assert max(abs(r["act"]) for r in out["per_layer"]) < 0.08
     assert all(abs(r["error"]) < 0.15 for r in out["optimizer"])
+
+
+def test_lent_h100_megatron_core_steps():
+    """The same 25 steps on a lent H100 (benchmarks/data/h100-2026-11-25/mcore): hgplan within 10% (9.0% measured,
+    the known H100 gap, docs/cost-model.md); where the shared sheet is beside the checkout, every step the two cards
+    ran is within 2.5% of the other (card to card)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from h100_measured import compare, from_mcore_jsonl
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "h100-2026-11-25" / "mcore" / "mcore.jsonl"
+    lent = from_mcore_jsonl(path.read_text().splitlines())
+    out = compare(lent)
+    assert len(out["configs"]) == 25 and max(abs(r["fwd_bwd"]) for r in out["configs"]) < 0.10
+    if H100_DATA.exists():
+        shared = {c["name"]: c["meas_fwd_bwd_ms"] for c in json.loads(H100_DATA.read_text())["megatron_configs"]
+                  if "meas_fwd_bwd_ms" in c}
+        pairs = [(c["meas_fwd_bwd_ms"], shared[c["name"]]) for c in lent["megatron_configs"] if c["name"] in shared]
+        assert len(pairs) >= 25 and all(abs(a / b - 1) < 0.025 for a, b in pairs)
