@@ -128,9 +128,9 @@ def test_fp8_runs_calibrate_the_fp8_gemm_rate(cli, tmp_path):
     """fp8 runs on H100s whose constants are 15-30% off the catalog's (TRUTH's, and fp8 GEMMs 20% slower): calibrate
     fits fp8_gemm_efficiency beside the others and recovers every one within 2%. Only fp8 runs hardly tell the bf16
     output layer's rate from the linear layers' (fitting both from these runs with +-1% noise put gemm_efficiency at
-    9.3), so gemm_efficiency is kept (at the catalog's here) and listed as such. With fp8 operands counted as two bytes in the
-    GEMMs' memory roofline the fit stopped in a kink (HBM 0.40 against 0.64, rms 0.4%). explain then says the fp8
-    compute term is calibrated."""
+    9.3), so gemm_efficiency is kept (at the catalog's here) and listed as such. With fp8 operands counted as two
+    bytes in the GEMMs' memory roofline the fit stopped in a kink (HBM 0.40 against 0.64, rms 0.4%). explain then
+    says the fp8 compute term is calibrated."""
     h100 = TRUTH.gpus["H100-SXM5-80GB"].model_copy(update={"fp8_gemm_efficiency": 0.743 * 0.8,
                                                            "gemm_efficiency": None})
     truth = TRUTH.model_copy(update={"gpus": {"H100-SXM5-80GB": h100}})

@@ -22,7 +22,8 @@ sites:
   - name: dc
     node_groups:
       - {name: b200, count: 2, gpu: B200-HGX, gpus_per_node: 8, nics: {transport: infiniband, gbps: 400, count: 8}}
-      - {name: h100, count: 2, gpu: H100-SXM5-80GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 400, count: 8}}
+      - {name: h100, count: 2, gpu: H100-SXM5-80GB, gpus_per_node: 8,
+         nics: {transport: infiniband, gbps: 400, count: 8}}
     links:
       - {between: [b200, h100], gbps: 400, latency_ms: 0.01, transport: infiniband}
 """
@@ -50,7 +51,8 @@ def test_current_scaling_reads_each_tensor_once_more_and_unfuses_the_norm_casts(
     h, q, kv, F, t, tok = model.hidden_size, model.query_dim, model.kv_dim, model.ffn_hidden_size, 2, 4096
     n_mat = ACTIVATION_FFN_MATRICES[model.activation]
     norm = 2 * (h / t if sp else h)
-    fwd = hbm_s(_gpu("H100-SXM5-80GB"), tok * (TENSORWISE_AMAX_BYTES * q / t + UNFUSED_NORM_CAST_BYTES * (norm + F / t)))
+    fwd = hbm_s(_gpu("H100-SXM5-80GB"),
+                tok * (TENSORWISE_AMAX_BYTES * q / t + UNFUSED_NORM_CAST_BYTES * (norm + F / t)))
     grads = (q + 2 * kv) / t + h + (n_mat - 1) * F / t + h
     bwd = hbm_s(_gpu("H100-SXM5-80GB"), tok * TENSORWISE_AMAX_BYTES * grads)
     assert current.fwd_s - delayed.fwd_s == pytest.approx(fwd, rel=1e-9)
