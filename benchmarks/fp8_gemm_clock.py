@@ -10,8 +10,9 @@ per (pattern, precision, pass): median GEMM milliseconds, TFLOP/s, and the media
   its GEMMs), which lets the clock rise as it does in a training step (h100-measured: 1515-1965 MHz). Only the GEMM
   is timed (CUDA events around it).
 
-The fp8 GEMMs are Transformer Engine's (hgplan/bench/kernels.py FP8_PASSES): fprop E4M3 x E4M3 with fast
-accumulation; dgrad and wgrad E5M2 x E4M3 with split accumulation; per-tensor scales; bf16 output.
+The fp8 GEMMs are Transformer Engine's, as `hgplan bench` times them (hgplan/bench/kernels.py FP8_PASSES): fprop
+E4M3 x E4M3 with fast accumulation; dgrad and wgrad E5M2 x E4M3 with split accumulation; per-tensor scales; bf16
+output.
 Ends with the summary per pattern: the bf16 GEMMs' summed time over the fp8 GEMMs' (every shape and pass) and each
 pass's median speedup. `--summary FILE...` prints the summaries of saved outputs and their medians instead.
 Usage: python benchmarks/fp8_gemm_clock.py [--seconds 3] | [--summary out1.txt out2.txt ...]
@@ -23,6 +24,8 @@ import argparse
 import statistics
 import threading
 import time
+
+from hgplan.bench.kernels import FP8_PASSES, fp8_pass_shapes
 
 COPY_MIB = 512
 SHAPES = [(8192, 8192, 8192), (8192, 28672, 4096), (8192, 4096, 14336), (4096, 57344, 8192)]
@@ -59,8 +62,8 @@ def gemm_fn(torch, precision: str, gemm_pass: str, m: int, n: int, k: int):
         a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
         b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
         return lambda: torch.matmul(a, b)
-    first, fast = (torch.float8_e4m3fn, True) if gemm_pass == "fprop" else (torch.float8_e5m2, False)
-    a = torch.randn(m, k, device=dev).to(first)
+    first, fast = FP8_PASSES[gemm_pass]
+    a = torch.randn(m, k, device=dev).to(getattr(torch, first))
     b = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn).t()
     one = torch.ones((), device=dev, dtype=torch.float32)
     return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast)
@@ -130,7 +133,7 @@ def main() -> None:
           f"{'speedup':>7} {'per clock':>9}")
     for stepmix in (False, True):
         for m, n, k in SHAPES:
-            for gemm_pass, shape in (("fprop", (m, n, k)), ("dgrad", (m, k, n)), ("wgrad", (k, n, m))):
+            for gemm_pass, shape in fp8_pass_shapes(m, n, k):
                 bf_ms, bf_mhz = phase(torch, gemm_fn(torch, "bf16", gemm_pass, *shape), stepmix=stepmix,
                                       seconds=args.seconds, clocks=clocks)
                 f8_ms, f8_mhz = phase(torch, gemm_fn(torch, "fp8", gemm_pass, *shape), stepmix=stepmix,

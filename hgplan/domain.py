@@ -107,7 +107,7 @@ class GpuType:
         """Whether the GPU runs the training precision: its tensor cores, and MX block scaling for fp8 mxfp8."""
         if not self.supports(train.precision):
             return False
-        return not (train.precision is Precision.FP8 and train.fp8_recipe is Fp8Recipe.MXFP8 and not self.eff.mxfp8)
+        return self.eff.mxfp8 or not train.mxfp8
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -370,6 +370,11 @@ class TrainingSettings:
     transformer_impl: TransformerImpl = TransformerImpl.TRANSFORMER_ENGINE
     fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
     """Transformer Engine's fp8 scaling (read with precision fp8 only)."""
+
+    @property
+    def mxfp8(self) -> bool:
+        """Whether the run trains in fp8 with MX block scaling (it needs MX tensor cores and keeps block scales)."""
+        return self.precision is Precision.FP8 and self.fp8_recipe is Fp8Recipe.MXFP8
 
     @property
     def precision_name(self) -> str:

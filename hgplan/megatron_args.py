@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from hgplan.domain import Fp8Recipe
 from hgplan.errors import InputError, InputIssue
 
 TRAINING_FLAGS = {"--seq-length": "seq_length", "--global-batch-size": "global_batch_size",
@@ -120,7 +121,7 @@ RECIPE_PRECISIONS = {"bf16_mixed": {"bf16": True}, "fp16_mixed": {"fp16": True},
                      "bf16_with_fp8_delayed_scaling_mixed": {"bf16": True, "fp8": "hybrid"}}
 """Megatron-Bridge's mixed-precision recipes (megatron/bridge/training/mixed_precision.py) hgplan models exactly; the
 others keep some layers in bf16 (fp8 current scaling) or use block-scaled formats (mxfp8, nvfp4, sub-channel)."""
-FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
+FP8_RECIPES = tuple(r.value for r in Fp8Recipe)
 """Megatron's --fp8-recipe values hgplan models (blockwise and custom are not)."""
 PLAN_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
              "virtual_pipeline_model_parallel_size", "sequence_parallel", "micro_batch_size", "recompute_granularity",
@@ -150,8 +151,8 @@ def _recipe_precision(mixed: Any, source: str) -> dict[str, Any]:
                                  f"{' and first_last_layers_bf16' if mixed.get('first_last_layers_bf16') else ''} is "
                                  f"not modelled exactly (hgplan runs every linear layer in fp8 with the recipes "
                                  f"{', '.join(FP8_RECIPES)})", "mixed_precision")
-        return {k: mixed[k] for k in ("bf16", "fp16", "fp8", "fp8_recipe") if k in mixed and (k != "fp8_recipe"
-                                                                                            or mixed.get("fp8"))}
+        keys = ("bf16", "fp16", "fp8") + (("fp8_recipe",) if mixed.get("fp8") else ())
+        return {k: mixed[k] for k in keys if k in mixed}
     raise _issue(source, "mixed_precision must be a recipe name (bf16_mixed) or a mapping", "mixed_precision")
 
 

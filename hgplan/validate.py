@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hgplan.domain import Fleet, Fp8Recipe, ModelArch, Precision, TrainingSettings
+from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.plan import ParallelConfig, Plan
 
 
@@ -157,7 +157,7 @@ def _placement_rules(plan: Plan, fleet: Fleet, train: TrainingSettings) -> list[
                                f"nodes of {key}; make it a multiple or a divisor of {g.gpus_per_node}")
         if not g.gpu.trains(train):
             bad("precision", f"{g.gpu.id} in {key} does not support {train.precision_name}; "
-                             f"{_precision_fix(train)} or leave this node group out")
+                             f"{precision_fix(train)} or leave this node group out")
         elif g.gpu.peak_tflops(train.precision) is None:
             bad("precision", f"{g.gpu.id} has no {train.precision.value} throughput figure")
     for i in range(len(plan.stages) - 1):
@@ -193,8 +193,8 @@ def check_memory(pred) -> list[Violation]:
     return out
 
 
-def _precision_fix(train: TrainingSettings) -> str:
+def precision_fix(train: TrainingSettings) -> str:
     """What to train in instead, for a GPU that lacks the training precision."""
-    if train.precision is Precision.FP8 and train.fp8_recipe is Fp8Recipe.MXFP8:
+    if train.mxfp8:
         return "use fp8_recipe delayed or tensorwise (MXFP8 needs Blackwell)"
     return "train in fp16 (--precision fp16)"

@@ -185,3 +185,29 @@ def test_a_fit_outside_what_a_profile_holds_is_exit_2(cli, tmp_path):
     assert r.code == 2 and "Traceback" not in r.stderr, r.stderr
     assert "the runs do not pin down" in r.stderr and "H100-SXM5-80GB.gemm_efficiency fitted to" in r.stderr
     assert "--bench" in r.stderr
+
+
+def test_fp8_only_runs_do_not_pin_the_bf16_rate(cli, tmp_path, monkeypatch):
+    """Why a GPU type with only fp8 runs keeps gemm_efficiency (docs/calibrate.md): fitted beside
+    fp8_gemm_efficiency from the six fp8 runs of test_fp8_runs_calibrate_the_fp8_gemm_rate with +-1% noise, it goes to
+    9.3, which calibrate refuses (exit 2)."""
+    import itertools
+    import re
+
+    from hgplan import calibrate as cal
+
+    params = cal._params
+    monkeypatch.setattr(cal, "_params", lambda runs: sorted(set(params(runs))
+                                                            | {("gpu", "H100-SXM5-80GB", "gemm_efficiency")}))
+    h100 = TRUTH.gpus["H100-SXM5-80GB"].model_copy(update={"fp8_gemm_efficiency": 0.743 * 0.8,
+                                                           "gemm_efficiency": None})
+    runs = _synthesise(tmp_path, TRUTH.model_copy(update={"gpus": {"H100-SXM5-80GB": h100}}),
+                       {"h100": "beijing/h100"}, precision="fp8")
+    noise = itertools.cycle([1.01, 0.99, 1.005, 0.995, 1.0, 1.003])
+    for log in sorted(tmp_path.glob("*.log")):
+        f = next(noise)
+        log.write_text(re.sub(r"\(ms\): ([0-9.]+)", lambda m: f"(ms): {float(m.group(1)) * f:.6f}", log.read_text()))
+    r = cli("calibrate", runs)
+    assert r.code == 2, r.stderr
+    fitted = re.search(r"H100-SXM5-80GB\.gemm_efficiency fitted to ([0-9.]+)", r.stderr)
+    assert fitted and float(fitted.group(1)) == pytest.approx(9.3, rel=0.05)

@@ -178,3 +178,28 @@ def test_mesh_plans_and_the_upper_bound_leave_out_gpus_without_mxfp8(cli, tmp_pa
     rate = {g: g.peak_tflops(Precision.BF16) * g.eff.gemm_efficiency * g.eff.sustained_clock_fraction
             for g in (b200, h100)}
     assert only_b200 / both == pytest.approx(rate[b200] / (rate[b200] + rate[h100]), rel=1e-9)
+
+
+def test_the_recipe_costs_docs_quote(cli, tmp_path):
+    """docs/cost-model.md's figures, on plans that fit (ZeRO-1): Llama-3.1-8B, 4096 tokens, tp 2 x dp 4 on two-site's
+    H100s, tensorwise 3.1% slower per iteration than delayed; 8192 tokens, dp 16 on B200s, mxfp8 0.5% slower and 0.40
+    GiB more weights per GPU."""
+    def run(*args: str) -> dict:
+        r = cli("explain", "-m", "llama3.1-8b", "--pp", "1", "--zero-stage", "1", "--precision", "fp8", "--json", *args)
+        assert r.code == 0, r.stderr
+        return r.json()
+
+    h100 = ["-c", "two-site", "--seq-len", "4096", "--global-batch", "64", "--tp", "2", "--dp", "4",
+            "--stage-groups", "beijing/h100"]
+    delayed, current = (run(*h100, "--fp8-recipe", r)["prediction"]["iteration_time_s"]
+                        for r in ("delayed", "tensorwise"))
+    assert current / delayed - 1 == pytest.approx(0.031, abs=0.0015)
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(B200_FLEET)
+    b200 = ["-c", str(fleet), "--seq-len", "8192", "--global-batch", "128", "--tp", "1", "--dp", "16",
+            "--stage-groups", "dc/b200"]
+    delayed, mx = (run(*b200, "--fp8-recipe", r) for r in ("delayed", "mxfp8"))
+    slower = mx["prediction"]["iteration_time_s"] / delayed["prediction"]["iteration_time_s"] - 1
+    assert slower == pytest.approx(0.005, abs=0.0015)
+    more = mx["stages"][0]["memory"]["weights_gib"] - delayed["stages"][0]["memory"]["weights_gib"]
+    assert more == pytest.approx(0.40, abs=0.015)

@@ -8,7 +8,7 @@ from hgplan.costmodel.comm import (allreduce_s, group_busbw_gbytes_per_s, half_c
                                    intra_node_busbw, nic_gbytes_per_s, overlapped_s, ring_latency_s)
 from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, attention_kernel, compute_precision, embedding_time, hbm_s, head_time, layer_time
 from hgplan.costmodel.flops import megatron_model_flops
-from hgplan.costmodel.memory import StageMemory, mx_scales, stage_memory
+from hgplan.costmodel.memory import StageMemory, stage_memory
 from hgplan.costmodel.pipeline import Op, chunk_sends, closed_form, simulate
 from hgplan.costmodel.reshard import crosses_vendors, host_copy_s, rank_slice_bytes
 from hgplan.domain import (Attention, Fleet, ModelArch, NetPath, NodeGroup, PathKind, Precision, Runtime, TrainingSettings,
@@ -323,7 +323,7 @@ def _stage_work(plan: Plan, fleet: Fleet, groups: list[NodeGroup], model: ModelA
             f_s, b_s = f_s + hf, b_s + hb
         mem = stage_memory(model, cfg, precision=train.precision, seq_length=train.seq_length, num_microbatches=m,
                            stage=i, layers=st.num_layers, flash=attention_kernel(train, g.gpu) is not Attention.UNFUSED,
-                           local=train.transformer_impl is TransformerImpl.LOCAL, mx_scales=mx_scales(train))
+                           local=train.transformer_impl is TransformerImpl.LOCAL, mx_scales=train.mxfp8)
         if cfg.zero_stage >= 3 and cfg.dp * cfg.cp > 1:
             f_s, b_s = _zero3_overlap(fleet, g, model, cfg, train, layers=st.num_layers, params=mem.params,
                                       fwd_s=f_s, bwd_s=b_s)

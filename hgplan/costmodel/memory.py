@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hgplan.domain import ACTIVATION_FFN_MATRICES, Fp8Recipe, ModelArch, Precision, TrainingSettings
+from hgplan.domain import ACTIVATION_FFN_MATRICES, ModelArch, Precision
 from hgplan.plan import ParallelConfig, Recompute
 
 GIB = 1024 ** 3
@@ -128,11 +128,6 @@ def inflight_layers(stage: int, num_stages: int, layers: int, vpp: int, num_micr
         return layers * min(num_stages - stage, num_microbatches)
     chunks = min((num_stages - stage - 1) * 2 + (vpp - 1) * num_stages + 1, num_microbatches * vpp)
     return chunks * layers / vpp
-
-
-def mx_scales(train: TrainingSettings) -> bool:
-    """Whether the training keeps MXFP8 block scales beside its fp8 copies."""
-    return train.precision is Precision.FP8 and train.fp8_recipe is Fp8Recipe.MXFP8
 
 
 def stage_memory(model: ModelArch, cfg: ParallelConfig, *, precision: Precision, seq_length: int, num_microbatches: int,

@@ -34,7 +34,7 @@ from hgplan.planner.progress import Progress, ProgressFn
 from hgplan.planner.search import Found, SearchResult, seeded_search, solve_params
 from hgplan.planner.tables import eligible
 from hgplan.report import plan_record, prediction_record, rounded, stage_results, training_record
-from hgplan.validate import check_plan
+from hgplan.validate import check_plan, precision_fix
 
 PROVEN_NOTE = ("the bound is proven for the reported (simulated) iteration time of every plan of the family: each "
                "configuration was either pruned by a lower bound of the simulator or solved by CP-SAT over a model "
@@ -82,9 +82,7 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
     """Why nothing fits, with the numbers."""
     usable = [g for g in fleet.groups if g.gpu.trains(train)]
     if not usable:
-        fix = ("fp8_recipe delayed or tensorwise (MXFP8 needs Blackwell)" if train.precision_name.endswith("(mxfp8)")
-               else "train in fp16 (--precision fp16)")
-        return f"no GPU in the fleet supports {train.precision_name}; {fix}"
+        return f"no GPU in the fleet supports {train.precision_name}; {precision_fix(train)}"
     per_param = sum(state_bytes_per_param(train.precision, 0, 1))
     need = model.num_params() * per_param / GIB / 1024
     have = sum(g.num_gpus * (g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) for g in usable) / 1024

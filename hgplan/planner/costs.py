@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from hgplan.costmodel.evaluate import (dp_tail, edge_costs, layer_cost, mesh_boundary_s, p2p_message_bytes,
                                        p2p_seconds, pipeline_gather_s, tied_embedding_sync_s)
-from hgplan.costmodel.memory import GIB, mx_scales, stage_memory
+from hgplan.costmodel.memory import GIB, stage_memory
 from hgplan.costmodel.compute import attention_kernel
 from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, TrainingSettings, TransformerImpl
 from hgplan.plan import ParallelConfig
@@ -282,7 +282,7 @@ class CostSource:
             one, two = (stage_memory(self.model, cfg, precision=train.precision, seq_length=train.seq_length,
                                      num_microbatches=m, stage=s, layers=n * cfg.vpp, flash=flash,
                                      local=train.transformer_impl is TransformerImpl.LOCAL,
-                                     mx_scales=mx_scales(train)).total_gib * GIB / MIB
+                                     mx_scales=train.mxfp8).total_gib * GIB / MIB
                         for n in (1, 2))
             slope = (two - one) / cfg.vpp
             self._rows[key] = (math.ceil(one - slope * cfg.vpp) + 1, math.ceil(slope))
