@@ -22,7 +22,10 @@ import statistics
 import sys
 from pathlib import Path
 
+from hgplan.costmodel.compute import hbm_s
 from hgplan.costmodel.evaluate import evaluate
+from hgplan.costmodel.optimizer import (FUSED_ADAM_BYTES_PER_PARAM, GRAD_NORM_BYTES_PER_PARAM,
+                                        LOCAL_PARAM_COPY_BYTES_PER_PARAM, TORCH_FOREACH_ADAMW_BYTES_PER_PARAM)
 from hgplan.domain import Attention, Fleet, NodeGroup, TrainingSettings, TransformerImpl, Transport
 from hgplan.inputs import Catalog, load_model
 from hgplan.io import catalog, resolve_profile
@@ -68,6 +71,15 @@ def predict(cfg: dict, cat: Catalog | None = None, impl: TransformerImpl = Trans
             "params": mem.params}
 
 
+def timed_step_bytes_per_param(fused: bool) -> int:
+    """HBM bytes per parameter of what mcore_bench.py times as `opt.step()` in its build without Transformer Engine
+    or Apex: the gradient norm, Adam (torch's fused AdamW where the script swaps it in, standing in for the fused
+    Adam that TE or Apex brings, else torch's multi-tensor AdamW, the local spec's fallback) and megatron-core's
+    local multi-tensor copy of the weights. The main-gradient buffer is zeroed outside the timed step."""
+    adam = FUSED_ADAM_BYTES_PER_PARAM if fused else TORCH_FOREACH_ADAMW_BYTES_PER_PARAM
+    return GRAD_NORM_BYTES_PER_PARAM + adam + LOCAL_PARAM_COPY_BYTES_PER_PARAM
+
+
 def _err(pred: float, meas: float) -> float:
     return (pred - meas) / meas
 
@@ -95,16 +107,15 @@ def compare(data: dict, cat: Catalog | None = None, gpu_id: str = "H100-SXM5-80G
         layers.append({"name": pl["name"], "act": _err(pred_act, pl["meas_act_gib"]),
                        "ms": _err((a["pred"]["fwd_bwd_ms"] - b["pred"]["fwd_bwd_ms"]) / dl, pl["meas_ms"])})
     opt = []
+    gpu = one_gpu_fleet(cat, gpu_id).groups[0].gpu
     for r in rows:
         for key in ("optimizer_result_fused", "optimizer_result"):
             res = r["meas"].get(key)
             if isinstance(res, dict) and "optimizer_step_ms" in res:
-                # the fused AdamW stands in for the fused Adam that Transformer Engine or Apex brings; the default
-                # multi-tensor one is what the local spec's build (neither installed) falls back to
                 fused = key.endswith("fused")
-                pred = predict(r["meas"], cat, TransformerImpl.TRANSFORMER_ENGINE, gpu_id) if fused else r["pred"]
+                pred_ms = hbm_s(gpu, r["pred"]["params"] * timed_step_bytes_per_param(fused)) * 1e3
                 opt.append({"name": f"{r['name']} ({key.replace('optimizer_result', 'torch AdamW') or 'foreach'})",
-                            "error": _err(pred["optimizer_ms"], res["optimizer_step_ms"]), "fused": fused})
+                            "error": _err(pred_ms, res["optimizer_step_ms"]), "fused": fused})
     return {"configs": rows, "per_layer": layers, "optimizer": opt}
 
 

@@ -45,7 +45,9 @@ class Catalog:
         """The GpuType of a catalog or inline GPU spec with its architecture's constants (and any calibrated
         overrides of that GPU)."""
         base = self.archs[spec.arch]
-        eff = base if spec.gemm_efficiency is None else replace(base, gemm_efficiency=spec.gemm_efficiency)
+        own = {k: v for k, v in (("gemm_efficiency", spec.gemm_efficiency), ("hbm_efficiency", spec.hbm_efficiency))
+               if v is not None}
+        eff = replace(base, **own)
         calibrated: tuple[str, ...] = ()
         if spec.id in self.gpu_overrides:
             eff = replace(eff, **self.gpu_overrides[spec.id])

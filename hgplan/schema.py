@@ -117,6 +117,8 @@ class GpuSpec(_Strict):
     intra_node: IntraNodeSpec
     tdp_w: Watts | None = None
     gemm_efficiency: Fraction | None = Field(None, description="Override of the architecture's achievable-matmul fraction.")
+    hbm_efficiency: Fraction | None = Field(None, description="Override of the architecture's achievable share of "
+                                            "hbm_gbytes_per_s (measured copies of this GPU type).")
     sm_count: SmCount | None = Field(None, description="Streaming multiprocessors (NVIDIA) or compute units (AMD): "
                                     "GEMM tiles run in waves over them. None: no wave quantisation.")
     source: Prose = Field("", description="Where the figures come from.")

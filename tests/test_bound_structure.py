@@ -108,12 +108,16 @@ def test_block_bound_charges_each_wan_crossings_own_loop(monkeypatch):
     the pooled slack of _LoopSlack is often free, the pair's is not (the 8-group benchmark fleet's pp 24 set: block
     bound 4.753 -> 4.863 s against the optimum's 4.984 s). Never above the exhaustive optimum, and raises the bound
     where the crossings bind: on these four fleets it raises 95 items, from a median 0.85 of the optimum to 0.98
-    (measured)."""
+    (measured). The comparison with and without the pairs runs on a fine grid over the cycle (BLOCK_GRID 4096): on
+    the shipped 24 intervals, anchored at each bound's own smallest cycle, the two minimisations sample the cycle at
+    different points, and the one with the loops came out 31.5 us of 381.7 ms below the other on one item (both valid
+    bounds; 0.3 us with the finer grid, so the comparison allows 1e-5 of the bound)."""
     import random
     import statistics
 
     from hgplan.planner import block_bound
 
+    monkeypatch.setattr(block_bound, "BLOCK_GRID", 4096)
     pair_loops = block_bound._BlockBound._pair_loops
     ratios = []
     for seed in range(4):
@@ -127,7 +131,7 @@ def test_block_bound_charges_each_wan_crossings_own_loop(monkeypatch):
         monkeypatch.setattr(block_bound._BlockBound, "_pair_loops", pair_loops)
         for cand, subset, sub_lb, block, optimum in _items(fleet, train, opts, layers=layers):
             assert sub_lb <= optimum + 1 and block <= optimum + 1, (cand.cfg, subset, sub_lb, block, optimum)
-            assert block >= without[(cand.cfg, subset)] - 1e-6
+            assert block >= without[(cand.cfg, subset)] * (1 - 1e-5)
             if block > without[(cand.cfg, subset)] + 1:
                 ratios.append((without[(cand.cfg, subset)] / optimum, block / optimum))
     assert len(ratios) >= 60

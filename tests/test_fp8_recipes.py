@@ -182,7 +182,7 @@ def test_mesh_plans_and_the_upper_bound_leave_out_gpus_without_mxfp8(cli, tmp_pa
 
 def test_the_recipe_costs_docs_quote(cli, tmp_path):
     """docs/cost-model.md's figures, on plans that fit (ZeRO-1): Llama-3.1-8B, 4096 tokens, tp 2 x dp 4 on two-site's
-    H100s, tensorwise 3.1% slower per iteration than delayed; 8192 tokens, dp 16 on B200s, mxfp8 0.5% slower and 0.40
+    H100s, tensorwise 2.9% slower per iteration than delayed; 8192 tokens, dp 16 on B200s, mxfp8 0.5% slower and 0.40
     GiB more weights per GPU."""
     def run(*args: str) -> dict:
         r = cli("explain", "-m", "llama3.1-8b", "--pp", "1", "--zero-stage", "1", "--precision", "fp8", "--json", *args)
@@ -193,7 +193,7 @@ def test_the_recipe_costs_docs_quote(cli, tmp_path):
             "--stage-groups", "beijing/h100"]
     delayed, current = (run(*h100, "--fp8-recipe", r)["prediction"]["iteration_time_s"]
                         for r in ("delayed", "tensorwise"))
-    assert current / delayed - 1 == pytest.approx(0.031, abs=0.0015)
+    assert current / delayed - 1 == pytest.approx(0.029, abs=0.0015)
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(B200_FLEET)
     b200 = ["-c", str(fleet), "--seq-len", "8192", "--global-batch", "128", "--tp", "1", "--dp", "16",

@@ -11,8 +11,10 @@ import pytest
 
 from hgplan.costmodel.compute import (MAIN_GRAD_BYTES_PER_PARAM, attention_kernel, embedding_time, gemm_compute_s,
                                       gemm_s, head_time, hbm_s, main_grad_s, tile_efficiency)
-from hgplan.costmodel.evaluate import (GRAD_ZERO_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM,
-                                       TORCH_ADAMW_BYTES_PER_PARAM, dp_tail, edge_costs, optimizer_bytes_per_param)
+from hgplan.costmodel.evaluate import dp_tail, edge_costs
+from hgplan.costmodel.optimizer import (GRAD_ZERO_BYTES_PER_PARAM, LOCAL_PARAM_COPY_BYTES_PER_PARAM,
+                                        OPTIMIZER_BYTES_PER_PARAM, TORCH_ADAMW_BYTES_PER_PARAM,
+                                        optimizer_bytes_per_param)
 from hgplan.costmodel.memory import activation_bytes_per_layer
 from hgplan.domain import Attention, Fleet, Precision, Runtime, TrainingSettings, TransformerImpl
 from hgplan.inputs import load_model
@@ -109,18 +111,20 @@ def test_optimizer_moves_at_least_38_bytes_per_parameter():
 
 def test_local_spec_steps_with_pytorchs_multi_tensor_adamw():
     """Without Transformer Engine or Apex megatron-core falls back to torch.optim.AdamW: 80 bytes per parameter in
-    eight fp32 passes instead of a fused kernel's 28, with the gradient norm and the bf16 copy around either. The
-    fallback is Megatron's: other runtimes bring their own optimizer."""
+    eight fp32 passes instead of a fused kernel's 28, and to its local multi-tensor copy, which multiplies each fp32
+    tensor by 1.0 into a temporary before the bf16 copy (14 bytes instead of 6). The fallback is Megatron's: other
+    runtimes bring their own optimizer."""
+    assert LOCAL_PARAM_COPY_BYTES_PER_PARAM == 14
     te = TrainingSettings(seq_length=4096, global_batch_size=8)
     local = replace(te, transformer_impl=TransformerImpl.LOCAL)
     assert optimizer_bytes_per_param(te) == OPTIMIZER_BYTES_PER_PARAM == 38
-    assert optimizer_bytes_per_param(local) == TORCH_ADAMW_BYTES_PER_PARAM == 90
+    assert optimizer_bytes_per_param(local) == TORCH_ADAMW_BYTES_PER_PARAM == 98
     assert optimizer_bytes_per_param(replace(local, runtime=Runtime.DEEPSPEED)) == 38
     h = gpu("H100-SXM5-80GB")
     g = h_group(h)
     fleet = Fleet(name="f", groups=(g,), links=(), transports=catalog().transports)
     cfg = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=1)
-    for train, per_param in ((te, 38), (local, 90)):
+    for train, per_param in ((te, 38), (local, 98)):
         step_s = dp_tail(fleet, g, cfg, train, params=1e9, layers=4, fwd_s=0.1, bwd_s=0.2)[1]
         assert step_s == pytest.approx(hbm_s(h, 1e9 * (per_param + GRAD_ZERO_BYTES_PER_PARAM)))
 
@@ -187,10 +191,10 @@ def test_fp8_gemms_at_the_measured_share_of_the_fp8_peak():
 @pytest.mark.skipif(not H100_DATA.exists(), reason="shared/reference/h100-measured.json is not beside the checkout")
 def test_h100_measured_configurations():
     """The megatron-core configurations measured on a real H100 (local spec). fwd+bwd of every configuration within
-    9% (8.6% at worst when this test was written; issue 10's target is 7%), every Llama layer's activations within
-    8%, peak memory of every configuration within 8% (unfused attention included, with its backward's score
-    gradients), the optimizer step within 15%: a fused AdamW as Transformer Engine's, the default multi-tensor one
-    as the local spec's (-57% when the local spec was charged the fused bytes)."""
+    7%, issue 10's target (6.7% at worst with Hopper's HBM rate at the measured copies; 8.6% at 0.85), every Llama
+    layer's activations within 8%, peak memory of every configuration within 8% (unfused attention included, with
+    its backward's score gradients), the optimizer step within 15% (5.0% at worst): torch's fused AdamW and the
+    default multi-tensor one as the script timed them (-57% when the local spec was charged the fused bytes)."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from h100_measured import compare
@@ -198,7 +202,7 @@ def test_h100_measured_configurations():
     out = compare(json.loads(H100_DATA.read_text()))
     fused = [r for r in out["configs"] if r["meas"]["attn"] != "unfused"]
     assert len(fused) >= 14
-    assert max(abs(r["fwd_bwd"]) for r in out["configs"]) <= 0.09, [(r["name"], round(r["fwd_bwd"], 3))
+    assert max(abs(r["fwd_bwd"]) for r in out["configs"]) <= 0.07, [(r["name"], round(r["fwd_bwd"], 3))
                                                                      for r in out["configs"]]
     assert max(abs(r["peak"]) for r in out["configs"]) <= 0.08, [(r["name"], round(r["peak"], 3))
                                                                   for r in out["configs"]]
@@ -305,8 +309,9 @@ def test_fp8_under_fsdp_casts_every_linear_input_and_weight():
 
 def test_held_out_h200_megatron_core_steps():
     """25 megatron-core steps measured on a lent H200 (benchmarks/data/h200-2026-11-25, the script that measured the
-    shared H100 sheet), a GPU nothing was set from: fwd+bwd within 6% (5.2% measured), peak within 8% (7.0%),
-    per-layer activations within 8%, the optimizer steps within 15%."""
+    shared H100 sheet), a GPU nothing but its HBM rate was set from (its own measured copies, 0.868): fwd+bwd within
+    5% (4.8% measured), peak within 8% (7.0%), per-layer activations within 8%, the optimizer steps within 10%
+    (8.4%)."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from h100_measured import compare, from_mcore_jsonl
@@ -314,15 +319,15 @@ def test_held_out_h200_megatron_core_steps():
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "h200-2026-11-25" / "mcore.jsonl"
     out = compare(from_mcore_jsonl(path.read_text().splitlines()), gpu_id="H200-SXM-141GB")
     assert len(out["configs"]) == 25 and len(out["per_layer"]) == 8 and len(out["optimizer"]) == 2
-    assert max(abs(r["fwd_bwd"]) for r in out["configs"]) < 0.06
+    assert max(abs(r["fwd_bwd"]) for r in out["configs"]) < 0.05
     assert max(abs(r["peak"]) for r in out["configs"]) < 0.08
     assert max(abs(r["act"]) for r in out["per_layer"]) < 0.08
-    assert all(abs(r["error"]) < 0.15 for r in out["optimizer"])
+    assert all(abs(r["error"]) < 0.10 for r in out["optimizer"])
 
 
 def test_lent_h100_megatron_core_steps():
-    """The same 25 steps on a lent H100 (benchmarks/data/h100-2026-11-25/mcore): hgplan within 10% (9.0% measured,
-    the known H100 gap, docs/cost-model.md); where the shared sheet is beside the checkout, every step the two cards
+    """The same 25 steps on a lent H100 (benchmarks/data/h100-2026-11-25/mcore): hgplan within 8.5% (7.8% measured;
+    the shared sheet's steps are within 6.7%, docs/cost-model.md), its optimizer steps within 5%; where the shared sheet is beside the checkout, every step the two cards
     ran is within 2.5% of the other (card to card)."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -331,9 +336,46 @@ def test_lent_h100_megatron_core_steps():
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "h100-2026-11-25" / "mcore" / "mcore.jsonl"
     lent = from_mcore_jsonl(path.read_text().splitlines())
     out = compare(lent)
-    assert len(out["configs"]) == 25 and max(abs(r["fwd_bwd"]) for r in out["configs"]) < 0.10
+    assert len(out["configs"]) == 25 and max(abs(r["fwd_bwd"]) for r in out["configs"]) < 0.085
+    assert len(out["optimizer"]) == 2 and all(abs(r["error"]) < 0.05 for r in out["optimizer"])
     if H100_DATA.exists():
         shared = {c["name"]: c["meas_fwd_bwd_ms"] for c in json.loads(H100_DATA.read_text())["megatron_configs"]
                   if "meas_fwd_bwd_ms" in c}
         pairs = [(c["meas_fwd_bwd_ms"], shared[c["name"]]) for c in lent["megatron_configs"] if c["name"] in shared]
         assert len(pairs) >= 25 and all(abs(a / b - 1) < 0.025 for a, b in pairs)
+
+
+def test_hopper_hbm_rates_are_the_measured_copies():
+    """Hopper's HBM rate is the median of the large copies measured on H100 SXM cards (0.891 of 3350 GB/s); the H200,
+    whose HBM3e copies reached 4166 of 4800 GB/s on a lent card, carries its own (a GPU spec's hbm_efficiency
+    overrides its architecture's, as gemm_efficiency does). The measurements are in the repository."""
+    h100, h200 = gpu("H100-SXM5-80GB"), gpu("H200-SXM-141GB")
+    assert h100.eff.hbm_efficiency == 0.891 and h200.eff.hbm_efficiency == 0.868
+    assert h200.eff.gemm_efficiency == h100.eff.gemm_efficiency  # only the HBM rate is the H200's own
+    data = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+    for sub, spec in (("h100-2026-11-25", h100), ("h200-2026-11-25", h200)):
+        runs = [json.loads(f.read_text()) for f in sorted((data / sub / "optimizer").glob("optimizer_bytes_*.json"))]
+        rates = [r["copy_bytes"] / (r["copy_ms"] * 1e-3) / 1e9 / spec.hbm_gbytes_per_s for r in runs]
+        assert runs and all(abs(x - spec.eff.hbm_efficiency) < 0.005 for x in rates), rates
+
+
+def test_optimizer_bytes_match_the_measured_kernels():
+    """benchmarks/optimizer_bytes.py on a lent H100 and H200: megatron-core's local copy moved 13.9-14.1 effective
+    bytes per parameter at the copy rate (hgplan counts 14), the fused-equivalent copy 5.9-6.0 (6), the gradient
+    norm 4.6-5.4 (4) and the Adam kernels 31.7-34.4 (fused, 28) and 89.6-91.8 (multi-tensor, 80). The copies move
+    what is counted (within 3%); the norm and Adam run below the copy rate (0.75-0.89 of it: never fewer bytes than
+    counted, at most 1.4 times), which the whole megatron-core step does not show (docs/cost-model.md, section 3)."""
+    from hgplan.costmodel.optimizer import (FUSED_ADAM_BYTES_PER_PARAM, FUSED_PARAM_COPY_BYTES_PER_PARAM,
+                                            GRAD_NORM_BYTES_PER_PARAM, TORCH_FOREACH_ADAMW_BYTES_PER_PARAM)
+    counted = {"grad_norm": GRAD_NORM_BYTES_PER_PARAM, "adam_fused": FUSED_ADAM_BYTES_PER_PARAM,
+               "adam_foreach": TORCH_FOREACH_ADAMW_BYTES_PER_PARAM, "copy_local": LOCAL_PARAM_COPY_BYTES_PER_PARAM,
+               "copy_fused_equivalent": FUSED_PARAM_COPY_BYTES_PER_PARAM}
+    data = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+    runs = [json.loads(f.read_text()) for f in sorted(data.glob("h*-2026-11-25/optimizer/optimizer_bytes_*.json"))]
+    assert len(runs) == 5
+    for r in runs:
+        rate = r["copy_bytes"] / (r["copy_ms"] * 1e-3)
+        for part, n in counted.items():
+            eff = r["ms"][part] * 1e-3 * rate / r["params"]
+            ok = abs(eff / n - 1) < 0.03 if part.startswith("copy") else 0.97 <= eff / n < 1.4
+            assert ok, (r["device"], part, eff, n)

@@ -9,6 +9,7 @@ from hgplan.costmodel.comm import (allreduce_s, group_busbw_gbytes_per_s, half_c
 from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, attention_kernel, compute_precision, embedding_time, hbm_s, head_time, layer_time
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
+from hgplan.costmodel.optimizer import GRAD_ZERO_BYTES_PER_PARAM, optimizer_bytes_per_param
 from hgplan.costmodel.pipeline import Op, chunk_sends, closed_form, simulate
 from hgplan.costmodel.reshard import crosses_vendors, host_copy_s, rank_slice_bytes
 from hgplan.domain import (Attention, Fleet, ModelArch, NetPath, NodeGroup, PathKind, Precision, Runtime, TrainingSettings,
@@ -20,23 +21,6 @@ NVLINK_COLLECTIVE_LATENCY_S = 15e-6
 nccl-tests shows for small messages on 8-GPU nodes)."""
 INTRA_NODE_P2P_LATENCY_S = 5e-6
 """Latency of one point-to-point send between two GPUs of a node (a single NVLink/PCIe hop)."""
-OPTIMIZER_BYTES_PER_PARAM = 4 + 28 + 6
-"""HBM bytes per parameter of the optimizer's shard in one step: the gradient-norm pass reads the fp32 gradient (4);
-Adam reads the gradient and reads and writes the fp32 master weight, m and v (4 + 24); the fp32-to-bf16 copy of the
-updated weights (read 4, write 2). Zeroing the whole fp32 main-gradient buffer adds GRAD_ZERO_BYTES_PER_PARAM over
-every parameter of the stage. h100-measured:
-a fused Adam step moved an effective 47 B/param, Megatron's torch fallback 102; 0.1.0 charged 30."""
-TORCH_ADAMW_BYTES_PER_PARAM = 4 + 80 + 6
-"""The same step where neither Transformer Engine nor Apex is installed (`transformer_impl: local`): megatron-core
-then falls back to torch.optim.AdamW (megatron/core/optimizer/__init__.py: "Transformer Engine and Apex are not
-installed. Falling back to Torch optimizers."), whose default multi-tensor path (torch/optim/adam.py,
-_multi_tensor_adam with decoupled weight decay) runs one fp32 pass per operation instead of one fused kernel: decay
-the weight (read, write: 8), lerp m towards the gradient (12), scale v (8), add the squared gradient into it (12),
-sqrt of v into a new tensor (8), divide it by the bias correction (8), add eps (8), and addcdiv into the weight (read
-weight, m and the denominator, write the weight: 16), 80 bytes; with the gradient norm (4) and the bf16 copy (6).
-h100-measured: 66.4 ms for 1.923 B parameters, 102 effective bytes per parameter at 2.96 TB/s."""
-GRAD_ZERO_BYTES_PER_PARAM = 4
-"""Megatron zeroes the fp32 main-gradient buffer of every parameter before each iteration's first backward."""
 DEEPSPEED_ZERO3_GBYTES_PER_S = 24.3
 """What DeepSpeed's ZeRO-3 of 2021 (0.3.x, PyTorch 1.8) moved per GPU per second through its parameter collectives,
 whatever the fabric: on one 8 x A100 NVLink node, gathering 5.1 B fp16 parameters took its forward from 60 ms
@@ -214,13 +198,6 @@ def edge_costs(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: Train
     ef, eb = embedding_time(model, g.gpu, cfg, train)
     hf, hb = head_time(model, g.gpu, cfg, train)
     return ef, eb, hf, hb  # full recompute re-runs the transformer layers only, never the output layer
-
-
-def optimizer_bytes_per_param(train: TrainingSettings) -> int:
-    """HBM bytes per parameter of the optimizer's shard in one step: a fused Adam (Transformer Engine's or Apex's),
-    or, with Megatron's local spec (neither installed), PyTorch's multi-tensor AdamW."""
-    local = train.transformer_impl is TransformerImpl.LOCAL and train.runtime is Runtime.MEGATRON
-    return TORCH_ADAMW_BYTES_PER_PARAM if local else OPTIMIZER_BYTES_PER_PARAM
 
 
 def dp_tail(fleet: Fleet, g: NodeGroup, cfg: ParallelConfig, train: TrainingSettings, *, params: float, layers: int,
