@@ -172,3 +172,26 @@ def test_example_fleets_match_the_issue():
     assert {g.gpu.vendor for g in fleets["mixed-vendor"].groups} == {"AMD", "NVIDIA"}
     large = fleets["large"]
     assert large.num_gpus >= 4096 and len(large.sites) >= 3 and len({g.gpu.id for g in large.groups}) >= 4
+
+
+def test_inline_gpu_spec_carries_its_own_hbm_rate(cli, write):
+    """An inline spec (or a catalog entry, as the H200's) may give its measured HBM rate: it overrides the
+    architecture's for that GPU type only; out of (0, 1] it is refused with the rule."""
+    from hgplan.inputs import load_cluster
+
+    text = GOOD.replace("gpu: A100-SXM4-80GB", """gpu:
+          id: MyAccel
+          vendor: Acme
+          arch: hopper
+          bf16_tflops: 500
+          hbm_gib: 64
+          hbm_gbytes_per_s: 2000
+          hbm_efficiency: 0.8
+          intra_node: {kind: pcie, gbytes_per_s: 64}""")
+    fleet, _ = load_cluster(text, "inline", catalog())
+    rates = {g.gpu.id: g.gpu.eff.hbm_efficiency for g in fleet.groups}
+    assert rates["MyAccel"] == 0.8 and catalog().archs["hopper"].hbm_efficiency == 0.891
+    assert all(r == catalog().archs[g.gpu.arch].hbm_efficiency for g in fleet.groups if g.gpu.id != "MyAccel"
+               for r in [g.gpu.eff.hbm_efficiency])
+    r = cli("validate", write(text.replace("hbm_efficiency: 0.8", "hbm_efficiency: 1.3")))
+    assert r.code == 2 and "hbm_efficiency" in r.stderr
