@@ -128,15 +128,19 @@ links:
     assert "no link between sites 'a' and 'c'" in r.stderr
 
 
-def test_inline_gpu_spec(cli, write):
-    text = GOOD.replace("gpu: A100-SXM4-80GB", """gpu:
+INLINE_GPU = """gpu:
           id: MyAccel
           vendor: Acme
           arch: hopper
           bf16_tflops: 500
           hbm_gib: 64
           hbm_gbytes_per_s: 2000
-          intra_node: {kind: pcie, gbytes_per_s: 64}""")
+          intra_node: {kind: pcie, gbytes_per_s: 64}"""
+"""A GPU type of no catalog, given inline in place of a catalog id."""
+
+
+def test_inline_gpu_spec(cli, write):
+    text = GOOD.replace("gpu: A100-SXM4-80GB", INLINE_GPU)
     r = cli("validate", write(text), "--json")
     assert r.code == 0, r.stderr
     assert r.json()["gpus_by_type"]["MyAccel"] == 16
@@ -179,15 +183,8 @@ def test_inline_gpu_spec_carries_its_own_hbm_rate(cli, write):
     architecture's for that GPU type only; out of (0, 1] it is refused with the rule."""
     from hgplan.inputs import load_cluster
 
-    text = GOOD.replace("gpu: A100-SXM4-80GB", """gpu:
-          id: MyAccel
-          vendor: Acme
-          arch: hopper
-          bf16_tflops: 500
-          hbm_gib: 64
-          hbm_gbytes_per_s: 2000
-          hbm_efficiency: 0.8
-          intra_node: {kind: pcie, gbytes_per_s: 64}""")
+    spec = INLINE_GPU.replace("intra_node:", "hbm_efficiency: 0.8\n          intra_node:")
+    text = GOOD.replace("gpu: A100-SXM4-80GB", spec)
     fleet, _ = load_cluster(text, "inline", catalog())
     rates = {g.gpu.id: g.gpu.eff.hbm_efficiency for g in fleet.groups}
     assert rates["MyAccel"] == 0.8 and catalog().archs["hopper"].hbm_efficiency == 0.891
