@@ -11,7 +11,8 @@ from hgplan.plan import Plan
 CALIBRATED = "calibrated"
 """Fitted by `hgplan calibrate` to runs on the user's fleet (--profile)."""
 VALIDATED = "validated"
-"""Checked against published or shared measurements (benchmarks/fidelity.py, benchmarks/h100_measured.py)."""
+"""Checked against published or shared measurements (benchmarks/fidelity.py, benchmarks/h100_measured.py), or steps
+measured on a lent GPU of the type (profiles/validation.yaml, megatron_core_steps)."""
 PHYSICS = "physics"
 """Datasheet figures and assumed efficiencies only: no measurement of this GPU, link or kernel backs it."""
 VALIDATED_ATTENTION = {("hopper", "fused"), ("hopper", "flash2"), ("hopper", "unfused"), ("ampere", "unfused"),
@@ -24,11 +25,18 @@ RDMA_VALIDATED = {Transport.INFINIBAND, Transport.ROCE}
 
 
 def _residual(validation: dict, gpu_id: str) -> str:
+    """The residuals that back this GPU type's compute: published runs (the calibration set) and single-GPU
+    megatron-core steps measured on a lent card ("" where neither exists)."""
+    out = ""
     rec = validation.get("calibration_set", {}).get(gpu_id)
-    if not rec:
-        return ""
-    return (f"; {rec['rows']} published runs on this GPU: median error {rec['median_abs_error']:.1%}, worst "
-            f"{rec['worst_abs_error']:.1%}")
+    if rec:
+        out += (f"; {rec['rows']} published runs on this GPU: median error {rec['median_abs_error']:.1%}, worst "
+                f"{rec['worst_abs_error']:.1%}")
+    steps = validation.get("megatron_core_steps", {}).get(gpu_id)
+    if steps:
+        out += (f"; {steps['steps']} megatron-core steps measured on one such GPU: median error "
+                f"{steps['median_abs_error']:.1%}, worst {steps['worst_abs_error']:.1%}")
+    return out
 
 
 def _gpu_entries(g, train: TrainingSettings, validation: dict, tp: int) -> list[BasisEntry]:

@@ -164,6 +164,7 @@ def test_explain_says_what_each_term_rests_on(cli, tmp_path):
     basis = {b["term"]: b for b in cli(*args).json()["basis"]}
     h100 = basis["compute on H100-SXM5-80GB"]
     assert h100["basis"] == "validated" and "published runs on this GPU" in h100["detail"]
+    assert "25 megatron-core steps measured on one such GPU: median error 4.4%, worst 7.8%" in h100["detail"]
     assert basis["pipeline over site_link (ethernet)"]["basis"] == "physics"
     profile = tmp_path / "profile.yaml"
     profile.write_text(yaml.safe_dump(TRUTH.to_json_dict()))
@@ -211,3 +212,18 @@ def test_fp8_only_runs_do_not_pin_the_bf16_rate(cli, tmp_path, monkeypatch):
     assert r.code == 2, r.stderr
     fitted = re.search(r"H100-SXM5-80GB\.gemm_efficiency fitted to ([0-9.]+)", r.stderr)
     assert fitted and float(fitted.group(1)) == pytest.approx(8.5, rel=0.05)
+
+
+def test_a_gpu_with_measured_steps_only_is_validated_by_them():
+    """The H200 is in no published run of the calibration set; its compute rests on the 25 megatron-core steps
+    measured on a lent H200 (profiles/validation.yaml), and explain's basis says so. A GPU with neither is physics."""
+    from hgplan.basis import _gpu_entries
+    from hgplan.domain import TrainingSettings
+
+    cat = catalog()
+    train = TrainingSettings(seq_length=4096, global_batch_size=64)
+    h200 = _gpu_entries(cat.gpu_type(cat.gpus["H200-SXM-141GB"]), train, cat.validation, tp=1)[0]
+    assert h200.basis == "validated" and "published runs" not in h200.detail
+    assert "25 megatron-core steps measured on one such GPU: median error 1.4%, worst 4.8%" in h200.detail
+    b200 = _gpu_entries(cat.gpu_type(cat.gpus["B200-HGX"]), train, cat.validation, tp=1)[0]
+    assert b200.basis == "physics" and "no published run on this GPU" in b200.detail

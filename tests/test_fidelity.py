@@ -28,6 +28,9 @@ def test_fidelity_targets():
     current = yaml.safe_load((DATA.parent.parent.parent / "profiles" / "validation.yaml").read_text())
     assert current["calibration_set"] == fidelity.by_gpu(results), "regenerate: python benchmarks/fidelity.py " \
         "--write-validation profiles/validation.yaml"
+    from fidelity import step_residuals
+    assert current["megatron_core_steps"] == step_residuals(), "regenerate: python benchmarks/fidelity.py " \
+        "--write-validation profiles/validation.yaml"
     by_family = {}
     for r in results:
         by_family.setdefault(r.family, []).append(abs(r.error))
