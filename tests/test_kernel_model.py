@@ -327,8 +327,8 @@ def test_held_out_h200_megatron_core_steps():
 
 def test_lent_h100_megatron_core_steps():
     """The same 25 steps on a lent H100 (benchmarks/data/h100-2026-11-25/mcore): hgplan within 8.5% (7.8% measured;
-    the shared sheet's steps are within 6.7%, docs/cost-model.md), its optimizer steps within 5%; where the shared sheet is beside the checkout, every step the two cards
-    ran is within 2.5% of the other (card to card)."""
+    the shared sheet's steps are within 6.7%, docs/cost-model.md), its optimizer steps within 5%; where the shared
+    sheet is beside the checkout, every step the two cards ran is within 2.5% of the other (card to card)."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from h100_measured import compare, from_mcore_jsonl
