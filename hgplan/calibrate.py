@@ -106,7 +106,7 @@ def _params(runs: list[Run]) -> list[Param]:
 def _fp8_rate(r: Run, g) -> bool:
     """Whether the run's linear layers run at the GPU's own fp8 GEMM rate. Its bf16 rate then prices only the output
     layer, a few percent of a step, which fp8 runs hardly tell apart from the linear layers (six runs with +-1% noise
-    put it at 9.3): it is fitted from bf16/fp16 runs, or kept."""
+    put it at 8.5): it is fitted from bf16/fp16 runs, or kept."""
     return r.train.precision is Precision.FP8 and g.eff.fp8_gemm_efficiency is not None
 
 

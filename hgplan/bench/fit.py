@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from hgplan.costmodel.comm import NVLINK_HOP_S, allreduce_s, switched_busbw
-from hgplan.costmodel.compute import flash_attention_s, gemm_compute_s, gemm_memory_s, hbm_s
+from hgplan.costmodel.compute import flash_attention_s, gemm_compute_s, gemm_efficiency, gemm_memory_s, hbm_s
 from hgplan.documents import BenchConstant, BenchReport
 from hgplan.domain import Attention, GpuType, Precision
 from hgplan.errors import InputError
@@ -107,10 +107,10 @@ def _observations(report: BenchReport, gpu: GpuType, prec: Precision) -> tuple[l
 
 def _catalog_value(gpu: GpuType, constant: str) -> float:
     """The value the cost model uses today: the constant, or what stands in for it when the catalog leaves it out."""
+    if constant == "fp8_gemm_efficiency":
+        return gemm_efficiency(gpu, Precision.FP8)
     value = getattr(gpu.eff, constant)
-    if value is not None:
-        return value
-    return gpu.eff.gemm_efficiency if constant == "fp8_gemm_efficiency" else gpu.eff.attention_efficiency
+    return gpu.eff.attention_efficiency if value is None else value
 
 
 def _median_abs_error(obs: list[Observation], gpu: GpuType) -> float:
