@@ -119,6 +119,47 @@ def test_lower_bound_tables_stay_below_every_plans_reported_time(seed):
     assert checked >= 80
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_cheap_bound_stays_below_every_plans_reported_time(seed):
+    """The proof's cheap bound (cycle and fill balanced, planner/certify.py) is at or below the reported time of
+    every plan tried of each sampled candidate of small random fleets, is never below the two separate bounds it
+    refines (m x least cycle, K x least fill), and is above them on some candidate (the balance is exercised)."""
+    from hgplan.planner.bounds import integer_cycle_bound
+    from hgplan.planner.certify import _slots, cheap_bound_us, least_fill_s
+    fleet, model, train = exhaustive_case(seed)[:3]
+    costs, rng, L = CostSource(fleet, model, train), random.Random(seed), model.num_layers
+    checked = tighter = 0
+    for cand, tables, _ in _sampled_candidates(seed, 8):
+        cfg = cand.cfg
+        p, v, m = cfg.pp, cfg.vpp, cfg.num_microbatches(train.global_batch_size)
+        cheap = cheap_bound_us(costs, cand, L)
+        slots = _slots(costs, cfg, cand.ctx, L)
+        k = (1 / v) / (1 - (1 - 1 / (v * m)) ** p) if v * m > 1 else 1.0
+        separate = US * max(m * integer_cycle_bound([(t, n, 0.0) for t, n, _ in slots], L, v),
+                            k * least_fill_s(slots, L=L, p=p, v=v))
+        assert cheap >= separate * (1 - 1e-12)
+        tighter += cheap > separate * (1 + 1e-6)
+        for assign, layers in _plans_of(tables, rng, 15):
+            plan = Found(cfg=cfg, tables=tables, solution=Solution(
+                status="X", objective=0, bound=0.0, assign=tuple(assign), layers=tuple(layers),
+                deterministic_time=0.0, wall_time_s=0.0)).plan()
+            assert cheap <= evaluate(plan, fleet, model, train).iteration_time_s * US * (1 + 1e-12)
+            checked += 1
+    assert checked >= 20
+    if seed == 0:
+        assert tighter > 0
+
+
+def test_cheap_bound_balances_cycle_and_fill():
+    """least_fill_s with a cycle: each slot holds what fits in it, so the fill rises as the cycle falls; at a cycle
+    the slots cannot hold the layers in p stages, no plan exists (inf)."""
+    from hgplan.planner.certify import least_fill_s
+    slots = [(1.0, 1, 10), (2.0, 1, 10)]  # (seconds per layer, stages, most layers per stage)
+    assert least_fill_s(slots, L=10, p=2, v=1) == pytest.approx(1.0 + 2.0 + 8 * 1.0)  # memory only: 9 + 1 layers
+    assert least_fill_s(slots, L=10, p=2, v=1, cycle_s=8.0) == pytest.approx(8 * 1.0 + 2 * 2.0)  # a real plan
+    assert least_fill_s(slots, L=10, p=2, v=1, cycle_s=6.0) == float("inf")  # 6 + 3 layers at most
+
+
 def test_search_prove_gap_reports_a_proven_gap_on_the_reported_time(cli):
     """--prove-gap: gap_proven, a bound at or below every ranked plan's reported time, and the counts add up;
     without it the gap on the reported time stays an estimate."""

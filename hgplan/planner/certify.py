@@ -18,7 +18,7 @@ from typing import Callable
 
 from hgplan.costmodel.pipeline import PathCounts
 from hgplan.plan import ParallelConfig
-from hgplan.planner.bounds import BoundContext, integer_cycle_bound
+from hgplan.planner.bounds import FLOOR_EPS, BoundContext, integer_cycle_bound
 from hgplan.planner.candidates import Candidate, cand_key
 from hgplan.planner.costs import US, CostSource, capacity_mib, layers_that_fit
 from hgplan.planner.model import Solution
@@ -66,37 +66,78 @@ def _slots(costs: CostSource, cfg: ParallelConfig, ctx: BoundContext, L: int) ->
     return sorted(out)
 
 
-def least_fill_s(slots: list[tuple[float, int, int]], *, L: int, p: int, v: int) -> float:
+def least_fill_s(slots: list[tuple[float, int, int]], *, L: int, p: int, v: int,
+                 cycle_s: float = math.inf) -> float:
     """The least forward + backward work of one micro-batch over p stages (inf when no p stage slots, not even the
     roomiest, hold the layers): v layers on each of the p fastest slots, the other L - p v layers on the fastest
-    room left anywhere."""
-    per_stage = [(tau, most) for tau, n, most in slots for _ in range(n)]
-    if len(per_stage) < p or sum(sorted((most for _, most in per_stage), reverse=True)[:p]) < L:
+    room left anywhere. With cycle_s, no stage's work exceeds it: a slot then holds at most the whole chunks of v
+    layers that fit in cycle_s, which can only raise the least fill."""
+    usable = []
+    for tau, n, most in slots:
+        cap = most if not math.isfinite(cycle_s) else min(most, math.floor(cycle_s / (v * tau) + FLOOR_EPS) * v)
+        if cap >= v and n > 0:
+            usable.append((tau, n, cap))
+    need, held = p, 0
+    for _, n, cap in sorted(usable, key=lambda e: -e[2]):
+        take = min(n, need)
+        held, need = held + take * cap, need - take
+    if need > 0 or held < L:
         return math.inf
-    work = sum(v * tau for tau, _ in per_stage[:p])
-    extra = L - p * v
-    for tau, most in sorted(per_stage):
-        take = min(extra, most - v)
-        work += take * tau
-        extra -= take
+    work, need, extra = 0.0, p, L - p * v
+    for tau, n, _ in usable:
+        take = min(n, need)
+        work, need = work + take * v * tau, need - take
+    for tau, n, cap in usable:
+        take = min(extra, n * (cap - v))
+        work, extra = work + take * tau, extra - take
     return work
 
 
+CYCLE_STEPS = 14
+"""Bisection steps of cheap_bound_us's balance of cycle and fill (each halves the interval; the bound is valid after
+any number of them)."""
+
+
+def _edges_s(costs: CostSource, cfg: ParallelConfig, ctx: BoundContext) -> float:
+    """The least embedding (forward + backward on the first stage) plus LM-head work (on the last) of any plan, one
+    microsecond under the cost model's each."""
+    edges = [costs.group(costs.fleet.group(key), cfg).edges_s for key in ctx.groups]
+    first = min(e[0] + e[1] for e in edges)
+    last = min(e[2] + e[3] for e in edges)
+    return max(0.0, first - 1 / US) + max(0.0, last - 1 / US)
+
+
 def cheap_bound_us(costs: CostSource, cand: Candidate, L: int) -> float:
-    """A lower bound (us) on the simulated time of every plan of a candidate, the larger of: m x the least cycle
-    (some stage holds at least that much work per micro-batch, and runs it m times), and, with W the least fill and
-    a = 1/v, a W / (1 - (1 - a / m)^p): the path of every stage (a x the work before it + m x its own) cannot all be
-    shorter, or they would not add up to W. The embedding and LM head's work is left out."""
+    """A lower bound (us) on the simulated time of every plan of a candidate. Two facts hold for every plan, whose
+    most loaded stage does C of work per micro-batch and whose stages W in all (a = 1/v): m C (that stage runs all
+    m micro-batches) and K W with K = a / (1 - (1 - a / m)^p) (the path of every stage, a x the work before it + m x
+    its own, cannot all be shorter, or they would not add up to W). C is at least the least cycle c0 at which the
+    slots hold the layers, and W at least the least fill of stages of at most C each, plus the embedding and LM
+    head; the fill falls as C grows, so the bound is min over C >= c0 of max(m C, K W(C)), found by bisection
+    (docs/planner.md, "What the gap means")."""
     cfg = cand.cfg
     p, v, m = cfg.pp, cfg.vpp, cfg.num_microbatches(costs.train.global_batch_size)
     slots = _slots(costs, cfg, cand.ctx, L)
     fill = least_fill_s(slots, L=L, p=p, v=v)
     if not math.isfinite(fill):
         return math.inf
-    cycle = integer_cycle_bound([(tau, n, 0.0) for tau, n, _ in slots], L, v)
+    edges = _edges_s(costs, cfg, cand.ctx)
     a = 1.0 / v
-    path = a * fill / (1.0 - (1.0 - a / m) ** p) if v * m > 1 else fill
-    return US * max(path, m * cycle)
+    k = a / (1.0 - (1.0 - a / m) ** p) if v * m > 1 else 1.0
+
+    def fill_wins(c: float) -> bool:  # the fill's term is still above the cycle's at cycle c
+        return k * (least_fill_s(slots, L=L, p=p, v=v, cycle_s=c) + edges) > m * c
+
+    lo = integer_cycle_bound([(tau, n, 0.0) for tau, n, _ in slots], L, v)
+    if not fill_wins(lo):
+        return US * m * lo
+    hi = max(lo, max(tau * most for tau, _, most in slots))  # every slot at its memory's limit: W(hi) = fill
+    if fill_wins(hi):
+        return US * k * (fill + edges)
+    for _ in range(CYCLE_STEPS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fill_wins(mid) else (lo, mid)
+    return US * m * lo
 
 
 def certify(costs: CostSource, cands: list[Candidate], best_s: float, opts: SearchOptions, *,
