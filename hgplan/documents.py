@@ -245,6 +245,8 @@ class ProofRecord(Doc):
     chains: int = Field(0, description="the simulator's critical chains added to the lower-bound models (each bounds "
                                        "every plan of its schedule shape)")
     resolves: int = Field(0, description="solves again after adding chains")
+    retried: int = Field(0, description="solves again, with twice the time each round, of configurations whose solve "
+                                        "stopped at its limit below the target")
     solver_statuses: dict[str, int]
     deterministic_time: float
     stopped_by: Literal["complete", "budget", "wall"]

@@ -345,3 +345,27 @@ def test_lower_bound_models_run_without_mir_and_cg_cuts_unless_the_user_says(mon
     solve_path(pt, SolverParams())
     solve_path(pt, SolverParams(extra="add_mir_cuts: true"))
     assert seen == [path_model.PATH_MODEL_PARAMS, path_model.PATH_MODEL_PARAMS + " add_mir_cuts: true"]
+
+
+def test_proof_retries_solves_that_stopped_at_their_limit(monkeypatch):
+    """A configuration whose solve stops at its limit below the target is solved again with more time once every
+    configuration has had its solve: one that settles on its retry no longer holds the bound down, one that never
+    settles keeps the best bound any of its solves proved, and each retry is counted."""
+    from hgplan.planner import certify as proof
+    cheap = {"a": 5e6, "b": 6e6, "c": 11e6}  # us; T = 10 s, so c is pruned by its cheap bound
+    answers = {("a", 0): (7e6, False), ("a", 1): (10e6, True), ("b", 0): (8e6, False)}
+    attempts: list[tuple[str, int]] = []
+
+    def fake_solve(costs, cand, bound_us, best_us, opts, hints, hosts, cert, left, stop_at_s, *, attempt=0):
+        attempts.append((cand.key, attempt))
+        return answers.get((cand.key, attempt), (8.5e6, False))
+
+    monkeypatch.setattr(proof, "cheap_bound_us", lambda costs, cand, L: cheap[cand.key])
+    monkeypatch.setattr(proof, "_certify_one", fake_solve)
+    costs = SimpleNamespace(model=SimpleNamespace(num_layers=8), fleet=SimpleNamespace(groups=()))
+    cands = [SimpleNamespace(key=k) for k in ("c", "b", "a")]
+    cert = proof.certify(costs, cands, 10.0, SearchOptions(), hints={}, dtime_budget=100.0,
+                         stop_at_s=time.perf_counter() + 60)
+    assert attempts == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("b", 2), ("b", 3)]
+    assert cert.retried == 4 and cert.pruned == 1 and cert.stopped_by == "complete"
+    assert cert.bound_us == 8.5e6  # b's best bound; a settled at T

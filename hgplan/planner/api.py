@@ -214,7 +214,7 @@ def _prove(costs: CostSource, opts: SearchOptions, result: SearchResult, checked
                         f"({cert.skipped} configurations left at a weaker bound); raise --time-limit for a tighter one")
     return ProofRecord(bound_s=rounded(bound_s), solved=cert.solved, pruned_by_bound=cert.pruned,
                        skipped_by_budget=cert.skipped, faster_plans_found=len(faster),
-                       chains=sum(len(c) for c in cert.cuts.values()), resolves=cert.rounds,
+                       chains=sum(len(c) for c in cert.cuts.values()), resolves=cert.rounds, retried=cert.retried,
                        solver_statuses=dict(sorted(cert.statuses.items())),
                        deterministic_time=rounded(cert.deterministic_time, 4), stopped_by=cert.stopped_by), faster
 

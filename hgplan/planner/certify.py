@@ -25,7 +25,7 @@ from hgplan.planner.model import Solution
 from hgplan.planner.options import SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
 from hgplan.planner.path_model import build_path_tables, solve_path
-from hgplan.planner.search import Found, solve_params, within
+from hgplan.planner.search import MAX_RETRIES, Found, solve_params, within
 from hgplan.planner.tables import build_tables
 
 
@@ -47,6 +47,8 @@ class Certificate:
     shape, whatever its stage times, so every candidate of the shape gets them."""
     rounds: int = 0
     """Re-solves after adding chains."""
+    retried: int = 0
+    """Solves of configurations whose first solve stopped at its limit below the target, with more time."""
     seen: set[PathCounts] = field(default_factory=set)
     """Every chain in `cuts`, whatever its shape: the membership test of each new chain."""
 
@@ -140,6 +142,44 @@ def cheap_bound_us(costs: CostSource, cand: Candidate, L: int) -> float:
     return US * m * lo
 
 
+@dataclass(slots=True, kw_only=True)
+class _Proof:
+    """One proof under way: what each solve needs, and T, the best reported time so far."""
+
+    costs: CostSource
+    cands: list[Candidate]
+    opts: SearchOptions
+    hints: dict[tuple, Found]
+    hosts: dict
+    cert: Certificate
+    dtime_budget: float
+    stop_at_s: float
+    reported_s: Callable[[Found], float | None] | None
+    best_us: float
+
+    def target_us(self) -> float:
+        return self.best_us * (1 - self.opts.max_gap)
+
+    def left(self) -> float:
+        """Deterministic time left; <= 0 also once the wall clock has passed stop_at_s."""
+        return -1.0 if time.perf_counter() > self.stop_at_s else self.dtime_budget - self.cert.deterministic_time
+
+    def solve(self, i: int, bound_us: float, attempt: int = 0) -> tuple[float, bool]:
+        """Solve candidate i (whose bound so far is bound_us); a plan it finds that the reported model runs faster
+        than T lowers T for what follows. Returns the candidate's bound and whether it is settled."""
+        cert = self.cert
+        found = len(cert.found)
+        bound, settled = _certify_one(self.costs, self.cands[i], bound_us, self.best_us, self.opts, self.hints,
+                                      self.hosts, cert, self.left(), self.stop_at_s, attempt=attempt)
+        if settled:
+            cert.bound_us = min(cert.bound_us, bound)
+        faster = self.reported_s(cert.found[-1]) if self.reported_s is not None and len(cert.found) > found else None
+        if faster is not None and faster * US < self.best_us:  # a plan of the family at T' < T: what follows needs T'
+            self.best_us = faster * US
+            cert.bound_us = min(cert.bound_us, self.best_us)
+        return bound, settled
+
+
 def certify(costs: CostSource, cands: list[Candidate], best_s: float, opts: SearchOptions, *,
             hints: dict[tuple, Found], dtime_budget: float, stop_at_s: float,
             progress: ProgressFn | None = None,
@@ -147,35 +187,51 @@ def certify(costs: CostSource, cands: list[Candidate], best_s: float, opts: Sear
     """Bound the simulated time of every plan of `cands` (the whole listed family) given a plan of best_s.
     `reported_s` (the reported model's time of a plan, None when the validator refuses it) lets a plan the proof
     finds lower T for the candidates after it."""
-    best_us = best_s * US
-    target = best_us * (1 - opts.max_gap)
     L = costs.model.num_layers
     order = sorted(((cheap_bound_us(costs, c, L), i) for i, c in enumerate(cands)),
                    key=lambda e: (e[0], cands[e[1]].key))
-    cert = Certificate(bound_us=best_us)
-    hosts = {g.key: g for g in costs.fleet.groups}
+    cert = Certificate(bound_us=best_s * US)
+    run = _Proof(costs=costs, cands=cands, opts=opts, hints=hints, hosts={g.key: g for g in costs.fleet.groups},
+                 cert=cert, dtime_budget=dtime_budget, stop_at_s=stop_at_s, reported_s=reported_s,
+                 best_us=best_s * US)
     report = Throttle(progress)
+    unsettled: list[tuple[float, int]] = []  # (bound, index) of solves that stopped at their limit below the target
     for n, (cheap, i) in enumerate(order):
-        report(lambda: Progress("proof", n, len(order), "configurations bounded", best_s,
+        report(lambda: Progress("proof", n, len(order), "configurations bounded", run.best_us / US,
                                 min(cert.bound_us, cheap) / US))
-        if cheap >= target:
+        if cheap >= run.target_us():
             cert.pruned = len(order) - n
             cert.bound_us = min(cert.bound_us, cheap)
             break
-        left = dtime_budget - cert.deterministic_time
-        if left <= 0 or time.perf_counter() > stop_at_s:
-            cert.stopped_by = "budget" if left <= 0 else "wall"
+        if run.left() <= 0:
+            cert.stopped_by = "budget" if cert.deterministic_time >= dtime_budget else "wall"
             cert.skipped = len(order) - n
             cert.bound_us = min(cert.bound_us, cheap)
             break
-        found = len(cert.found)
-        cert.bound_us = min(cert.bound_us, _certify_one(costs, cands[i], cheap, best_us, opts, hints, hosts, cert,
-                                                        left, stop_at_s))
-        faster = reported_s(cert.found[-1]) if reported_s is not None and len(cert.found) > found else None
-        if faster is not None and faster * US < best_us:  # a plan of the family at T' < T: later candidates need T'
-            best_s, best_us, target = faster, faster * US, faster * US * (1 - opts.max_gap)
-            cert.bound_us = min(cert.bound_us, best_us)
+        bound, settled = run.solve(i, cheap)
+        if not settled:
+            unsettled.append((bound, i))
+    cert.bound_us = min([cert.bound_us] + [bound for bound, _ in _retry_unsettled(run, unsettled)])
     return cert
+
+
+def _retry_unsettled(run: _Proof, unsettled: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """Once every configuration has had its solve (or the budget ended), those whose solve stopped at its limit
+    below the target are solved again, lowest bound first, with twice the time at each round (as the search's
+    items), up to MAX_RETRIES rounds or the end of the budget. Returns the ones still open, each with the best bound
+    any of its solves proved (each holds for all of the configuration's plans)."""
+    for attempt in range(1, MAX_RETRIES + 1):
+        still = []
+        for bound, i in sorted(unsettled):
+            if bound >= run.target_us() or run.left() <= 0:
+                still.append((bound, i))
+                continue
+            run.cert.retried += 1
+            again, settled = run.solve(i, bound, attempt)
+            if not settled:
+                still.append((max(bound, again), i))
+        unsettled = still
+    return unsettled
 
 
 MAX_CUT_ROUNDS = 8
@@ -185,7 +241,7 @@ MAX_CUTS = 400
 
 
 def _solve_with_cuts(pt, cert: Certificate, opts: SearchOptions, *, upper: int, hint, left: float,
-                     stop_at_s: float, patience_dtime: float = math.inf) -> Solution:
+                     stop_at_s: float, patience_dtime: float = math.inf, attempt: int = 0) -> Solution:
     """Solve the candidate's lower-bound model; while its optimum simulates longer than its bound (on the same
     rounded-down tables), add that plan's critical chains (valid for every plan of the shape) and solve again.
 
@@ -193,17 +249,17 @@ def _solve_with_cuts(pt, cert: Certificate, opts: SearchOptions, *, upper: int, 
     one than an earlier round's optimum), with the highest bound any round proved (each is valid for every plan of
     the candidate) and the last round's status. Polishing, which wants a plan, not a bound, passes patience_dtime:
     once the rounds have spent that much deterministic time, they stop at the first whose plan simulates no faster
-    than the best before it."""
+    than the best before it. Attempt n gives each round 2^n times the per-solve time."""
     t = pt.base
     cuts = cert.cuts.setdefault((t.pp, t.microbatches, t.vpp), [])
     started, budget_end = cert.deterministic_time, cert.deterministic_time + left
     best: tuple[int, Solution] | None = None
     bound = -math.inf
-    for attempt in range(MAX_CUT_ROUNDS + 1):
-        params = within(solve_params(opts, 0, max(0.0, budget_end - cert.deterministic_time)), stop_at_s)
+    for rnd in range(MAX_CUT_ROUNDS + 1):
+        params = within(solve_params(opts, attempt, max(0.0, budget_end - cert.deterministic_time)), stop_at_s)
         sol = solve_path(pt, params, upper_bound=upper, hint=hint, cuts=tuple(cuts))
-        cert.solved += attempt == 0
-        cert.rounds += attempt > 0
+        cert.solved += rnd == 0 and attempt == 0
+        cert.rounds += rnd > 0
         cert.deterministic_time += sol.deterministic_time
         cert.statuses[sol.status] = cert.statuses.get(sol.status, 0) + 1
         bound = max(bound, sol.bound)
@@ -214,7 +270,7 @@ def _solve_with_cuts(pt, cert: Certificate, opts: SearchOptions, *, upper: int, 
         improved = best is None or value < best[0]
         if improved:
             best = (value, sol)
-        if sol.status != "OPTIMAL" or attempt == MAX_CUT_ROUNDS or time.perf_counter() > stop_at_s \
+        if sol.status != "OPTIMAL" or rnd == MAX_CUT_ROUNDS or time.perf_counter() > stop_at_s \
                 or (not improved and cert.deterministic_time - started >= patience_dtime):
             break
         times, tails = _times(pt, sol), pt.tails(assign, layers)
@@ -238,8 +294,10 @@ def _times(pt, sol: Solution) -> tuple[list[int], list[int], list[int], list[int
 
 
 def _certify_one(costs: CostSource, cand: Candidate, cheap: float, best_us: float, opts: SearchOptions,
-                 hints: dict[tuple, Found], hosts: dict, cert: Certificate, left: float, stop_at_s: float) -> float:
-    """Solve one candidate's lower-bound model below best_us; the bound it proves for the candidate's plans."""
+                 hints: dict[tuple, Found], hosts: dict, cert: Certificate, left: float, stop_at_s: float, *,
+                 attempt: int = 0) -> tuple[float, bool]:
+    """Solve one candidate's lower-bound model below best_us: the bound it proves for the candidate's plans, and
+    whether more time would not raise it (infeasible below best_us, optimal, or at the target already)."""
     cfg = cand.cfg
     tables = build_tables(costs, cfg, [g for g in costs.fleet.groups if g.key in cand.ctx.groups])
     assert tables is not None, "a candidate is listed only when some group can host its stages"
@@ -249,14 +307,15 @@ def _certify_one(costs: CostSource, cand: Candidate, cheap: float, best_us: floa
     if prev is not None:  # the search's plan of this candidate, relabelled into these tables' groups
         hint = ([tables.groups.index(prev.tables.groups[k]) for k in prev.solution.assign], list(prev.solution.layers))
     sol = _solve_with_cuts(pt, cert, opts, upper=math.ceil(best_us * cfg.vpp), hint=hint, left=left,
-                           stop_at_s=stop_at_s)
+                           stop_at_s=stop_at_s, attempt=attempt)
     if sol.status == "INFEASIBLE":
-        return best_us
+        return best_us, True
     if sol.objective is not None:
         cert.found.append(Found(cfg=cfg, tables=tables, solution=Solution(
             status="BOUND_" + sol.status, objective=sol.objective, bound=sol.bound, assign=sol.assign,
             layers=sol.layers, deterministic_time=sol.deterministic_time, wall_time_s=sol.wall_time_s)))
-    return max(cheap, min(sol.bound, math.ceil(best_us * cfg.vpp)) / cfg.vpp)
+    bound = max(cheap, min(sol.bound, math.ceil(best_us * cfg.vpp)) / cfg.vpp)
+    return bound, sol.status == "OPTIMAL" or bound >= best_us * (1 - opts.max_gap)
 
 
 def polish(costs: CostSource, found: list[Found], opts: SearchOptions, *, dtime_budget: float,
