@@ -369,3 +369,14 @@ def test_proof_retries_solves_that_stopped_at_their_limit(monkeypatch):
     assert attempts == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("b", 2), ("b", 3)]
     assert cert.retried == 4 and cert.pruned == 1 and cert.stopped_by == "complete"
     assert cert.bound_us == 8.5e6  # b's best bound; a settled at T
+
+
+def test_most_fit_is_the_roomiest_positions_layers_that_fit():
+    """The proof's inlined max over stage positions agrees with costs.layers_that_fit, zero slopes included."""
+    from hgplan.planner.certify import _most_fit
+    from hgplan.planner.costs import layers_that_fit
+    rng = random.Random(3)
+    for _ in range(2000):
+        rows = tuple((rng.randint(0, 90_000), rng.choice([0, rng.randint(1, 5_000)])) for _ in range(rng.randint(1, 9)))
+        cap, L = rng.randint(1, 80_000), rng.randint(1, 128)
+        assert _most_fit(rows, cap, L) == max(layers_that_fit(a, b, cap, L) for a, b in rows)
