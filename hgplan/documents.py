@@ -247,6 +247,8 @@ class ProofRecord(Doc):
     resolves: int = Field(0, description="solves again after adding chains")
     retried: int = Field(0, description="solves again, with twice the time each round, of configurations whose solve "
                                         "stopped at its limit below the target")
+    unsettled: int = Field(0, description="configurations whose solves all stopped at their limits below the target: "
+                                          "they keep the bound CP-SAT reached (a warning says so)")
     solver_statuses: dict[str, int]
     deterministic_time: float
     stopped_by: Literal["complete", "budget", "wall"]

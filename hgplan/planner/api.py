@@ -212,9 +212,14 @@ def _prove(costs: CostSource, opts: SearchOptions, result: SearchResult, checked
     if cert.stopped_by != "complete":
         warnings.append(f"the time limit ended before the proof of the gap on the reported time was done "
                         f"({cert.skipped} configurations left at a weaker bound); raise --time-limit for a tighter one")
+    elif cert.unsettled:
+        warnings.append(f"the proof of the gap on the reported time left {cert.unsettled} configuration(s) at the "
+                        f"bound CP-SAT reached when their solves stopped at their time limits; raise --time-limit "
+                        f"for a tighter gap")
     return ProofRecord(bound_s=rounded(bound_s), solved=cert.solved, pruned_by_bound=cert.pruned,
                        skipped_by_budget=cert.skipped, faster_plans_found=len(faster),
                        chains=sum(len(c) for c in cert.cuts.values()), resolves=cert.rounds, retried=cert.retried,
+                       unsettled=cert.unsettled,
                        solver_statuses=dict(sorted(cert.statuses.items())),
                        deterministic_time=rounded(cert.deterministic_time, 4), stopped_by=cert.stopped_by), faster
 

@@ -48,6 +48,8 @@ class Certificate:
     rounds: int = 0
     """Re-solves after adding chains."""
     retried: int = 0
+    unsettled: int = 0
+    """Configurations still below the target when the proof ended whose solves all stopped at their limits."""
     """Solves of configurations whose first solve stopped at its limit below the target, with more time."""
     seen: set[PathCounts] = field(default_factory=set)
     """Every chain in `cuts`, whatever its shape: the membership test of each new chain."""
@@ -216,7 +218,9 @@ def certify(costs: CostSource, cands: list[Candidate], best_s: float, opts: Sear
         bound, settled = run.solve(i, cheap)
         if not settled:
             unsettled.append((bound, i))
-    cert.bound_us = min([cert.bound_us] + [bound for bound, _ in _retry_unsettled(run, unsettled)])
+    left_open = [bound for bound, _ in _retry_unsettled(run, unsettled)]
+    cert.unsettled = sum(bound < run.target_us() for bound in left_open)
+    cert.bound_us = min([cert.bound_us] + left_open)
     return cert
 
 
