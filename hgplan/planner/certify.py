@@ -48,9 +48,9 @@ class Certificate:
     rounds: int = 0
     """Re-solves after adding chains."""
     retried: int = 0
+    """Solves of configurations whose first solve stopped at its limit below the target, with more time."""
     unsettled: int = 0
     """Configurations still below the target when the proof ended whose solves all stopped at their limits."""
-    """Solves of configurations whose first solve stopped at its limit below the target, with more time."""
     seen: set[PathCounts] = field(default_factory=set)
     """Every chain in `cuts`, whatever its shape: the membership test of each new chain."""
 
