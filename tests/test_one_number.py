@@ -92,6 +92,29 @@ def test_baselines_skip_only_plans_that_do_not_fit():
     assert 0 < sum(verdicts) < len(plans)
 
 
+def test_baselines_simulate_in_bound_order_and_return_what_simulating_all_would():
+    """The file-order baselines simulate their plans in order of a lower bound (the busy path of each stage, with
+    the work before it) and stop once the bound passes the best: the bound is at or below every fitting plan's
+    reported time, and the plan returned is the one simulating every plan would give (the first listed among
+    equals), for both file-order baselines, interleaved plans included."""
+    from hgplan.costmodel.evaluate import fits_memory
+    from hgplan.validate import check_plan
+
+    fleet, model, train, _ = _ranked_two_site()
+    opts = replace(api.SearchOptions(), vpp_options=(1, 2))
+    for proportional in (False, True):
+        plans = bl._file_order_plans(fleet, model, train, opts, proportional=proportional)
+        full = [(evaluate(p, fleet, model, train), i) for i, p in enumerate(plans)
+                if not check_plan(p, fleet, model, train) and fits_memory(p, fleet, model, train)]
+        for pred, i in full:
+            cache = {}
+            assert bl._busy_bound_s(plans[i], fleet, model, train, cache) <= pred.iteration_time_s * (1 + 1e-12)
+        fitting = [(pred.iteration_time_s, i) for pred, i in full if pred.fits]
+        best = bl._best_of(plans, fleet, model, train)
+        assert (best is None) if not fitting else best[0] == plans[min(fitting)[1]]
+        assert fitting or not proportional  # two-site's even split fits nowhere; the proportional one does
+
+
 def test_a_baseline_faster_than_every_solver_plan_is_returned_first():
     fleet, model, train, base = _ranked_two_site()
     assert base.plan is not None

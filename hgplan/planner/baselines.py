@@ -84,16 +84,40 @@ def _file_order_plans(fleet: Fleet, model: ModelArch, train: TrainingSettings, o
     return out
 
 
+def _busy_bound_s(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, cache: dict) -> float:
+    """A lower bound of the plan's iteration time: stage s cannot start before micro-batch 0's forward has passed the
+    stages before it, then runs every micro-batch's forward and backward of its layers, and its last backward still
+    passes back through them (the simulator's head, busy and chain paths without sends, costmodel/pipeline.path_terms;
+    a v-chunked stage's work is the same, and only the head and chain shrink, so v = 1 is not assumed)."""
+    cfg = plan.config
+    m, v = cfg.num_microbatches(train.global_batch_size), cfg.vpp
+    bound = before = 0.0
+    for st in plan.stages:
+        if st.node_group not in cache:
+            cache[st.node_group] = sum(layer_cost(fleet, fleet.group(st.node_group), model, cfg, train)[1:])
+        work = st.num_layers * cache[st.node_group]
+        bound = max(bound, before / v + m * work)
+        before += work
+    return bound
+
+
 def _best_of(plans: list[Plan], fleet: Fleet, model: ModelArch, train: TrainingSettings) -> tuple[Plan, Prediction] | None:
-    best = None
-    for plan in plans:
+    """The fastest valid, fitting plan, the first listed among equals. Plans are simulated in order of a lower bound
+    of their time, and one whose bound is already above the best so far is not (it cannot win)."""
+    per_config: dict = {}
+    bounds = [_busy_bound_s(plan, fleet, model, train, per_config.setdefault(plan.config, {})) for plan in plans]
+    best: tuple[int, Plan, Prediction] | None = None
+    for bound, i in sorted((b, i) for i, b in enumerate(bounds)):
+        plan = plans[i]
+        if best is not None and bound > best[2].iteration_time_s * (1 + 1e-9):
+            break  # this one and every later one are slower than the best
         # most file-order plans of a large model do not fit: their memory is checked before the pipeline is simulated
         if check_plan(plan, fleet, model, train) or not fits_memory(plan, fleet, model, train):
             continue
         pred = evaluate(plan, fleet, model, train)
-        if pred.fits and (best is None or pred.iteration_time_s < best[1].iteration_time_s):
-            best = (plan, pred)
-    return best
+        if pred.fits and (best is None or (pred.iteration_time_s, i) < (best[2].iteration_time_s, best[0])):
+            best = (i, plan, pred)
+    return None if best is None else best[1:]
 
 
 def _file_order_baseline(name: str, description: str, unavailable: str, fleet: Fleet, model: ModelArch,
