@@ -22,10 +22,10 @@ import statistics
 import sys
 from pathlib import Path
 
+from optimizer_bytes import HGPLAN_BYTES, STEPS
+
 from hgplan.costmodel.compute import hbm_s
 from hgplan.costmodel.evaluate import evaluate
-from hgplan.costmodel.optimizer import (FUSED_ADAM_BYTES_PER_PARAM, GRAD_NORM_BYTES_PER_PARAM,
-                                        LOCAL_PARAM_COPY_BYTES_PER_PARAM, TORCH_FOREACH_ADAMW_BYTES_PER_PARAM)
 from hgplan.domain import Attention, Fleet, NodeGroup, TrainingSettings, TransformerImpl, Transport
 from hgplan.inputs import Catalog, load_model
 from hgplan.io import catalog, resolve_profile
@@ -73,11 +73,11 @@ def predict(cfg: dict, cat: Catalog | None = None, impl: TransformerImpl = Trans
 
 def timed_step_bytes_per_param(fused: bool) -> int:
     """HBM bytes per parameter of what mcore_bench.py times as `opt.step()` in its build without Transformer Engine
-    or Apex: the gradient norm, Adam (torch's fused AdamW where the script swaps it in, standing in for the fused
-    Adam that TE or Apex brings, else torch's multi-tensor AdamW, the local spec's fallback) and megatron-core's
-    local multi-tensor copy of the weights. The main-gradient buffer is zeroed outside the timed step."""
-    adam = FUSED_ADAM_BYTES_PER_PARAM if fused else TORCH_FOREACH_ADAMW_BYTES_PER_PARAM
-    return GRAD_NORM_BYTES_PER_PARAM + adam + LOCAL_PARAM_COPY_BYTES_PER_PARAM
+    or Apex (optimizer_bytes.STEPS: the gradient norm, Adam (torch's fused AdamW where the script swaps it in,
+    standing in for the fused Adam that TE or Apex brings, else torch's multi-tensor AdamW, the local spec's
+    fallback) and megatron-core's local multi-tensor copy of the weights; the main-gradient buffer is zeroed outside
+    the timed step), as hgplan counts each part."""
+    return sum(HGPLAN_BYTES[part] for part in STEPS["fused" if fused else "foreach"])
 
 
 def _err(pred: float, meas: float) -> float:

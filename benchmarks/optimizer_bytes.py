@@ -1,7 +1,7 @@
 """Time the parts of Megatron's optimizer step on one GPU and set each beside the bytes hgplan counts for it.
 
 Usage (needs torch and a CUDA GPU; megatron-core for its local multi-tensor copy and norm, else their PyTorch
-equivalents):  python benchmarks/optimizer_bytes.py [--params-b 1.923] [--json FILE]
+equivalents):  python benchmarks/optimizer_bytes.py [--scale 1.0] [--json FILE]
 
 The parameters are Llama-3.1-8B's tensors (four layers and the untied embedding and output layer: 1.923 B, the
 configuration of shared/reference/h100-measured.json whose optimizer steps were timed), as fp32 master weights

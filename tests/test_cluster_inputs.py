@@ -186,9 +186,10 @@ def test_inline_gpu_spec_carries_its_own_hbm_rate(cli, write):
     spec = INLINE_GPU.replace("intra_node:", "hbm_efficiency: 0.8\n          intra_node:")
     text = GOOD.replace("gpu: A100-SXM4-80GB", spec)
     fleet, _ = load_cluster(text, "inline", catalog())
+    archs = catalog().archs
     rates = {g.gpu.id: g.gpu.eff.hbm_efficiency for g in fleet.groups}
-    assert rates["MyAccel"] == 0.8 and catalog().archs["hopper"].hbm_efficiency == 0.891
-    assert all(r == catalog().archs[g.gpu.arch].hbm_efficiency for g in fleet.groups if g.gpu.id != "MyAccel"
-               for r in [g.gpu.eff.hbm_efficiency])
+    assert rates["MyAccel"] == 0.8 and archs["hopper"].hbm_efficiency == 0.891
+    assert all(g.gpu.eff.hbm_efficiency == archs[g.gpu.arch].hbm_efficiency for g in fleet.groups
+               if g.gpu.id != "MyAccel")
     r = cli("validate", write(text.replace("hbm_efficiency: 0.8", "hbm_efficiency: 1.3")))
     assert r.code == 2 and "hbm_efficiency" in r.stderr

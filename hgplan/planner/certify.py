@@ -86,6 +86,7 @@ def least_fill_s(slots: list[tuple[float, int, int]], *, L: int, p: int, v: int,
         cap = most if not math.isfinite(cycle_s) else min(most, math.floor(cycle_s / (v * tau) + FLOOR_EPS) * v)
         if cap >= v and n > 0:
             usable.append((tau, n, cap))
+    usable.sort()  # fastest first
     need, held = p, 0
     for _, n, cap in sorted(usable, key=lambda e: -e[2]):
         take = min(n, need)
@@ -107,12 +108,11 @@ CYCLE_STEPS = 14
 any number of them)."""
 
 
-def _edges_s(costs: CostSource, cfg: ParallelConfig, ctx: BoundContext) -> float:
-    """The least embedding (forward + backward on the first stage) plus LM-head work (on the last) of any plan, one
-    microsecond under the cost model's each."""
-    edges = [costs.group(costs.fleet.group(key), cfg).edges_s for key in ctx.groups]
-    first = min(e[0] + e[1] for e in edges)
-    last = min(e[2] + e[3] for e in edges)
+def _edges_s(ctx: BoundContext) -> float:
+    """The least embedding (forward + backward on the first stage) plus LM-head work (on the last) of any plan: the
+    bound context's, one microsecond under each (they are rounded to the nearest)."""
+    first = min(gb.first_s for gb in ctx.groups.values())
+    last = min(gb.last_s for gb in ctx.groups.values())
     return max(0.0, first - 1 / US) + max(0.0, last - 1 / US)
 
 
@@ -130,7 +130,7 @@ def cheap_bound_us(costs: CostSource, cand: Candidate, L: int) -> float:
     fill = least_fill_s(slots, L=L, p=p, v=v)
     if not math.isfinite(fill):
         return math.inf
-    edges = _edges_s(costs, cfg, cand.ctx)
+    edges = _edges_s(cand.ctx)
     a = 1.0 / v
     k = a / (1.0 - (1.0 - a / m) ** p) if v * m > 1 else 1.0
 
