@@ -133,6 +133,26 @@ def test_a_closed_block_model_is_not_solved_again(scripted):
     assert [c[0] for c in calls] == ["stage"]
 
 
+def test_after_a_stage_level_solve_that_got_nowhere_a_like_item_with_a_closed_block_model_skips_its_own(scripted):
+    """A stage-level solve that found no plan and no bound above its item's is recorded (interleaving, node groups,
+    stages); an item of the same interleaving and at least as many groups and stages whose block model is then closed
+    (optimal) closes at the block model's bound without a stage-level solve. One whose block model is still open gets
+    its stage-level solve and comes back for the block model's retry, as before."""
+    st, item, attempt = scripted
+    out, calls = attempt(0, 100.0, ("OPTIMAL", 100.0, True))
+    tables = st.tables_of[item]
+    v, own = tables.vpp, st.found[item].solution.objective
+    assert [c[0] for c in calls] == ["block", "stage"] and out is None
+    assert st.futile == {(v, len(item[1]), tables.pp)}
+    closed = len(st.closed_bounds)
+    out, calls = attempt(0, 100.0, ("OPTIMAL", 0.9 * own, False))
+    assert out is None and [c[0] for c in calls] == ["block"]
+    assert st.closed_bounds[closed:] == [pytest.approx(max(100.0, 0.9 * own / v))]
+    out, calls = attempt(0, 100.0, ("FEASIBLE", 0.9 * own, False))
+    assert [c[0] for c in calls] == ["block", "stage"] and item in st.block_open
+    assert out == pytest.approx(max(100.0, 0.9 * own / v))
+
+
 def test_no_stage_level_solve_when_less_time_is_left_than_the_block_model_took(scripted):
     """The stage-level model is the larger: with the deadline closer than the block step took, its build alone would
     overrun the time limit (64 node groups: seconds, benchmarks/model_build.py), so the item goes back with the block

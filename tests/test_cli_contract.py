@@ -103,7 +103,7 @@ def test_documents_match_their_published_schemas(cli, plan_file, kind):
 def test_solver_record_lists_the_limits_the_solves_used(plan_file):
     """The record shows the largest limits any solve ran under, not a default no solve used."""
     from hgplan.planner.options import SearchOptions
-    from hgplan.planner.search import SAFETY_WALL_FACTOR, SAFETY_WALL_MIN_S
+    from hgplan.planner.limits import SAFETY_WALL_FACTOR, SAFETY_WALL_MIN_S
 
     doc = json.loads((plan_file.parent / "search.json").read_text())
     solver, opts = doc["solver"], SearchOptions()

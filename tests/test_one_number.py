@@ -79,17 +79,19 @@ def _ranked_two_site():
 
 
 def test_baselines_skip_only_plans_that_do_not_fit():
-    """The file-order baselines check memory before simulating (evaluate.fits_memory): it agrees with the full
-    prediction's `fits` on every plan, those that fit and those that do not."""
-    from hgplan.costmodel.evaluate import fits_memory
+    """The file-order baselines check memory before simulating (evaluate.fits_and_bound): it agrees with the full
+    prediction's `fits` on every plan, those that fit and those that do not, and its bound of a plan that fits is at
+    or below the plan's reported time."""
+    from hgplan.costmodel.evaluate import fits_and_bound
     from hgplan.validate import check_plan
 
     fleet, model, train, _ = _ranked_two_site()
     plans = [p for p in bl._file_order_plans(fleet, model, train, api.SearchOptions(), proportional=True)
              if not check_plan(p, fleet, model, train)]
-    verdicts = [fits_memory(p, fleet, model, train) for p in plans]
-    assert verdicts == [evaluate(p, fleet, model, train).fits for p in plans]
-    assert 0 < sum(verdicts) < len(plans)
+    checked = [(fits_and_bound(p, fleet, model, train), evaluate(p, fleet, model, train)) for p in plans]
+    assert [fits for (fits, _), _ in checked] == [pred.fits for _, pred in checked]
+    assert 0 < sum(fits for (fits, _), _ in checked) < len(plans)
+    assert all(bound <= pred.iteration_time_s * (1 + 1e-12) for (fits, bound), pred in checked if fits)
 
 
 def test_baselines_simulate_in_bound_order_and_return_what_simulating_all_would():
@@ -97,7 +99,7 @@ def test_baselines_simulate_in_bound_order_and_return_what_simulating_all_would(
     the work before it) and stop once the bound passes the best: the bound is at or below every fitting plan's
     reported time, and the plan returned is the one simulating every plan would give (the first listed among
     equals), for both file-order baselines, interleaved plans included."""
-    from hgplan.costmodel.evaluate import fits_memory
+    from hgplan.costmodel.evaluate import fits_and_bound
     from hgplan.validate import check_plan
 
     fleet, model, train, _ = _ranked_two_site()
@@ -105,7 +107,7 @@ def test_baselines_simulate_in_bound_order_and_return_what_simulating_all_would(
     for proportional in (False, True):
         plans = bl._file_order_plans(fleet, model, train, opts, proportional=proportional)
         full = [(evaluate(p, fleet, model, train), i) for i, p in enumerate(plans)
-                if not check_plan(p, fleet, model, train) and fits_memory(p, fleet, model, train)]
+                if not check_plan(p, fleet, model, train) and fits_and_bound(p, fleet, model, train)[0]]
         for pred, i in full:
             cache = {}
             assert bl._busy_bound_s(plans[i], fleet, model, train, cache) <= pred.iteration_time_s * (1 + 1e-12)
@@ -113,6 +115,40 @@ def test_baselines_simulate_in_bound_order_and_return_what_simulating_all_would(
         best = bl._best_of(plans, fleet, model, train)
         assert (best is None) if not fitting else best[0] == plans[min(fitting)[1]]
         assert fitting or not proportional  # two-site's even split fits nowhere; the proportional one does
+
+
+def test_the_baselines_full_bound_is_below_every_fitting_plans_reported_time():
+    """evaluate.fits_and_bound on random multi-site fleets (WAN links of random speed and latency, 2-5 GPU types):
+    every file-order plan, even and proportional, 1F1B and interleaved (v = 2 where it is valid), micro-batches of
+    1 and 2, without and with full recompute: its verdict is the full prediction's `fits`, and its bound (sends,
+    latencies and tails included) is at or below the plan's reported time."""
+    import random
+
+    from hgplan.costmodel.evaluate import fits_and_bound
+    from hgplan.domain import TrainingSettings
+    from hgplan.plan import Recompute
+    from hgplan.validate import check_plan
+    from test_planner import random_multisite_fleet, small_model
+
+    opts = replace(api.SearchOptions(), vpp_options=(1, 2), mbs_options=(1, 2),
+                   recompute_options=(Recompute.NONE, Recompute.FULL))
+    checked, interleaved = 0, 0
+    for seed in range(20):
+        rng = random.Random(seed)
+        fleet = random_multisite_fleet(rng)
+        model = small_model(rng.choice([8, 12, 16]), hidden=rng.choice([2048, 4096]), heads=32)
+        train = TrainingSettings(seq_length=2048, global_batch_size=rng.choice([32, 64]))
+        for proportional in (False, True):
+            plans = bl._file_order_plans(fleet, model, train, opts, proportional=proportional)
+            for plan in plans + [replace(p, config=replace(p.config, vpp=2)) for p in plans if p.config.pp > 1]:
+                if check_plan(plan, fleet, model, train):
+                    continue
+                (fits, bound), pred = fits_and_bound(plan, fleet, model, train), evaluate(plan, fleet, model, train)
+                assert fits == pred.fits
+                assert not fits or bound <= pred.iteration_time_s * (1 + 1e-12), (plan, bound, pred.iteration_time_s)
+                checked += fits
+                interleaved += fits and plan.config.vpp > 1
+    assert checked >= 200 and interleaved >= 20, (checked, interleaved)
 
 
 def test_a_baseline_faster_than_every_solver_plan_is_returned_first():

@@ -10,7 +10,7 @@ from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, attentio
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
 from hgplan.costmodel.optimizer import GRAD_ZERO_BYTES_PER_PARAM, optimizer_bytes_per_param
-from hgplan.costmodel.pipeline import Op, chunk_sends, closed_form, simulate
+from hgplan.costmodel.pipeline import Op, chunk_sends, closed_form, lower_bound_s, simulate
 from hgplan.costmodel.reshard import crosses_vendors, host_copy_s, rank_slice_bytes
 from hgplan.domain import (Attention, Fleet, ModelArch, NetPath, NodeGroup, PathKind, Precision, Runtime, TrainingSettings,
                            TransformerImpl)
@@ -368,11 +368,34 @@ def _recomputed_flops(plan: Plan, work: list[_StageWork], m: int) -> float:
     return extra
 
 
-def fits_memory(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> bool:
-    """evaluate(...).fits without timing the pipeline: whether every stage fits its GPUs' memory."""
+def fits_and_bound(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> tuple[bool, float]:
+    """evaluate(...).fits without timing the pipeline (whether every stage fits its GPUs' memory) and, when it fits, a
+    proven lower bound of evaluate(...)'s iteration time without simulating the pipeline: the simulator's path terms
+    over the plan's stage and boundary times, each stage's tail after it (costmodel/pipeline.lower_bound_s). The
+    bound is inf for a plan that does not fit."""
     groups = [fleet.group(st.node_group) for st in plan.stages]
     work = _stage_work(plan, fleet, groups, model, train)
-    return all(w.memory.total_gib <= g.gpu.hbm_gib for w, g in zip(work, groups))
+    if any(w.memory.total_gib > g.gpu.hbm_gib for w, g in zip(work, groups)):
+        return False, float("inf")
+    fwd, bwd = [w.fwd_s for w in work], [w.bwd_s for w in work]
+    xf, lat, _ = _boundary_costs(fleet, groups, model, plan, train)
+    tails = [sum(t) for t in _tails_s(plan, fleet, groups, model, train, work)]
+    return True, lower_bound_s(fwd, bwd, xf, list(xf), lat, microbatches=plan.config.num_microbatches(
+        train.global_batch_size), vpp=plan.config.vpp, tails_s=tails)
+
+
+def _tails_s(plan: Plan, fleet: Fleet, groups: list[NodeGroup], model: ModelArch, train: TrainingSettings,
+             work: list[_StageWork]) -> list[tuple[float, float]]:
+    """Per stage, what follows its last backward: its exposed data-parallel sync (the first and last stage's with
+    the tied embedding's sync) and its optimizer step."""
+    p = plan.config.pp
+    tied_sync = tied_embedding_sync_s(fleet, groups[0], groups[-1], model, plan.stage_config(0), train)
+    out = []
+    for i, (st, g, w) in enumerate(zip(plan.stages, groups, work)):
+        exposed, opt = dp_tail(fleet, g, plan.stage_config(i), train, params=w.memory.params, layers=st.num_layers,
+                               fwd_s=w.fwd_s, bwd_s=w.bwd_s)
+        out.append((exposed + (tied_sync if i in (0, p - 1) else 0.0), opt))
+    return out
 
 
 def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
@@ -398,12 +421,8 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     # data-parallel sync and optimizer, after each stage's last backward
     per_chunk = chunk_sends(p, v, xf, xb)
     stages, ends = [], []
-    tied_sync = tied_embedding_sync_s(fleet, groups[0], groups[-1], model, plan.stage_config(0), train)
-    for i, (st, g, w) in enumerate(zip(plan.stages, groups, work)):
-        exposed, opt = dp_tail(fleet, g, plan.stage_config(i), train, params=w.memory.params, layers=st.num_layers,
-                               fwd_s=fwd[i], bwd_s=bwd[i])
-        if i in (0, p - 1):
-            exposed += tied_sync
+    for i, (st, g, w, (exposed, opt)) in enumerate(zip(plan.stages, groups, work,
+                                                       _tails_s(plan, fleet, groups, model, train, work))):
         ends.append(pipe.finish_s[i] + exposed + opt)
         stages.append(StagePrediction(
             index=i, node_group=g.key, site=g.site, gpu=g.gpu.id, gpus=plan.stage_gpus(i), layers=st.num_layers,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hgplan.costmodel.evaluate import Prediction, evaluate, fits_memory, layer_cost
-from hgplan.domain import Fleet, ModelArch, TrainingSettings
-from hgplan.plan import Plan, StageAssignment
+from hgplan.costmodel.evaluate import Prediction, evaluate, fits_and_bound, layer_cost
+from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
+from hgplan.plan import ParallelConfig, Plan, StageAssignment
 from hgplan.planner.candidates import base_configs
 from hgplan.planner.heuristic import apportion
 from hgplan.planner.options import RERANKED, SearchOptions
@@ -62,9 +62,21 @@ def single_group_from(found: list, fleet: Fleet, model: ModelArch, train: Traini
                     note=f"on {best[1].stages[0].node_group}")
 
 
+def _layer_s(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings,
+             cache: dict) -> float:
+    """One layer's forward and backward seconds on g under cfg, cached per group and configuration but its depth (a
+    layer's cost does not depend on pp)."""
+    key = (g.key, replace(cfg, pp=1))
+    if key not in cache:
+        cache[key] = sum(layer_cost(fleet, g, model, cfg, train)[1:])
+    return cache[key]
+
+
 def _file_order_plans(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
-                      proportional: bool) -> list[Plan]:
-    """Every GPU of the fleet, stages in file order, layers split evenly or in proportion to stage speed."""
+                      proportional: bool, cache: dict | None = None) -> list[Plan]:
+    """Every GPU of the fleet, stages in file order, layers split evenly or in proportion to stage speed (`cache`:
+    layer costs to share with _best_of)."""
+    cache = {} if cache is None else cache
     L = model.num_layers
     groups = list(fleet.groups)
     out = []
@@ -76,7 +88,8 @@ def _file_order_plans(fleet: Fleet, model: ModelArch, train: TrainingSettings, o
             continue
         order = [g for g in groups for _ in range(g.num_gpus // base.gpus_per_stage)]
         if proportional:
-            layers = apportion(L, [1.0 / sum(layer_cost(fleet, g, model, base, train)[1:]) for g in order])
+            speed = {g.key: 1.0 / _layer_s(fleet, g, model, base, train, cache) for g in groups}
+            layers = apportion(L, [speed[g.key] for g in order])
         else:
             layers = [L // p] * p
         out.append(Plan(config=replace(base, pp=p), stages=tuple(StageAssignment(node_group=g.key, num_layers=n)
@@ -92,27 +105,32 @@ def _busy_bound_s(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSet
     cfg = plan.config
     m, v = cfg.num_microbatches(train.global_batch_size), cfg.vpp
     bound = before = 0.0
+    used = {st.node_group for st in plan.stages}
+    per_layer = {k: _layer_s(fleet, fleet.group(k), model, cfg, train, cache) for k in used}
     for st in plan.stages:
-        if st.node_group not in cache:
-            cache[st.node_group] = sum(layer_cost(fleet, fleet.group(st.node_group), model, cfg, train)[1:])
-        work = st.num_layers * cache[st.node_group]
+        work = st.num_layers * per_layer[st.node_group]
         bound = max(bound, before / v + m * work)
         before += work
     return bound
 
 
-def _best_of(plans: list[Plan], fleet: Fleet, model: ModelArch, train: TrainingSettings) -> tuple[Plan, Prediction] | None:
+def _best_of(plans: list[Plan], fleet: Fleet, model: ModelArch, train: TrainingSettings,
+             cache: dict | None = None) -> tuple[Plan, Prediction] | None:
     """The fastest valid, fitting plan, the first listed among equals. Plans are simulated in order of a lower bound
     of their time, and one whose bound is already above the best so far is not (it cannot win)."""
-    per_config: dict = {}
-    bounds = [_busy_bound_s(plan, fleet, model, train, per_config.setdefault(plan.config, {})) for plan in plans]
+    cache = {} if cache is None else cache
+    bounds = [_busy_bound_s(plan, fleet, model, train, cache) for plan in plans]
     best: tuple[int, Plan, Prediction] | None = None
     for bound, i in sorted((b, i) for i, b in enumerate(bounds)):
         plan = plans[i]
         if best is not None and bound > best[2].iteration_time_s * (1 + 1e-9):
             break  # this one and every later one are slower than the best
-        # most file-order plans of a large model do not fit: their memory is checked before the pipeline is simulated
-        if check_plan(plan, fleet, model, train) or not fits_memory(plan, fleet, model, train):
+        # most file-order plans of a large model do not fit: their memory is checked before the pipeline is simulated,
+        # and with it a bound that counts the sends and tails the bound above leaves out (WAN crossings in file order)
+        if check_plan(plan, fleet, model, train):
+            continue
+        fits, full_bound = fits_and_bound(plan, fleet, model, train)
+        if not fits or (best is not None and full_bound > best[2].iteration_time_s * (1 + 1e-9)):
             continue
         pred = evaluate(plan, fleet, model, train)
         if pred.fits and (best is None or (pred.iteration_time_s, i) < (best[2].iteration_time_s, best[0])):
@@ -122,7 +140,9 @@ def _best_of(plans: list[Plan], fleet: Fleet, model: ModelArch, train: TrainingS
 
 def _file_order_baseline(name: str, description: str, unavailable: str, fleet: Fleet, model: ModelArch,
                          train: TrainingSettings, opts: SearchOptions, *, proportional: bool) -> Baseline:
-    best = _best_of(_file_order_plans(fleet, model, train, opts, proportional=proportional), fleet, model, train)
+    cache: dict = {}
+    best = _best_of(_file_order_plans(fleet, model, train, opts, proportional=proportional, cache=cache), fleet, model,
+                    train, cache)
     if best is None:
         return Baseline(name=name, description=description, plan=None, prediction=None, note=unavailable)
     return Baseline(name=name, description=description, plan=best[0], prediction=best[1])

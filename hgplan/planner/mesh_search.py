@@ -33,7 +33,7 @@ from hgplan.planner.mesh_model import MeshSolution, solve_mesh
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables, host_options
 from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
-from hgplan.planner.search import MAX_RETRIES, solve_params, within
+from hgplan.planner.limits import MAX_RETRIES, solve_params, within
 
 STAGE_BOUND = 1
 """A candidate's level on the heap: 0 with the capacity bound, STAGE_BOUND with its tables' stage-coupled bound,

@@ -26,21 +26,12 @@ from hgplan.planner.classes import interchangeable_classes
 from hgplan.planner.costs import US, CostSource
 from hgplan.planner.block_model import solve_blocks
 from hgplan.planner.heuristic import best_layers, greedy_hint, improve
+from hgplan.planner.limits import MAX_RETRIES, solve_params, within
 from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
 from hgplan.planner.tables import CostTables, build_tables
 
-MAX_RETRIES = 3
-"""A solve that stops at its limit is retried at most this many times, each with twice the time."""
-SAFETY_WALL_FACTOR = 20
-"""A solve's wall-clock safety net: this many times its deterministic limit, and at least SAFETY_WALL_MIN_S. It must
-not be what stops a solve, or the same inputs give different plans: the deterministic limit has to bind first.
-Path models with critical-chain cuts (certify.py) run at 0.15-0.2 deterministic seconds per wall second on the 2-core
-machine (a pp = 15 candidate of a 504-GPU fleet: 0.72-0.77 in 4.3-5.0 s), so 3x, the old factor, cut one of them
-off at 5 s in some runs and not in others and two runs returned 8.578 s and 8.398 s plans. The search's time limit
-stays the hard cap (within())."""
-SAFETY_WALL_MIN_S = 5.0
 
 
 class Stage(IntEnum):
@@ -142,6 +133,8 @@ class _State:
     log: Callable[[str], None] | None = None
     block_open: set[tuple] = field(default_factory=set)
     """Items whose block model stopped at its limit (neither OPTIMAL nor INFEASIBLE): their retries solve it again."""
+    futile: set[tuple[int, int, int]] = field(default_factory=set)
+    """(v, node groups, stages) of stage-level solves that got nowhere: no plan, no bound above their item's."""
     open_items: list[int] = field(default_factory=list)
     """Per candidate, its items on the heap; a candidate with none left is settled (progress only)."""
     settled: int = 0
@@ -155,25 +148,6 @@ class _State:
         best = self.best_us()
         bound = min([best, min(self.closed_bounds, default=best)] + ([heap[0][0]] if heap else []))
         return Progress("search", self.settled, len(self.open_items), "configurations settled", best / US, bound / US)
-
-
-def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf) -> SolverParams:
-    """CP-SAT parameters of a solve: attempt n gets 2^n times the per-solve deterministic time (at most what the
-    budget has left) and a wall-clock safety net SAFETY_WALL_FACTOR times that."""
-    scale = 2 ** attempt
-    return SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * scale, remaining_s),
-                        max_time_in_seconds=max(SAFETY_WALL_MIN_S, SAFETY_WALL_FACTOR * opts.per_solve_s * scale),
-                        relative_gap_limit=opts.solve_gap, log_search_progress=opts.solver_log,
-                        extra=opts.solver_params)
-
-
-def within(params: SolverParams, stop_at_s: float | None) -> SolverParams:
-    """The solve's wall-clock limit cut to what is left before stop_at_s (a time.perf_counter() reading; at least
-    50 ms): the search's time limit covers its solves too."""
-    if stop_at_s is None:
-        return params
-    left = max(0.05, stop_at_s - time.perf_counter())
-    return replace(params, max_time_in_seconds=min(params.max_time_in_seconds, left))
 
 
 def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, ...]], stage: int, lb: float,
@@ -207,6 +181,9 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
             return _block_retry(st, step, attempt, step is not None and (step > lb or st.found.get(item) is not before))
         if _left_s(opts) < time.perf_counter() - began:
             return step  # the larger stage-level model would overrun the time limit in its build (benchmarks/model_build.py)
+        if item not in st.block_open and _futile(st, cand.cfg, len(subset)):
+            st.closed_bounds.append(step)
+            return None
         lb = step
         hint = _hint_of(st.found.get(item)) or hint
     upper = _upper_bound(st, cand.cfg.vpp)
@@ -224,6 +201,8 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         _close_infeasible(st, upper, cand.cfg.vpp)
         return None
     bound = _raised_bound(lb, sol.bound, upper, cand.cfg.vpp)
+    if sol.objective is None and bound <= lb:
+        st.futile.add((cand.cfg.vpp, len(subset), cand.cfg.pp))
     if sol.status == "OPTIMAL":
         st.closed_bounds.append(bound)
         return None
@@ -235,6 +214,16 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         return bound
     st.closed_bounds.append(bound)
     return None
+
+
+def _futile(st: _State, cfg: ParallelConfig, groups: int) -> bool:
+    """Whether a stage-level solve of the same interleaving, no more node groups and no more stages got nowhere
+    (_State.futile). Then an item whose block model is closed (optimal) is closed at the block model's bound without
+    its own stage-level solve: a larger model, given the same time, does no better (the 16-group benchmark fleet's
+    second pp 16 interleaved item over all 16 groups: about 2 s for no plan and no bound). An item whose block model
+    is still open goes on to be solved and retried as before (the 10-group fleet's pp 19 items, which the block
+    model's retries settle)."""
+    return any(v == cfg.vpp and g <= groups and p <= cfg.pp for v, g, p in st.futile)
 
 
 def _keep(st: _State, item: tuple, cfg: ParallelConfig, tables: CostTables, status: str, objective: int,

@@ -1,0 +1,41 @@
+"""The limits of one CP-SAT solve: how many retries, how much deterministic time per attempt, and the wall-clock
+safety net under the search's own deadline. Shared by the search, the proof of the gap and the mesh search."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+from hgplan.planner.model import SolverParams
+from hgplan.planner.options import SearchOptions
+
+MAX_RETRIES = 3
+"""A solve that stops at its limit is retried at most this many times, each with twice the time."""
+SAFETY_WALL_FACTOR = 20
+"""A solve's wall-clock safety net: this many times its deterministic limit, and at least SAFETY_WALL_MIN_S. It must
+not be what stops a solve, or the same inputs give different plans: the deterministic limit has to bind first.
+Path models with critical-chain cuts (certify.py) run at 0.15-0.2 deterministic seconds per wall second on the 2-core
+machine (a pp = 15 candidate of a 504-GPU fleet: 0.72-0.77 in 4.3-5.0 s), so 3x, the old factor, cut one of them
+off at 5 s in some runs and not in others and two runs returned 8.578 s and 8.398 s plans. The search's time limit
+stays the hard cap (within())."""
+SAFETY_WALL_MIN_S = 5.0
+
+
+def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf) -> SolverParams:
+    """CP-SAT parameters of a solve: attempt n gets 2^n times the per-solve deterministic time (at most what the
+    budget has left) and a wall-clock safety net SAFETY_WALL_FACTOR times that."""
+    scale = 2 ** attempt
+    return SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * scale, remaining_s),
+                        max_time_in_seconds=max(SAFETY_WALL_MIN_S, SAFETY_WALL_FACTOR * opts.per_solve_s * scale),
+                        relative_gap_limit=opts.solve_gap, log_search_progress=opts.solver_log,
+                        extra=opts.solver_params)
+
+
+def within(params: SolverParams, stop_at_s: float | None) -> SolverParams:
+    """The solve's wall-clock limit cut to what is left before stop_at_s (a time.perf_counter() reading; at least
+    50 ms): the search's time limit covers its solves too."""
+    if stop_at_s is None:
+        return params
+    left = max(0.05, stop_at_s - time.perf_counter())
+    return replace(params, max_time_in_seconds=min(params.max_time_in_seconds, left))
