@@ -267,3 +267,33 @@ def test_a_solve_stopped_by_its_limit_is_retried_with_twice_the_time():
     assert res.stopped_by == "complete"
     assert res.best_us == best_us
     assert res.bound_us == pytest.approx(best_us, abs=1.0)
+
+
+def test_interchangeable_hosts_share_their_bound_work_and_the_bound_is_unchanged():
+    """mesh_bound computes the per-host terms of interchangeable node groups once (_shared): on a fleet of eight
+    groups in two classes and one more alike but for its size (search_scaling's synthetic rack-by-rack fleet), every
+    candidate's bound, order-free and stage-coupled, is what the same bound gives with every host on its own."""
+    from search_scaling import synthetic
+
+    from test_planner import small_model
+
+    base = synthetic(128, 2, 2, 8)  # eight groups of two nodes; the first gets four: alike but for its size
+    fleet = dataclasses.replace(base, groups=(dataclasses.replace(base.groups[0], num_nodes=4), *base.groups[1:]))
+    model = small_model(16, hidden=2048, heads=16)
+    train = TrainingSettings(seq_length=2048, global_batch_size=64)
+    opts = SearchOptions(max_pp=8, tp_options=(1, 2), recompute_options=(Recompute.NONE,))
+    costs, groups = CostSource(fleet, model, train), list(fleet.groups)
+    checked = shared = 0
+    for B in sorted(mesh_search_module._candidates(costs, groups, opts)[1])[:4]:
+        for P in (2, 4, 8):
+            t = build_mesh_tables(costs, B, P, groups, opts)
+            if t is None:
+                continue
+            hosts = mesh_bound._shared([a for h in range(len(t.hosts)) if (a := mesh_bound._host_arrays(t, h))])
+            shared += len(hosts) - len({id(a) for a in hosts})
+            for stages in (False, True):
+                fast = mesh_bound.candidate_bound(t, 0.0, stages=stages)
+                with mock.patch.object(mesh_bound, "_shared", lambda hosts: hosts):
+                    assert mesh_bound.candidate_bound(t, 0.0, stages=stages) == fast, (B, P, stages)
+                checked += math.isfinite(fast.bound_us)
+    assert checked >= 6 and shared > 0, (checked, shared)

@@ -108,6 +108,24 @@ def _option_gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[
     return out
 
 
+def _shared(hosts: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """The hosts, each equal to an earlier one (interchangeable node groups) replaced by that one, so that the
+    per-host work of one cycle is done once per class (identified by object: id())."""
+    out: list[dict[str, np.ndarray]] = []
+    for a in hosts:
+        out.append(next((b for b in out if b.keys() == a.keys() and all(np.array_equal(a[k], b[k]) for k in a)), a))
+    return out
+
+
+def _per_class(hosts: list[dict[str, np.ndarray]], fn) -> list:
+    """fn(a) per host, computed once per distinct host object (_shared)."""
+    done: dict[int, object] = {}
+    for a in hosts:
+        if id(a) not in done:
+            done[id(a)] = fn(a)
+    return [done[id(a)] for a in hosts]
+
+
 def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float:
     """Most whole layers P stages hold at this cycle: a max-plus knapsack over hosts of (stages taken, first stage
     placed, last stage placed)."""
@@ -116,9 +134,9 @@ def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float
     valid = diff >= 0
     best = {(f, ll): np.full(P + 1, NONE) for f in (0, 1) for ll in (0, 1)}
     best[(0, 0)][0] = 0.0
-    for a in hosts:
+    for gains in _per_class(hosts, lambda a: _gains(a, cycle, P)):
         nxt = {k: v.copy() for k, v in best.items()}
-        for (fh, lh), g in _gains(a, cycle, P).items():
+        for (fh, lh), g in gains.items():
             g = g.copy()
             g[0] = NONE  # a used host takes at least one stage
             for (f, ll), b in best.items():
@@ -134,7 +152,7 @@ def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float
 def _caps(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> list[np.ndarray]:
     """Per host, cap[j, o]: most layers j stages of option o hold at this cycle in the role that holds most (below
     one: it cannot take j stages)."""
-    return [np.max(list(_option_gains(a, cycle, P).values()), axis=0) for a in hosts]
+    return _per_class(hosts, lambda a: np.max(list(_option_gains(a, cycle, P).values()), axis=0))
 
 
 def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], L: int) -> float:
@@ -170,10 +188,14 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
     valid, before = diff >= 0, np.clip(diff, 0, P)
     best = np.full((prices.size, P + 1), np.inf)
     best[:, 0] = 0.0
+    vals: dict[tuple[int, int], np.ndarray] = {}  # interchangeable hosts share their cap and tau arrays (_shared)
     for cap, tau in zip(caps, taus):
-        d = tau[None, None, :] - price
-        val = np.where(cap[None] >= 1, np.where(d >= 0, j * d, (cap[None] + LAYER_SLACK) * d), np.inf).min(axis=2)
-        val[:, 0] = np.inf  # a used host takes at least one stage
+        if (id(cap), id(tau)) not in vals:
+            d = tau[None, None, :] - price
+            val = np.where(cap[None] >= 1, np.where(d >= 0, j * d, (cap[None] + LAYER_SLACK) * d), np.inf).min(axis=2)
+            val[:, 0] = np.inf  # a used host takes at least one stage
+            vals[(id(cap), id(tau))] = val
+        val = vals[(id(cap), id(tau))]
         best = np.minimum(best, np.where(valid[None], best[:, before] + val[:, None, :], np.inf).min(axis=2))
     return best[:, P] + prices * L
 
@@ -296,7 +318,7 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     bisection and the work term stop there too; stages: couple the work term to the stage count (tighter, and
     several times the cost)."""
     P, L, m = t.pp, t.num_layers, t.microbatches
-    hosts = [a for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None]
+    hosts = _shared([a for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None])
     if not hosts:
         return CandidateBound(math.inf)
     sends = [float(v) for a in hosts for key in ("intra", "cross") for v in a[key] if math.isfinite(v)]
