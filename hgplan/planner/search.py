@@ -33,7 +33,6 @@ from hgplan.planner.progress import Progress, ProgressFn, Throttle
 from hgplan.planner.tables import CostTables, build_tables
 
 
-
 class Stage(IntEnum):
     """Where an item stands on the heap; its bound only grows from one stage to the next."""
 
