@@ -150,6 +150,42 @@ def test_cheap_bound_stays_below_every_plans_reported_time(seed):
         assert tighter > 0
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_cycle_bound_is_at_or_below_the_cheap_bound(seed):
+    """The proof orders the configurations lazily (planner/certify.py): the cycle bound it starts every one with must
+    be at or below its cheap bound, on every configuration of small random fleets (over every group, memory aside)."""
+    from hgplan.planner.certify import cheap_bound_us, cycle_bound_us
+    fleet, model, train, opts, _, _ = exhaustive_case(seed)
+    costs = CostSource(fleet, model, train)
+    cands, _ = enumerate_candidates(costs, opts, list(fleet.groups))
+    pairs = [(cycle_bound_us(costs, c, model.num_layers), cheap_bound_us(costs, c, model.num_layers)) for c in cands]
+    assert pairs and all(cycle <= cheap for cycle, cheap in pairs)
+    assert any(0 < cycle < cheap for cycle, cheap in pairs)
+
+
+def test_proof_takes_configurations_in_cheap_bound_order_and_bounds_only_those_that_can_matter(monkeypatch):
+    """The lazy order is the order of the cheap bounds (ties by key), and a configuration whose cycle bound is already
+    at or above the target and the bound so far never gets its cheap bound computed."""
+    from hgplan.planner import certify as proof
+    rng = random.Random(7)
+    keys = [f"k{n:03d}" for n in range(200)]
+    cheap = {k: rng.uniform(2e6, 14e6) for k in keys}  # us; T = 10 s
+    cycle = {k: cheap[k] * rng.choice([1.0, rng.uniform(0.3, 1.0)]) for k in keys}
+    computed, solved = [], []
+    monkeypatch.setattr(proof, "cycle_bound_us", lambda costs, cand, L: cycle[cand.key])
+    monkeypatch.setattr(proof, "cheap_bound_us", lambda costs, cand, L: computed.append(cand.key) or cheap[cand.key])
+    monkeypatch.setattr(proof, "_certify_one", lambda costs, cand, bound_us, *a, **k: solved.append(cand.key)
+                        or (10e6, True))
+    costs = SimpleNamespace(model=SimpleNamespace(num_layers=8), fleet=SimpleNamespace(groups=()))
+    cert = proof.certify(costs, [SimpleNamespace(key=k) for k in keys], 10.0, SearchOptions(), hints={},
+                         dtime_budget=100.0, stop_at_s=time.perf_counter() + 60)
+    target = 10e6 * (1 - SearchOptions().max_gap)
+    assert solved == sorted((k for k in keys if cheap[k] < target), key=lambda k: (cheap[k], k))
+    assert set(solved) <= set(computed) <= {k for k in keys if cycle[k] < 10e6} and len(computed) < len(keys)
+    assert cert.pruned == len(keys) - len(solved)
+    assert cert.bound_us == min(10e6, min(cheap[k] for k in keys if k not in solved))  # as in cheap-bound order
+
+
 def test_cheap_bound_balances_cycle_and_fill():
     """least_fill_s with a cycle: each slot holds what fits in it, so the fill rises as the cycle falls; at a cycle
     the slots cannot hold the layers in p stages, no plan exists (inf)."""
@@ -361,6 +397,7 @@ def test_proof_retries_solves_that_stopped_at_their_limit(monkeypatch):
         return answers.get((cand.key, attempt), (8.5e6, False))
 
     monkeypatch.setattr(proof, "cheap_bound_us", lambda costs, cand, L: cheap[cand.key])
+    monkeypatch.setattr(proof, "cycle_bound_us", lambda costs, cand, L: 0.0)
     monkeypatch.setattr(proof, "_certify_one", fake_solve)
     costs = SimpleNamespace(model=SimpleNamespace(num_layers=8), fleet=SimpleNamespace(groups=()))
     cands = [SimpleNamespace(key=k) for k in ("c", "b", "a")]
