@@ -417,3 +417,28 @@ def test_most_fit_is_the_roomiest_positions_layers_that_fit():
         rows = tuple((rng.randint(0, 90_000), rng.choice([0, rng.randint(1, 5_000)])) for _ in range(rng.randint(1, 9)))
         cap, L = rng.randint(1, 80_000), rng.randint(1, 128)
         assert _most_fit(rows, cap, L) == max(layers_that_fit(a, b, cap, L) for a, b in rows)
+
+
+def test_cheap_bound_takes_interchangeable_groups_together():
+    """The cheap bound's slots are per class of interchangeable groups (planner/certify._slots): on a rack-by-rack
+    fleet of eight groups in two classes it is the bound with every group a class of its own, up to floating-point
+    sums, on every configuration."""
+    import dataclasses
+
+    from search_scaling import synthetic
+
+    from hgplan.planner.certify import cheap_bound_us
+    from test_planner import small_model
+
+    fleet = synthetic(128, 2, 2, 8)
+    model = small_model(16, hidden=2048, heads=16)
+    train = TrainingSettings(seq_length=2048, global_batch_size=64)
+    costs = CostSource(fleet, model, train)
+    cands, _ = enumerate_candidates(costs, SearchOptions(), list(fleet.groups))
+    merged = 0
+    for cand in cands:
+        alone = dataclasses.replace(cand.ctx, classes=tuple((k,) for k in sorted(cand.ctx.groups)))
+        ours, theirs = cheap_bound_us(costs, cand, 16), cheap_bound_us(costs, dataclasses.replace(cand, ctx=alone), 16)
+        assert ours == pytest.approx(theirs, rel=1e-12) or ours == theirs == math.inf
+        merged += len(cand.ctx.classes) < len(cand.ctx.groups)
+    assert merged > 100

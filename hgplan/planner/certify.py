@@ -64,16 +64,17 @@ def _most_fit(rows: tuple[tuple[int, int], ...], cap_mib: int, L: int) -> int:
 
 
 def _slots(costs: CostSource, cfg: ParallelConfig, ctx: BoundContext, L: int) -> list[tuple[float, int, int]]:
-    """(seconds per layer, stages, most layers per stage) of every group that can host a stage of cfg, fastest first.
-    Per layer one microsecond less than the tables' (rounded to nearest); most layers: what the least loaded stage
-    position fits in memory, in whole chunks of v (a stage needs at least v)."""
+    """(seconds per layer, stages, most layers per stage) of every class of interchangeable groups that can host a
+    stage of cfg (its groups' stages together), fastest first. Per layer one microsecond less than the tables'
+    (rounded to nearest); most layers: what the least loaded stage position fits in memory, in whole chunks of v (a
+    stage needs at least v). The classes' slots add up to the groups' one by one (floating-point sums aside)."""
     v = cfg.vpp
     out = []
-    for key, gb in ctx.groups.items():
-        g = costs.fleet.group(key)
+    for members in ctx.classes:  # interchangeable groups (planner/classes.py) have the same costs and memory
+        gb, g = ctx.groups[members[0]], costs.fleet.group(members[0])
         most = min(L, _most_fit(costs.memory(cfg, g), capacity_mib(g), L)) // v * v
         if most >= v and gb.slots > 0:
-            out.append((gb.layer_s - 1 / US, min(gb.slots, cfg.pp), most))
+            out.append((gb.layer_s - 1 / US, len(members) * min(gb.slots, cfg.pp), most))
     return sorted(out)
 
 
