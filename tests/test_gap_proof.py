@@ -296,9 +296,10 @@ def test_the_proof_ends_within_the_calls_time_limit(monkeypatch):
 
 
 def test_polishing_stops_at_a_plan_it_cannot_improve_within_its_limit(monkeypatch):
-    """polish() re-solves the search's plans one by one until one's model stops at its limit without a plan that
-    simulates faster than the search's: the next plans, of the same fleet and similar shapes, fare the same (on a
-    1000-GPU five-type fleet eight such solves took 15 s and improved none). After an optimal solve it goes on."""
+    """polish() re-solves the search's plans one by one until one's model stops at its limit, or spends its patience
+    (a solve's deterministic time), without a plan that simulates faster than the search's: the next plans, of the
+    same fleet and similar shapes, fare the same (on a 1000-GPU five-type fleet eight such solves took 15 s and
+    improved none). After an optimal solve within its patience it goes on."""
     from hgplan.planner import certify
     from hgplan.planner.search import run_search
 
@@ -309,17 +310,18 @@ def test_polishing_stops_at_a_plan_it_cannot_improve_within_its_limit(monkeypatc
     assert len(found) >= 2
     calls: list[str] = []
 
-    def returning(status: str):
-        def solve_stub(pt, cert, opts, *, upper, hint, left, stop_at_s, patience_dtime):  # the search's plan back
-            assert patience_dtime == opts.per_solve_s
+    def returning(status: str, dtime: float):
+        def solve_stub(pt, cert, opts, *, upper, hint, left, stop_at_s, patience_dtime, beat):  # the plan back
+            assert patience_dtime == opts.per_solve_s and beat == pt.simulated(*hint)[0]
             calls.append(status)
+            cert.deterministic_time += dtime
             return Solution(status=status, objective=1, bound=0.0, assign=tuple(hint[0]), layers=tuple(hint[1]),
-                            deterministic_time=0.0, wall_time_s=0.0)
+                            deterministic_time=dtime, wall_time_s=0.0)
         return solve_stub
 
-    for status, solves in (("OPTIMAL", len(found)), ("FEASIBLE", 1)):
+    for status, dtime, solves in (("OPTIMAL", 0.0, len(found)), ("FEASIBLE", 0.0, 1), ("OPTIMAL", 1.0, 1)):
         calls.clear()
-        monkeypatch.setattr(certify, "_solve_with_cuts", returning(status))
+        monkeypatch.setattr(certify, "_solve_with_cuts", returning(status, dtime))
         out = certify.polish(CostSource(fleet, model, train), found, SearchOptions(), dtime_budget=10.0,
                              stop_at_s=math.inf)
         assert len(calls) == solves and len(out) == solves
@@ -337,8 +339,9 @@ class _Chain:
 
 def test_polishing_rounds_stop_at_the_first_plan_no_faster_than_the_best(monkeypatch):
     """Polishing wants a plan, not a bound: once its cut rounds have spent patience_dtime they stop at the first whose
-    plan simulates no faster than the best before it (cheap rounds, and the proof's rounds, go on, each raising the
-    bound). Rounds' plans simulate at 10, 8, 9, 7 (the last at its model's bound: converged)."""
+    plan simulates no faster than the best before it and the plan polishing started from (cheap rounds, and the
+    proof's rounds, go on, each raising the bound). Rounds' plans simulate at 10, 8, 9, 7 (the last at its model's
+    bound: converged)."""
     from hgplan.planner import certify
 
     simulated = [10, 8, 9, 7]
@@ -364,11 +367,14 @@ def test_polishing_rounds_stop_at_the_first_plan_no_faster_than_the_best(monkeyp
                         assign=(0,), layers=(n,), deterministic_time=0.5, wall_time_s=0.0)
 
     monkeypatch.setattr(certify, "solve_path", round_stub)
-    for patience, rounds, best in ((1.0, 3, 8), (2.0, 4, 7), (math.inf, 4, 7)):  # 0.5 deterministic s a round
+    # 0.5 deterministic s a round; `beat` (the simulated time of the plan polishing starts from): once the patience is
+    # spent, a round's plan must also beat it for the rounds to go on
+    for patience, beat, rounds, best in ((1.0, math.inf, 3, 8), (2.0, math.inf, 4, 7), (math.inf, math.inf, 4, 7),
+                                         (1.0, 7.5, 2, 8), (0.5, 9.5, 1, 10), (1.0, 8.5, 3, 8)):
         cert = Certificate(bound_us=math.inf)
         sol = _solve_with_cuts(Pt(), cert, SearchOptions(), upper=None, hint=None, left=60.0, stop_at_s=math.inf,
-                               patience_dtime=patience)
-        assert cert.solved + cert.rounds == rounds and simulated[sol.layers[0]] == best
+                               patience_dtime=patience, beat=beat)
+        assert cert.solved + cert.rounds == rounds and simulated[sol.layers[0]] == best, (patience, beat)
 
 
 def test_lower_bound_models_run_without_mir_and_cg_cuts_unless_the_user_says(monkeypatch):

@@ -271,15 +271,17 @@ MAX_CUTS = 400
 
 
 def _solve_with_cuts(pt, cert: Certificate, opts: SearchOptions, *, upper: int, hint, left: float,
-                     stop_at_s: float, patience_dtime: float = math.inf, attempt: int = 0) -> Solution:
+                     stop_at_s: float, patience_dtime: float = math.inf, beat: float = math.inf,
+                     attempt: int = 0) -> Solution:
     """Solve the candidate's lower-bound model; while its optimum simulates longer than its bound (on the same
     rounded-down tables), add that plan's critical chains (valid for every plan of the shape) and solve again.
 
     Returns the plan of the round that simulates fastest (a later round, stopped at its limit, can return a worse
     one than an earlier round's optimum), with the highest bound any round proved (each is valid for every plan of
-    the candidate) and the last round's status. Polishing, which wants a plan, not a bound, passes patience_dtime:
-    once the rounds have spent that much deterministic time, they stop at the first whose plan simulates no faster
-    than the best before it. Attempt n gives each round 2^n times the per-solve time."""
+    the candidate) and the last round's status. Polishing, which wants a plan, not a bound, passes patience_dtime
+    and beat (the simulated time of the plan it starts from): once the rounds have spent that much deterministic
+    time, they stop at the first whose plan simulates no faster than both the best before it and beat. Attempt n
+    gives each round 2^n times the per-solve time."""
     t = pt.base
     cuts = cert.cuts.setdefault((t.pp, t.microbatches, t.vpp), [])
     started, budget_end = cert.deterministic_time, cert.deterministic_time + left
@@ -301,7 +303,7 @@ def _solve_with_cuts(pt, cert: Certificate, opts: SearchOptions, *, upper: int, 
         if improved:
             best = (value, sol)
         if sol.status != "OPTIMAL" or rnd == MAX_CUT_ROUNDS or time.perf_counter() > stop_at_s \
-                or (not improved and cert.deterministic_time - started >= patience_dtime):
+                or (not (improved and value < beat) and cert.deterministic_time - started >= patience_dtime):
             break
         times, tails = _times(pt, sol), pt.tails(assign, layers)
         new = [c for c in chains  # the chains that cut this plan off, once each
@@ -357,9 +359,10 @@ def polish(costs: CostSource, found: list[Found], opts: SearchOptions, *, dtime_
     reported model and ranked with the search's: a better split where the closed form misjudges a stage (on
     `two-site`, the first stage after the WAN carries the 20 ms crossing in every 1F1B cycle).
 
-    Polishing stops at the first plan whose model stops at its time limit without a plan that simulates faster than
-    the search's: the plans come from one fleet and have similar shapes, so the next ones would do the same (on a
-    1,000-GPU five-type fleet eight such solves took 15 s and improved none)."""
+    Polishing stops at the first plan whose model stops at its time limit, or spends its patience (a solve's
+    deterministic time), without a plan that simulates faster than the search's: the plans come from one fleet and
+    have similar shapes, so the next ones would do the same (on a 1,000-GPU five-type fleet eight such solves took 15
+    s and improved none; on the 504-GPU benchmark fleet three rounds of cuts took 7 s for plans 4-6% slower)."""
     cert = Certificate(bound_us=math.inf)
     hosts = {g.key: g for g in costs.fleet.groups}
     out = []
@@ -369,13 +372,14 @@ def polish(costs: CostSource, found: list[Found], opts: SearchOptions, *, dtime_
             break
         pt = build_path_tables(costs, f.tables, hosts)
         hint = (list(f.solution.assign), list(f.solution.layers))
+        start, beat = cert.deterministic_time, pt.simulated(*hint)[0]
         sol = _solve_with_cuts(pt, cert, opts, upper=None, hint=hint, left=left, stop_at_s=stop_at_s,
-                               patience_dtime=opts.per_solve_s)
+                               patience_dtime=opts.per_solve_s, beat=beat)
         closed = f.tables.objective(list(sol.assign), list(sol.layers)) if sol.objective is not None else None
         if closed is not None:  # kept with its closed-form objective, as every plan of the search (solver.objective_s)
             out.append(Found(cfg=f.cfg, tables=f.tables, solution=replace(sol, status="SIM_" + sol.status,
                                                                           objective=closed, bound=0.0)))
-        if sol.status != "OPTIMAL" and (closed is None or pt.simulated(list(sol.assign), list(sol.layers))[0]
-                                        >= pt.simulated(*hint)[0]):
+        spent = sol.status != "OPTIMAL" or cert.deterministic_time - start >= opts.per_solve_s
+        if spent and (closed is None or pt.simulated(list(sol.assign), list(sol.layers))[0] >= beat):
             break
     return out
