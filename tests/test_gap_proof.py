@@ -444,7 +444,8 @@ def test_cheap_bound_takes_interchangeable_groups_together():
     merged = 0
     for cand in cands:
         alone = dataclasses.replace(cand.ctx, classes=tuple((k,) for k in sorted(cand.ctx.groups)))
-        ours, theirs = cheap_bound_us(costs, cand, 16), cheap_bound_us(costs, dataclasses.replace(cand, ctx=alone), 16)
+        L = model.num_layers
+        ours, theirs = cheap_bound_us(costs, cand, L), cheap_bound_us(costs, dataclasses.replace(cand, ctx=alone), L)
         assert ours == pytest.approx(theirs, rel=1e-12) or ours == theirs == math.inf
         merged += len(cand.ctx.classes) < len(cand.ctx.groups)
     assert merged > 100

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from hgplan.costmodel.evaluate import Prediction, evaluate, fits_and_bound, layer_cost
@@ -121,20 +122,21 @@ def _best_of(plans: list[Plan], fleet: Fleet, model: ModelArch, train: TrainingS
     cache = {} if cache is None else cache
     bounds = [_busy_bound_s(plan, fleet, model, train, cache) for plan in plans]
     best: tuple[int, Plan, Prediction] | None = None
+    above = math.inf  # a plan whose lower bound is past this cannot beat (or tie) the best so far
     for bound, i in sorted((b, i) for i, b in enumerate(bounds)):
         plan = plans[i]
-        if best is not None and bound > best[2].iteration_time_s * (1 + 1e-9):
+        if bound > above:
             break  # this one and every later one are slower than the best
         # most file-order plans of a large model do not fit: their memory is checked before the pipeline is simulated,
         # and with it a bound that counts the sends and tails the bound above leaves out (WAN crossings in file order)
         if check_plan(plan, fleet, model, train):
             continue
         fits, full_bound = fits_and_bound(plan, fleet, model, train)
-        if not fits or (best is not None and full_bound > best[2].iteration_time_s * (1 + 1e-9)):
+        if not fits or full_bound > above:
             continue
         pred = evaluate(plan, fleet, model, train)
         if pred.fits and (best is None or (pred.iteration_time_s, i) < (best[2].iteration_time_s, best[0])):
-            best = (i, plan, pred)
+            best, above = (i, plan, pred), pred.iteration_time_s * (1 + 1e-9)
     return None if best is None else best[1:]
 
 

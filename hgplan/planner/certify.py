@@ -120,13 +120,14 @@ def _edges_s(ctx: BoundContext) -> float:
 
 
 def cycle_bound_us(costs: CostSource, cand: Candidate, L: int) -> float:
-    """m x the least cycle at which the stage slots of the candidate's groups hold the L layers, memory aside: at or
+    """m x the least cycle at which the stage slots of the candidate's groups (per class, as _slots) hold the L
+    layers, memory aside: at or
     below cheap_bound_us (whose slots are those of the groups whose memory holds a stage, so whose least cycle is no
     shorter; 1e-9 under it, for rounding), and without the memory rows that make up most of cheap_bound_us' time.
     The proof computes cheap_bound_us only for the configurations this one leaves below the target."""
     cfg = cand.cfg
     m = cfg.num_microbatches(costs.train.global_batch_size)
-    slots = [(gb.layer_s - 1 / US, min(gb.slots, cfg.pp), 0.0) for gb in cand.ctx.groups.values() if gb.slots > 0]
+    slots = [(gb.layer_s - 1 / US, n * min(gb.slots, cfg.pp), 0.0) for gb, n in cand.ctx.per_class if gb.slots > 0]
     return US * m * integer_cycle_bound(slots, L, cfg.vpp) * (1 - 1e-9)
 
 

@@ -117,13 +117,14 @@ def _shared(hosts: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def _per_class(hosts: list[dict[str, np.ndarray]], fn) -> list:
-    """fn(a) per host, computed once per distinct host object (_shared)."""
-    done: dict[int, object] = {}
-    for a in hosts:
-        if id(a) not in done:
-            done[id(a)] = fn(a)
-    return [done[id(a)] for a in hosts]
+def _per_class(items: list, fn, key=id) -> list:
+    """fn(x) per item, computed once per key(x): the hosts of one class are one object (_shared), and so are what is
+    computed from them."""
+    done: dict = {}
+    for x in items:
+        if key(x) not in done:
+            done[key(x)] = fn(x)
+    return [done[key(x)] for x in items]
 
 
 def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float:
@@ -188,14 +189,15 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
     valid, before = diff >= 0, np.clip(diff, 0, P)
     best = np.full((prices.size, P + 1), np.inf)
     best[:, 0] = 0.0
-    vals: dict[tuple[int, int], np.ndarray] = {}  # interchangeable hosts share their cap and tau arrays (_shared)
-    for cap, tau in zip(caps, taus):
-        if (id(cap), id(tau)) not in vals:
-            d = tau[None, None, :] - price
-            val = np.where(cap[None] >= 1, np.where(d >= 0, j * d, (cap[None] + LAYER_SLACK) * d), np.inf).min(axis=2)
-            val[:, 0] = np.inf  # a used host takes at least one stage
-            vals[(id(cap), id(tau))] = val
-        val = vals[(id(cap), id(tau))]
+
+    def host_values(cap_tau: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        cap, tau = cap_tau
+        d = tau[None, None, :] - price
+        val = np.where(cap[None] >= 1, np.where(d >= 0, j * d, (cap[None] + LAYER_SLACK) * d), np.inf).min(axis=2)
+        val[:, 0] = np.inf  # a used host takes at least one stage
+        return val
+
+    for val in _per_class(list(zip(caps, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1]))):
         best = np.minimum(best, np.where(valid[None], best[:, before] + val[:, None, :], np.inf).min(axis=2))
     return best[:, P] + prices * L
 
