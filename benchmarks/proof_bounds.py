@@ -35,7 +35,8 @@ def fleet_case(name: str):
     if name in EXAMPLES:
         mname, gbs = EXAMPLES[name]
         fleet, _ = load_cluster(cat.cluster_texts[name], name, cat)
-        return fleet, load_model(cat.model_texts[mname], mname), TrainingSettings(seq_length=4096, global_batch_size=gbs)
+        train = TrainingSettings(seq_length=4096, global_batch_size=gbs)
+        return fleet, load_model(cat.model_texts[mname], mname), train
     n, s, k, g = SYNTHETIC[name]
     _, model = model_for(n)
     return synthetic(n, s, k, g), model, TrainingSettings(seq_length=4096, global_batch_size=max(512, n // 2))
