@@ -84,6 +84,12 @@ class BoundContext:
     cross_send_s: float
     """The cheapest send and latency between two different groups (inf: no two are linked)."""
     cross_lat_s: float
+    fastest: tuple[tuple[float, int], ...]
+    """(tau, stage slots) of each class, fastest first (ties by slots)."""
+    total_slots: int
+    first_min_s: float
+    """The least embedding work of a first stage on any group, and the least LM-head work of a last stage."""
+    last_min_s: float
 
     def subsets(self, stages: int | None = None) -> list[tuple[str, ...]]:
         """The sets of groups a placement (of `stages` stages, when given) may use, one per class of interchangeable
@@ -124,10 +130,13 @@ def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup])
                                   slots=g.num_gpus // cfg.gpus_per_stage, tail=tail_bound(costs, g, cfg),
                                   self_send_s=costs.link(g, g, cfg).send_us / US)
     groups = {g.key: bounds[class_of[g.key][0]] for g in hosts}
-    return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat, classes=classes,
-                        per_class=tuple((bounds[c[0]], len(c)) for c in classes),
+    per_class = tuple((bounds[c[0]], len(c)) for c in classes)
+    fastest = tuple(sorted((gb.layer_s, gb.slots * n) for gb, n in per_class))
+    return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat, classes=classes, per_class=per_class,
                         cross_send_s=min(pair_send.values(), default=math.inf),
-                        cross_lat_s=min(pair_lat.values(), default=math.inf))
+                        cross_lat_s=min(pair_lat.values(), default=math.inf), fastest=fastest,
+                        total_slots=sum(n for _, n in fastest), first_min_s=min(gb.first_s for gb, _ in per_class),
+                        last_min_s=min(gb.last_s for gb, _ in per_class))
 
 
 def tail_bound(costs: CostSource, g: NodeGroup, cfg: ParallelConfig) -> TailBound:
@@ -153,13 +162,12 @@ def candidate_bound_s(ctx: BoundContext, *, L: int, p: int, v: int, m: int) -> f
     best = math.inf
     for gb, _ in per_class:
         if gb.slots >= p:
-            grouped = [(gb.layer_s, p, 0.0)]
-            compute = max(relaxation_bound(grouped, L, vm),
-                          (vm - 1) * integer_cycle_bound(grouped, L, v) + L * gb.layer_s)
+            tau = gb.layer_s
+            compute = max(_one_slot_relaxation(tau, p, L, vm), (vm - 1) * _one_slot_cycle(tau, p, L, v) + L * tau)
             best = min(best, compute + gb.first_s + gb.last_s)
     cross_send, cross_lat = ctx.cross_send_s, ctx.cross_lat_s
-    fastest = sorted((gb.layer_s, gb.slots * n) for gb, n in per_class)
-    if p > 1 and sum(n for _, n in fastest) >= p and math.isfinite(cross_send) and len(ctx.groups) > 1:
+    fastest = ctx.fastest
+    if p > 1 and ctx.total_slots >= p and math.isfinite(cross_send) and len(ctx.groups) > 1:
         grouped: Slots = []
         need = p
         for tau, n in fastest:
@@ -172,9 +180,7 @@ def candidate_bound_s(ctx: BoundContext, *, L: int, p: int, v: int, m: int) -> f
         if v == 1 and m >= 3:  # 1F1B's loop of two micro-batches through the crossing (costmodel/pipeline.py)
             cyc = max(cyc, cross_send + cross_lat + fastest[0][0])
         compute = max(relaxation_bound(grouped, L, vm), (vm - 1) * cyc + L * fastest[0][0])
-        first_min = min(gb.first_s for gb, _ in per_class)
-        last_min = min(gb.last_s for gb, _ in per_class)
-        best = min(best, compute + 2 * cross_send + 2 * cross_lat + first_min + last_min)
+        best = min(best, compute + 2 * cross_send + 2 * cross_lat + ctx.first_min_s + ctx.last_min_s)
     return (best + v * tail) / v if math.isfinite(best) else math.inf
 
 
@@ -315,6 +321,28 @@ def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:
         inv += count / tau
         best = min(best, (vm - 1 + j) * layers / inv)
     return best
+
+
+def _one_slot_relaxation(tau: float, count: int, layers: int, vm: int) -> float:
+    """relaxation_bound([(tau, count, 0.0)], layers, vm), the same floating-point operations without the lists
+    (candidate_bound_s calls it for every configuration and class)."""
+    if count <= 0:
+        return math.inf
+    return min(vm * layers / (1.0 / tau), (vm - 1 + count) * layers / (count / tau))
+
+
+def _one_slot_cycle(tau: float, count: int, layers: int, v: int) -> float:
+    """integer_cycle_bound([(tau, count, 0.0)], layers, v), the same floating-point operations without the lists."""
+    if count <= 0:
+        return math.inf
+    c = layers / (count / tau)
+    j = max(0, math.floor(c / (v * tau) + FLOOR_EPS))
+    have = v * count * j
+    while have < layers:
+        c = (j + 1) * v * tau
+        j += 1
+        have += v * count
+    return c
 
 
 def integer_cycle_bound(slots: Slots, layers: int, v: int) -> float:
