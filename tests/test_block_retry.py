@@ -1,7 +1,8 @@
 """The search's retries of an item whose block model stopped at its limit (planner/search.py `_solve_item`): the retry
 solves the block model again without the incumbent as its upper bound, keeps retrying only while that gets somewhere,
 and skips the stage-level model. The solvers are scripted (their answers are chosen per attempt) around a real item
-of a small two-site fleet, so each branch of the retry logic is taken on purpose."""
+of a small two-site fleet, so each branch of the retry logic is taken on purpose. An item whose block model is open
+after its first attempt waits with its stage-level solve until the block model's retries end (`_stage_level_due`)."""
 
 from __future__ import annotations
 
@@ -89,25 +90,30 @@ def test_an_open_block_model_is_retried_without_the_incumbent_and_stops_when_it_
     st, item, attempt = scripted
     out, calls = attempt(0, 100.0, ("FEASIBLE", 150.0, True))
     v = st.tables_of[item].vpp
-    assert [c[0] for c in calls] == ["block", "stage"]
+    assert [c[0] for c in calls] == ["block"]  # the stage-level solve waits for the block model's retry
     assert calls[0][1] is not None  # the first block solve is bounded by the incumbent (the warm start or its plan)
-    assert item in st.block_open and out == pytest.approx(max(100.0, 150.0 / v))
+    assert item in st.block_open and item in st.deferred and out == pytest.approx(max(100.0, 150.0 / v))
     # the retry: the block model alone, with no upper bound; it raised the bound, so the item comes back
     out, calls = attempt(1, out, ("FEASIBLE", 300.0 * v, False))
     assert calls == [("block", None)] and out == pytest.approx(300.0)
-    # the next one changes nothing: the item closes at its bound, no stage-level solve
-    closed = len(st.closed_bounds)
+    # the next one changes nothing: the block model's retries end, and the stage-level solve deferred at the first
+    # attempt runs now; it gets nowhere, the block model is still open, so one more block retry...
     out, calls = attempt(2, out, ("FEASIBLE", 300.0 * v, False))
+    assert [c[0] for c in calls] == ["block", "stage"] and item not in st.deferred and out == pytest.approx(300.0)
+    # ...which changes nothing: the item closes at its bound, no second stage-level solve
+    closed = len(st.closed_bounds)
+    out, calls = attempt(3, out, ("FEASIBLE", 300.0 * v, False))
     assert out is None and calls == [("block", None)] and st.closed_bounds[closed:] == [pytest.approx(300.0)]
 
 
 def test_a_retry_that_proves_the_items_plan_optimal_settles_it(scripted):
     st, item, attempt = scripted
-    out, _ = attempt(0, 100.0, ("FEASIBLE", 100.0, True))
+    out, calls = attempt(0, 100.0, ("FEASIBLE", 100.0, True))
+    assert [c[0] for c in calls] == ["block"]
     own = st.found[item].solution.objective
     closed = len(st.closed_bounds)
     out, calls = attempt(1, out, ("OPTIMAL", float(own), False))
-    assert out is None and calls == [("block", None)] and item not in st.block_open
+    assert out is None and calls == [("block", None)] and item not in st.block_open  # no stage-level solve at all
     assert st.closed_bounds[closed:] == [pytest.approx(own / st.tables_of[item].vpp)]
 
 
@@ -120,6 +126,16 @@ def test_the_last_retry_closes_the_item_even_when_it_got_somewhere(scripted):
         assert calls == [("block", None)] and out == pytest.approx(200.0 + n)
     out, calls = attempt(search.MAX_RETRIES, out, ("FEASIBLE", 400.0 * v, False))
     assert out is None and st.closed_bounds[-1] == pytest.approx(400.0)
+    assert [c[0] for c in calls] == ["block", "stage"]  # the deferred stage-level solve, at the last attempt
+
+
+def test_a_block_model_closed_at_a_retry_but_not_within_solve_gap_gets_the_deferred_stage_level_solve(scripted):
+    st, item, attempt = scripted
+    out, calls = attempt(0, 100.0, ("FEASIBLE", 100.0, True))
+    assert [c[0] for c in calls] == ["block"] and item in st.deferred
+    own = st.found[item].solution.objective
+    out, calls = attempt(1, out, ("OPTIMAL", 0.5 * own, False))
+    assert [c[0] for c in calls] == ["block", "stage"] and item not in st.deferred and item not in st.block_open
 
 
 def test_a_closed_block_model_is_not_solved_again(scripted):
@@ -136,8 +152,8 @@ def test_a_closed_block_model_is_not_solved_again(scripted):
 def test_after_a_stage_level_solve_that_got_nowhere_a_like_item_with_a_closed_block_model_skips_its_own(scripted):
     """A stage-level solve that found no plan and no bound above its item's is recorded (interleaving, node groups,
     stages); an item of the same interleaving and at least as many groups and stages whose block model is then closed
-    (optimal) closes at the block model's bound without a stage-level solve. One whose block model is still open gets
-    its stage-level solve and comes back for the block model's retry, as before."""
+    (optimal) closes at the block model's bound without a stage-level solve. One whose block model is still open
+    comes back for the block model's retry, its stage-level solve deferred."""
     st, item, attempt = scripted
     out, calls = attempt(0, 100.0, ("OPTIMAL", 100.0, True))
     tables = st.tables_of[item]
@@ -149,7 +165,7 @@ def test_after_a_stage_level_solve_that_got_nowhere_a_like_item_with_a_closed_bl
     assert out is None and [c[0] for c in calls] == ["block"]
     assert st.closed_bounds[closed:] == [pytest.approx(max(100.0, 0.9 * own / v))]
     out, calls = attempt(0, 100.0, ("FEASIBLE", 0.9 * own, False))
-    assert [c[0] for c in calls] == ["block", "stage"] and item in st.block_open
+    assert [c[0] for c in calls] == ["block"] and item in st.block_open and item in st.deferred
     assert out == pytest.approx(max(100.0, 0.9 * own / v))
 
 
@@ -159,7 +175,18 @@ def test_no_stage_level_solve_when_less_time_is_left_than_the_block_model_took(s
     model's bound instead."""
     st, item, attempt = scripted
     late = replace(OPTS, wall_deadline_s=time.perf_counter() - 1.0)
-    out, calls = attempt(0, 100.0, ("FEASIBLE", 150.0, True), opts=late)
-    assert [c[0] for c in calls] == ["block"] and out == pytest.approx(max(100.0, 150.0 / st.tables_of[item].vpp))
-    out, calls = attempt(1, out, ("FEASIBLE", 150.0, False))  # with time left: as before
-    assert calls == [("block", None)]
+    # a block model closed but not within solve_gap of the item's plan: the stage-level solve would follow
+    out, calls = attempt(0, 100.0, ("OPTIMAL", 150.0, True), opts=late)
+    v = st.tables_of[item].vpp
+    assert [c[0] for c in calls] == ["block"] and out == pytest.approx(max(100.0, 150.0 / v))
+    out, calls = attempt(1, out, opts=OPTS)  # with time left: the stage-level solve, the block model being closed
+    assert [c[0] for c in calls] == ["stage"]
+
+
+def test_a_deferred_stage_level_solve_waits_for_time_left_too(scripted):
+    st, item, attempt = scripted
+    out, calls = attempt(0, 100.0, ("FEASIBLE", 150.0, True))
+    assert [c[0] for c in calls] == ["block"] and item in st.deferred
+    late = replace(OPTS, wall_deadline_s=time.perf_counter() - 1.0)
+    out, calls = attempt(1, out, ("FEASIBLE", 150.0, False), opts=late)  # no progress: the solve is due, no time
+    assert [c[0] for c in calls] == ["block"] and out is not None
