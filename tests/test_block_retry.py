@@ -2,7 +2,7 @@
 solves the block model again without the incumbent as its upper bound, keeps retrying only while that gets somewhere,
 and skips the stage-level model. The solvers are scripted (their answers are chosen per attempt) around a real item
 of a small two-site fleet, so each branch of the retry logic is taken on purpose. An item whose block model is open
-after its first attempt waits with its stage-level solve until the block model's retries end (`_stage_level_due`)."""
+after its first attempt waits with its stage-level solve until the block model's retries end (`_State.deferred`)."""
 
 from __future__ import annotations
 

@@ -133,7 +133,10 @@ class _State:
     block_open: set[tuple] = field(default_factory=set)
     """Items whose block model stopped at its limit (neither OPTIMAL nor INFEASIBLE): their retries solve it again."""
     deferred: set[tuple] = field(default_factory=set)
-    """Items whose stage-level solve waits on their open block model's retries (_solve_item)."""
+    """Items whose block model was open after their first attempt: their stage-level solve waits until the block
+    model's retries end (one that gets nowhere, or the last). Such a block model is mostly settled by its own retry
+    (without the incumbent as upper bound), and the stage-level model, given the first attempt's time, stops at its
+    limit with neither a better plan nor a bound (the 10-group benchmark fleet's pp 19 and pp 10 items: 2-3 s each)."""
     futile: set[tuple[int, int, int]] = field(default_factory=set)
     """(v, node groups, stages) of stage-level solves that got nowhere: no plan, no bound above their item's."""
     open_items: list[int] = field(default_factory=list)
@@ -179,11 +182,11 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         before, began = st.found.get(item), time.perf_counter()
         step = _block_step(tables, cand.cfg, item, lb, st, params, opts, retry=attempt > 0)
         if step is not None and item in st.block_open and attempt == 0:
-            st.deferred.add(item)  # the block model's retry first: it often settles the item (_stage_level_due)
+            st.deferred.add(item)  # the block model's retry first: it often settles the item (_State.deferred)
             return step
         progressed = step is not None and (step > lb or st.found.get(item) is not before)
-        if step is None or (attempt > 0 and item in st.block_open and not _stage_level_due(st, item, attempt,
-                                                                                               progressed)):
+        due = item in st.deferred and not (attempt < MAX_RETRIES and progressed)  # the block model's retries ended
+        if step is None or (attempt > 0 and item in st.block_open and not due):
             return _block_retry(st, step, attempt, progressed)
         st.deferred.discard(item)
         if _left_s(opts) < time.perf_counter() - began:
@@ -221,17 +224,6 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         return bound
     st.closed_bounds.append(bound)
     return None
-
-
-def _stage_level_due(st: _State, item: tuple, attempt: int, progressed: bool) -> bool:
-    """Whether an item whose block model is still open after a retry now gets the stage-level solve its first
-    attempt deferred: once the block model's retries end (no progress, or none left), not while they progress.
-
-    Why the first attempt defers it: an open block model is mostly settled by its own retry (without the incumbent as
-    its upper bound), and the stage-level model, given the first attempt's time, stops at its limit with neither a
-    better plan nor a bound (the 10-group benchmark fleet's pp 19 and pp 10 items over all ten groups: about 4 s
-    each)."""
-    return item in st.deferred and not (attempt < MAX_RETRIES and progressed)
 
 
 def _futile(st: _State, cfg: ParallelConfig, groups: int) -> bool:
