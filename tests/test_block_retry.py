@@ -56,10 +56,12 @@ def scripted(monkeypatch, case):
     when asked for); the stage-level model always stops with nothing. Records each call's upper bound."""
     costs, cand, item, fleet, real = case
     calls: list[tuple[str, int | None]] = []
+    limits: list[float] = []  # each block solve's deterministic limit
     answers: list[tuple[str, float, bool]] = []
 
     def blocks(tables, params, *, hint=None, upper_bound=None, log=None, keep_model=False):
         calls.append(("block", upper_bound))
+        limits.append(params.max_deterministic_time)
         status, bound, with_plan = answers.pop(0)
         plan = (real.assign, real.layers) if with_plan else ((), ())
         return BlockSolution(status=status, bound=bound, relaxed=None, assign=plan[0], layers=plan[1],
@@ -83,6 +85,7 @@ def scripted(monkeypatch, case):
         assert not answers, "every scripted answer was asked for"
         return out, list(calls)
 
+    attempt.block_limits = limits
     return st, item, attempt
 
 
@@ -190,3 +193,12 @@ def test_a_deferred_stage_level_solve_waits_for_time_left_too(scripted):
     late = replace(OPTS, wall_deadline_s=time.perf_counter() - 1.0)
     out, calls = attempt(1, out, ("FEASIBLE", 150.0, False), opts=late)  # no progress: the solve is due, no time
     assert [c[0] for c in calls] == ["block"] and out is not None
+
+
+def test_the_first_block_solve_gets_a_share_of_the_time_and_its_retries_the_full_doubled_time(scripted):
+    st, item, attempt = scripted
+    out, _ = attempt(0, 100.0, ("FEASIBLE", 150.0, True))
+    out, _ = attempt(1, out, ("FEASIBLE", 300.0, False))
+    first, retry = attempt.block_limits[-2:]
+    assert first == pytest.approx(OPTS.per_solve_s * search.FIRST_BLOCK_SHARE) and 0 < search.FIRST_BLOCK_SHARE < 1
+    assert retry == pytest.approx(2 * OPTS.per_solve_s)

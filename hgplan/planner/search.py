@@ -26,7 +26,7 @@ from hgplan.planner.classes import interchangeable_classes
 from hgplan.planner.costs import US, CostSource
 from hgplan.planner.block_model import solve_blocks
 from hgplan.planner.heuristic import best_layers, greedy_hint, improve
-from hgplan.planner.limits import MAX_RETRIES, solve_params, within
+from hgplan.planner.limits import FIRST_BLOCK_SHARE, MAX_RETRIES, solve_params, within
 from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
@@ -180,7 +180,8 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         _keep(st, item, cand.cfg, tables, "HINT", hint_obj, hint)
     if tables.pp > 1 and len(tables.groups) > 1 and (attempt == 0 or item in st.block_open):
         before, began = st.found.get(item), time.perf_counter()
-        step = _block_step(tables, cand.cfg, item, lb, st, params, opts, retry=attempt > 0)
+        first = replace(params, max_deterministic_time=params.max_deterministic_time * FIRST_BLOCK_SHARE)
+        step = _block_step(tables, cand.cfg, item, lb, st, params if attempt else first, opts, retry=attempt > 0)
         if step is not None and item in st.block_open and attempt == 0:
             st.deferred.add(item)  # the block model's retry first: it often settles the item (_State.deferred)
             return step
