@@ -180,8 +180,9 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         _keep(st, item, cand.cfg, tables, "HINT", hint_obj, hint)
     if tables.pp > 1 and len(tables.groups) > 1 and (attempt == 0 or item in st.block_open):
         before, began = st.found.get(item), time.perf_counter()
-        first = replace(params, max_deterministic_time=params.max_deterministic_time * FIRST_BLOCK_SHARE)
-        step = _block_step(tables, cand.cfg, item, lb, st, params if attempt else first, opts, retry=attempt > 0)
+        block_params = params if attempt else replace(
+            params, max_deterministic_time=params.max_deterministic_time * FIRST_BLOCK_SHARE)
+        step = _block_step(tables, cand.cfg, item, lb, st, block_params, opts, retry=attempt > 0)
         if step is not None and item in st.block_open and attempt == 0:
             st.deferred.add(item)  # the block model's retry first: it often settles the item (_State.deferred)
             return step
