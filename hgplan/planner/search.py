@@ -134,9 +134,7 @@ class _State:
     """Items whose block model stopped at its limit (neither OPTIMAL nor INFEASIBLE): their retries solve it again."""
     deferred: set[tuple] = field(default_factory=set)
     """Items whose block model was open after their first attempt: their stage-level solve waits until the block
-    model's retries end (one that gets nowhere, or the last). Such a block model is mostly settled by its own retry
-    (without the incumbent as upper bound), and the stage-level model, given the first attempt's time, stops at its
-    limit with neither a better plan nor a bound (the 10-group benchmark fleet's pp 19 and pp 10 items: 2-3 s each)."""
+    model's retries end (one that gets nowhere, or the last); the retries mostly settle them (docs/planner.md)."""
     futile: set[tuple[int, int, int]] = field(default_factory=set)
     """(v, node groups, stages) of stage-level solves that got nowhere: no plan, no bound above their item's."""
     open_items: list[int] = field(default_factory=list)
@@ -179,23 +177,9 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     if hint_obj is not None:  # the warm start is itself a valid plan: keep it
         _keep(st, item, cand.cfg, tables, "HINT", hint_obj, hint)
     if tables.pp > 1 and len(tables.groups) > 1 and (attempt == 0 or item in st.block_open):
-        before, began = st.found.get(item), time.perf_counter()
-        block_params = params if attempt else replace(
-            params, max_deterministic_time=params.max_deterministic_time * FIRST_BLOCK_SHARE)
-        step = _block_step(tables, cand.cfg, item, lb, st, block_params, opts, retry=attempt > 0)
-        if step is not None and item in st.block_open and attempt == 0:
-            st.deferred.add(item)  # the block model's retry first: it often settles the item (_State.deferred)
+        settled, step = _block_phase(tables, cand.cfg, item, lb, st, params, opts, attempt)
+        if settled:
             return step
-        progressed = step is not None and (step > lb or st.found.get(item) is not before)
-        due = item in st.deferred and not (attempt < MAX_RETRIES and progressed)  # the block model's retries ended
-        if step is None or (attempt > 0 and item in st.block_open and not due):
-            return _block_retry(st, step, attempt, progressed)
-        st.deferred.discard(item)
-        if _left_s(opts) < time.perf_counter() - began:
-            return step  # the larger stage-level model would overrun the time limit in its build (benchmarks/model_build.py)
-        if item not in st.block_open and _futile(st, cand.cfg, len(subset)):
-            st.closed_bounds.append(step)
-            return None
         lb = step
         hint = _hint_of(st.found.get(item)) or hint
     upper = _upper_bound(st, cand.cfg.vpp)
@@ -228,13 +212,35 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     return None
 
 
+def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: _State, params: SolverParams,
+                 opts: SearchOptions, attempt: int) -> tuple[bool, float | None]:
+    """An attempt's block-model step: (True, what _solve_item returns) when it ends the attempt, else (False, the
+    item's raised bound) for the stage-level solve. The first block solve gets FIRST_BLOCK_SHARE of the time; an open
+    block model defers the stage-level solve until its retries end (_State.deferred)."""
+    before, began = st.found.get(item), time.perf_counter()
+    block_params = params if attempt else replace(
+        params, max_deterministic_time=params.max_deterministic_time * FIRST_BLOCK_SHARE)
+    step = _block_step(tables, cfg, item, lb, st, block_params, opts, retry=attempt > 0)
+    if step is not None and item in st.block_open and attempt == 0:
+        st.deferred.add(item)
+        return True, step
+    progressed = step is not None and (step > lb or st.found.get(item) is not before)
+    due = item in st.deferred and not (attempt < MAX_RETRIES and progressed)  # the block model's retries ended
+    if step is None or (attempt > 0 and item in st.block_open and not due):
+        return True, _block_retry(st, step, attempt, progressed)
+    st.deferred.discard(item)
+    if _left_s(opts) < time.perf_counter() - began:
+        return True, step  # the larger stage-level model would overrun the time limit in its build (model_build.py)
+    if item not in st.block_open and _futile(st, cfg, len(item[1])):
+        st.closed_bounds.append(step)
+        return True, None
+    return False, step
+
+
 def _futile(st: _State, cfg: ParallelConfig, groups: int) -> bool:
     """Whether a stage-level solve of the same interleaving, no more node groups and no more stages got nowhere
-    (_State.futile). Then an item whose block model is closed (optimal) is closed at the block model's bound without
-    its own stage-level solve: a larger model, given the same time, does no better (the 16-group benchmark fleet's
-    second pp 16 interleaved item over all 16 groups: about 2 s for no plan and no bound). An item whose block model
-    is still open goes on to be solved and retried as before (the 10-group fleet's pp 19 items, which the block
-    model's retries settle)."""
+    (_State.futile): then an item whose block model is closed (optimal) closes at its bound without its own, a larger
+    model given the same time doing no better (docs/planner.md, "Block model first")."""
     return any(v == cfg.vpp and g <= groups and p <= cfg.pp for v, g, p in st.futile)
 
 
@@ -251,14 +257,11 @@ def _keep(st: _State, item: tuple, cfg: ParallelConfig, tables: CostTables, stat
 
 def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: _State, params: SolverParams,
                 opts: SearchOptions, *, retry: bool = False) -> float | None:
-    """Solve the item's block model (planner/block_model.py) before the stage-level one. Its bound holds for every
-    plan of the item (better than the incumbent, when there is one); its plan, expanded to stages, is checked by
-    the tables (or, if it breaks a constraint the relaxation drops, its placement gets the best layer split the
-    warm start finds). Returns None when that settles the item (nothing better than the incumbent, or a plan within
-    solve_gap of the bound), else the item's raised bound for the stage-level solve.
-
-    A retry solves it without the incumbent as an upper bound (warm-started from the item's best plan): CP-SAT
-    proves an optimum it has found sooner than that nothing beats a bound at or just below it."""
+    """Solve the item's block model (planner/block_model.py). Its bound holds for every plan of the item (better than
+    the incumbent, when there is one); its plan, expanded to stages, is checked by the tables (or its placement gets
+    the warm start's best layer split). Returns None when that settles the item (nothing beats the incumbent, or a
+    plan within solve_gap of the bound), else the item's raised bound. A retry drops the incumbent as upper bound
+    (warm-started from the item's best plan): CP-SAT proves an optimum it holds sooner than that nothing beats it."""
     v = cfg.vpp
     upper = None if retry else _upper_bound(st, v)
     bs = solve_blocks(tables, params, hint=_hint_of(st.found.get(item)), upper_bound=upper, log=st.log,
