@@ -174,7 +174,9 @@ def _baselines(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
                seeds: list[Found]) -> list[bl.Baseline]:
     """The three baselines (each evaluated by the reported model)."""
     single = bl.single_group_from(seeds, fleet, model, train) if seeds else bl.single_group(fleet, model, train, opts)
-    return [single, bl.megatron_default(fleet, model, train, opts), bl.proportional(fleet, model, train, opts)]
+    layer_costs: dict = {}  # the two file-order baselines price the same layers
+    return [single, bl.megatron_default(fleet, model, train, opts, layer_costs),
+            bl.proportional(fleet, model, train, opts, layer_costs)]
 
 
 def _baseline_records(baselines: list[bl.Baseline], best: Prediction) -> dict[str, BaselineRecord]:

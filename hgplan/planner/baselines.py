@@ -141,8 +141,9 @@ def _best_of(plans: list[Plan], fleet: Fleet, model: ModelArch, train: TrainingS
 
 
 def _file_order_baseline(name: str, description: str, unavailable: str, fleet: Fleet, model: ModelArch,
-                         train: TrainingSettings, opts: SearchOptions, *, proportional: bool) -> Baseline:
-    cache: dict = {}
+                         train: TrainingSettings, opts: SearchOptions, *, proportional: bool,
+                         cache: dict | None = None) -> Baseline:
+    cache = {} if cache is None else cache
     best = _best_of(_file_order_plans(fleet, model, train, opts, proportional=proportional, cache=cache), fleet, model,
                     train, cache)
     if best is None:
@@ -150,16 +151,21 @@ def _file_order_baseline(name: str, description: str, unavailable: str, fleet: F
     return Baseline(name=name, description=description, plan=best[0], prediction=best[1])
 
 
-def megatron_default(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
-    """Megatron-LM's default on the whole fleet: stages in file order, layers split evenly."""
+def megatron_default(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions,
+                     cache: dict | None = None) -> Baseline:
+    """Megatron-LM's default on the whole fleet: stages in file order, layers split evenly (`cache`: layer costs,
+    shared with the proportional baseline)."""
     return _file_order_baseline(
         "megatron_default", "Megatron-LM's default on the whole fleet: every GPU, stages in file order, layers split evenly",
         "no even split over the whole fleet fits in memory or divides the layers", fleet, model, train, opts,
-        proportional=False)
+        proportional=False, cache=cache)
 
 
-def proportional(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> Baseline:
-    """Holmes/Zorse's rule: stages in file order, layers in proportion to each stage's speed."""
+def proportional(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions,
+                 cache: dict | None = None) -> Baseline:
+    """Holmes/Zorse's rule: stages in file order, layers in proportion to each stage's speed (`cache`: as
+    megatron_default's)."""
     return _file_order_baseline(
         "proportional", "Holmes/Zorse rule: every GPU, stages in file order, layers in proportion to stage speed",
-        "no proportional split over the whole fleet fits in memory", fleet, model, train, opts, proportional=True)
+        "no proportional split over the whole fleet fits in memory", fleet, model, train, opts, proportional=True,
+        cache=cache)

@@ -324,17 +324,14 @@ def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:
 
 
 def _one_slot_relaxation(tau: float, count: int, layers: int, vm: int) -> float:
-    """relaxation_bound([(tau, count, 0.0)], layers, vm), the same floating-point operations without the lists
-    (candidate_bound_s calls it for every configuration and class)."""
-    if count <= 0:
-        return math.inf
+    """relaxation_bound([(tau, count, 0.0)], layers, vm) for count >= 1, the same floating-point operations without
+    the lists (candidate_bound_s calls it for every configuration and class)."""
     return min(vm * layers / (1.0 / tau), (vm - 1 + count) * layers / (count / tau))
 
 
 def _one_slot_cycle(tau: float, count: int, layers: int, v: int) -> float:
-    """integer_cycle_bound([(tau, count, 0.0)], layers, v), the same floating-point operations without the lists."""
-    if count <= 0:
-        return math.inf
+    """integer_cycle_bound([(tau, count, 0.0)], layers, v) for count >= 1, the same floating-point operations without
+    the lists."""
     c = layers / (count / tau)
     j = max(0, math.floor(c / (v * tau) + FLOOR_EPS))
     have = v * count * j

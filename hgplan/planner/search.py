@@ -224,10 +224,10 @@ def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float
     if step is not None and item in st.block_open and attempt == 0:
         st.deferred.add(item)
         return True, step
-    progressed = step is not None and (step > lb or st.found.get(item) is not before)
-    due = item in st.deferred and not (attempt < MAX_RETRIES and progressed)  # the block model's retries ended
-    if step is None or (attempt > 0 and item in st.block_open and not due):
-        return True, _block_retry(st, step, attempt, progressed)
+    # the block model's retries go on while one gets somewhere (a better plan for the item, a higher bound)
+    more = attempt < MAX_RETRIES and step is not None and (step > lb or st.found.get(item) is not before)
+    if step is None or (attempt > 0 and item in st.block_open and (more or item not in st.deferred)):
+        return True, _block_retry(st, step, more)
     st.deferred.discard(item)
     if _left_s(opts) < time.perf_counter() - began:
         return True, step  # the larger stage-level model would overrun the time limit in its build (model_build.py)
@@ -289,16 +289,16 @@ def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float,
     return bound
 
 
-def _block_retry(st: _State, bound: float | None, attempt: int, progressed: bool) -> float | None:
+def _block_retry(st: _State, bound: float | None, more: bool) -> float | None:
     """After a retry's block step: None when it settled the item. Else the block model is still open, and its next
-    attempt, not the stage-level model's, gets the doubled time if this one got somewhere (a better plan for the item,
-    or a bound above the item's): without the incumbent as its upper bound the block model settles items the
-    stage-level model only improves (the 10-group benchmark fleet's pp 19 items over all ten groups). An attempt that
-    got nowhere, or the last, closes the item at its bound (the 64-group fleet's pp 64 item: a first retry that
-    changed nothing, then no more)."""
+    attempt, not the stage-level model's, gets the doubled time if `more` (this one got somewhere, a better plan for the
+    item or a bound above the item's, and attempts are left): without the incumbent as its upper bound the block model
+    settles items the stage-level model only improves (the 10-group benchmark fleet's pp 19 items over all ten groups).
+    An attempt that got nowhere, or the last, closes the item at its bound (the 64-group fleet's pp 64 item: a first
+    retry that changed nothing, then no more)."""
     if bound is None:
         return None
-    if attempt < MAX_RETRIES and progressed:
+    if more:
         return bound
     st.closed_bounds.append(bound)
     return None
