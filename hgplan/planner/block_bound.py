@@ -30,7 +30,8 @@ import numpy as np
 from hgplan.plan import ParallelConfig
 from hgplan.planner.bounds import BLOCK_GRID, FLOOR_EPS, BoundContext, subset_terms, sure_stages
 from hgplan.planner.costs import US
-from hgplan.planner.wan_loops import LoopSlack, PairLoops
+from hgplan.planner.block_capacity import most_layers, rising
+from hgplan.planner.wan_loops import LoopSlack, PathEnds, Single, most_lone, pair_loops
 
 Role = tuple[float, float, float, float, float, int]
 """(v tau, lone, end_a, end_b, interior, slots) of one group: see the module docstring."""
@@ -59,7 +60,10 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
         for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in _end_choices(ctx, subset)):
             if floor_value + cost >= best:
                 break
-            best = min(best, bb.compute_value(*bb.roles(first, last)) + cost)
+            role, wan = bb.roles(first, last)
+            if bb.beyond(best - cost, role, wan):
+                continue
+            best = min(best, bb.compute_value(role, wan) + cost)
     if not math.isfinite(best):
         return math.inf
     return (best + terms.fill_extra) / cfg.vpp * US
@@ -114,6 +118,8 @@ class _WanEnds:
     v: int
     loops: LoopSlack | None = None
     """The slack 1F1B's loops demand next to the WAN (None with interleaving, or with fewer than 3 micro-batches)."""
+    path: PathEnds | None = None
+    """The path's first and last group, when known (for the loops)."""
 
     def ends_loss(self, c: float) -> float:
         """Least layers the WAN ends cost the placement at cycle c (inf: no placement), the loops' slack aside (>= 0:
@@ -171,7 +177,11 @@ class _BlockBound:
         self.tau_min = self.tau[self.by_speed[0]]
         self.tau_arr = np.array([self.tau[k] for k in self.by_speed])
         sure = sure_stages(ctx, subset, self.p)
+        self.class_of = {k: i for i, c in enumerate(ctx.members(subset)) for k in c}
+        """Each group's class, in the order of ctx.members (PairLoops')."""
         self.loops = self._loop_slack(m, sure)
+        self.scenarios = self._scenarios(sure) if self.loops else []
+        self.held_memo: dict[tuple, float] = {}
         self.sure_layers = np.array([self.v * sure[k] for k in self.by_speed])
 
     def _loop_slack(self, m: int, sure: dict[str, int]) -> LoopSlack | None:
@@ -185,28 +195,26 @@ class _BlockBound:
         need = tuple((w, 2 * sum(lats[:w])) for w in range(self.sites - 1, min(self.r - 1, len(lats)) + 1)) \
             if self.r < m else ()
         stages = sorted(((self.tau[k], self.wan[k]) for k in self.subset for _ in range(2)), reverse=True)
-        pairs = self._pair_loops(sure)
+        pairs = pair_loops(self.ctx, self.subset, tau=self.tau, cross=self.cross, wan=self.wan, site=self.site,
+                           sure=sure, p=self.p)
         return LoopSlack(stages=tuple(stages), need=need, v=self.v, pairs=pairs) if need or pairs else None
 
-    def _pair_loops(self, sure: dict[str, int]) -> PairLoops | None:
-        """Each WAN crossing's own loop (PairLoops): per group, the extras and weight of a stage next to the WAN."""
-        ends: dict[str, tuple[list[float], float]] = {}
-        for k in self.subset:
-            c1, c2 = self.cross[k]
-            gb = self.ctx.groups[k]
-            sends = {x for x in (c1, c2, self.wan[k], max(c2, self.wan[k])) if math.isfinite(x)}
-            extras = {x + gb.self_send_s for x in sends}
-            if sure[k] < 2:  # a block of one stage: one crossing (a path's end, with its edge work) or two
-                extras |= {x + y for x in sends for y in sends | {0.0, gb.first_s, gb.last_s}}
-            ends[k] = (sorted(extras), 1.0 if sure[k] >= 2 else 0.5)
-        rows = []
-        for ca, cb in itertools.combinations(self.ctx.members(self.subset), 2):
-            a, b = sorted((ca[0], cb[0]))
-            if self.site[a] == self.site[b] or (a, b) not in self.ctx.pair_lat:
-                continue
-            (ext_a, w_a), (ext_b, w_b), lat = ends[a], ends[b], self.ctx.pair_lat[(a, b)]
-            rows += [(self.tau[a], ea, w_a, self.tau[b], eb, w_b, lat) for ea in ext_a for eb in ext_b]
-        return PairLoops(rows=np.unique(np.array(rows), axis=0), crossings=self.sites - 1) if rows else None
+    def _scenarios(self, sure: dict[str, int]) -> list[tuple[tuple[bool, ...], int, int, Single]]:
+        """The cases of single-stage blocks the loops' loss is bounded in, each as (which groups may host one, the
+        fewest and most that do, what PairLoops may count): none; one, of each class that may; two or more. A
+        placement falls in one case, and its layers and loss are bounded within it."""
+        present = self.ctx.members(self.subset)
+        cls = self.class_of
+        may = tuple(sure[k] < 2 for k in self.by_speed)
+        lone = most_lone(self.ctx, self.subset, sure, self.p)
+        out = [(tuple(False for _ in may), 0, 0, ((0,) * len(present), 0))]
+        if lone >= 1:
+            out += [(tuple(ok and cls[k] == i for k, ok in zip(self.by_speed, may)), 1, 1,
+                     (tuple(2 if j == i else 0 for j in range(len(present))), 1))
+                    for i, c in enumerate(present) if any(sure[k] < 2 for k in c)]
+        if lone >= 2:
+            out.append((may, 2, lone, (tuple(2 * len(c) for c in present), lone)))
+        return out
 
     def roles(self, first: str | None, last: str | None) -> tuple[list[Role], _WanEnds | None]:
         """Per group, fastest first, its Role, and the WAN ends the sites demand (None within one site). Without
@@ -225,8 +233,10 @@ class _BlockBound:
         else:
             single = frozenset({self.site[first], self.site[last]}) if self.site[first] != self.site[last] \
                 else frozenset()
+        path = None if first is None or self.v > 1 else (self.site[first], self.site[last], self.class_of[first],
+                                                          self.class_of[last])
         return base, _WanEnds(site=tuple(self.site[k] for k in self.by_speed), variants=variants,
-                              sites=self.sites, single=single, v=self.v, loops=self.loops)
+                              sites=self.sites, single=single, v=self.v, loops=self.loops, path=path)
 
     def role(self, k: str, first: str | None, last: str | None, wan: int) -> Role:
         """Group k's Role when `wan` of its block's ends send to another site (at least self.wan[k] each). An end the
@@ -259,7 +269,7 @@ class _BlockBound:
         non-increasing list, so the best `spare` extra stages over all groups are the largest increments. A
         group's stage at cycle c holds v floor((c - extra) / (v tau)) layers."""
         v, floor = self.v, math.floor
-        spare, base_sum, incs = self.p, 0, []
+        spare, base_sum, incs, shapes = self.p, 0, [], []
         for vt, lone, end_a, end_b, inner_extra, slots in role:
             held_a = v * max(0, floor((c - end_a) / vt + FLOOR_EPS))
             held_b = v * max(0, floor((c - end_b) / vt + FLOOR_EPS))
@@ -278,6 +288,7 @@ class _BlockBound:
                 return False
             if n_more:
                 incs.append((interior, n_more))
+            shapes.append((one if one >= v else None, two if pair_ok else None, interior, 2 + n_more if pair_ok else 1))
         if spare < 0 or sum(n for _, n in incs) < spare:
             return False
         gained, need = 0, spare
@@ -289,10 +300,33 @@ class _BlockBound:
         # the WAN's losses are never negative, so a cycle whose capacity falls short without them is decided here, and
         # the loops' loss (the costliest term) is computed only while the ends' loss leaves room for it
         room = base_sum + gained - self.L
-        if room < 0 or wan is None:
-            return room >= 0
-        room -= wan.ends_loss(c)
-        return room >= 0 and (wan.loops is None or room - wan.loops.loss(c) >= 0)
+        if room < 0:
+            return False
+        held = self.held_memo.setdefault(tuple(shapes), {})  # per case of single-stage blocks (None: any)
+        if rising(shapes):  # the greedy count overstates: the exact split (planner/block_capacity.py)
+            room = self._held(shapes, held, None) - self.L
+        ends = 0.0 if wan is None else wan.ends_loss(c)
+        if room < ends or wan is None or wan.loops is None:
+            return room >= ends
+        loops = wan.loops
+        path = wan.path
+        least = max(ends + loops.pooled(c), loops.crossings(c, None, path))  # any case's least loss
+        if room < least:
+            return False
+        # the crossings' loss, split by the single-stage blocks a placement has (they change both the layers and the
+        # loss)
+        for i, (_, _, _, single) in enumerate(self.scenarios):
+            room = self._held(shapes, held, i) - self.L
+            if room >= least and room >= loops.crossings(c, single, path):
+                return True
+        return False
+
+    def _held(self, shapes: list, memo: dict, case: int | None) -> float:
+        """most_layers of these shapes in case `case` of self.scenarios (None: any single-stage blocks), memoised per
+        shapes: they change only where a stage's capacity steps, so the bisections over the cycle meet them again."""
+        if case not in memo:
+            memo[case] = most_layers(shapes, self.p, *(self.scenarios[case][:3] if case is not None else ()))
+        return memo[case]
 
     def work_at(self, cs: np.ndarray, role: list[Role]) -> np.ndarray:
         """W at every cycle in cs, all at or above C* (where the stages can be formed): the most layers each group's
@@ -347,6 +381,20 @@ class _BlockBound:
             else:
                 lo = mid
         return lo, hi
+
+    def beyond(self, value: float, role: list[Role], wan: _WanEnds | None) -> bool:
+        """Whether compute_value(role, wan) is surely at least `value`, by one feasibility check (an order of end
+        groups that cannot beat the best found is dropped without its bisection). W is non-increasing: with c2 where
+        (v m - 1) c2 + W(inf) reaches the value and c1 where (v m - 1) c1 + W(c2) does, a cycle in (c1, c2] costs at
+        least the value, and one beyond c2 too; so if no placement has a cycle <= c1, every one does."""
+        if self.vm == 1 or not math.isfinite(value):
+            return False
+        w_inf = float(self.work_at(np.array([1e6]), role)[0])
+        c2 = (value - w_inf) / (self.vm - 1)
+        if c2 <= 0:
+            return False
+        c1 = (value - float(self.work_at(np.array([c2]), role)[0])) / (self.vm - 1)
+        return 0 < c1 <= c2 and not self.feasible(c1, role, wan)
 
     def compute_value(self, role: list[Role], wan: _WanEnds | None = None) -> float:
         """min over C >= C* of (v m - 1) C + W(C) for these roles (inf if no placement)."""

@@ -8,12 +8,14 @@ planner/bounds.py (C, tau, v, m, r).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from hgplan.planner.bounds import FLOOR_EPS
+from hgplan.planner.bounds import FLOOR_EPS, BoundContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +39,18 @@ class LoopSlack:
     """(W, S(W)) for every possible number of WAN crossings (none: some run may be longer than a loop)."""
     v: int
     pairs: PairLoops | None = None
-    """Each crossing's own loop, crossing by crossing (the larger of the two losses counts)."""
+    """Each crossing's own loop, crossing by crossing, with the WAN ends' loss (planner/block_bound.py, _WanEnds)
+    inside: each stage's capacity at the extras the capacity counted it with, its loop at the WAN send it pays."""
 
-    def loss(self, c: float) -> float:
-        """Least layers the loops cost the stages next to the WAN at cycle c (inf: they cannot leave the slack)."""
-        by_pair = self.pairs.loss(c) if self.pairs else 0.0
-        return max(self._pooled(c), by_pair)
+    def pooled(self, c: float) -> float:
+        """Least layers the loops cost the stages next to the WAN at cycle c on top of the WAN ends' loss, pooled
+        (the class docstring; inf: they cannot leave the slack)."""
+        return self._pooled(c)
+
+    def crossings(self, c: float, single: Single | None = None, path: PathEnds | None = None) -> float:
+        """Least layers the WAN ends and their loops cost together at cycle c (0 without `pairs`), with at most the
+        single-stage blocks `single` allows (None: any) and the path's ends when known."""
+        return self.pairs.loss(c, single, path) if self.pairs else 0.0
 
     def _pooled(self, c: float) -> float:
         """The bound of the class docstring: every run's slack pooled, on the slowest groups first."""
@@ -71,44 +79,307 @@ class PairLoops:
 
     The W >= sites - 1 WAN crossings of the path each join two stages in two sites (the end of one group's block and
     the start of another's), holding n_a, n_b layers with n_a tau_a + e_a + n_b tau_b + e_b + 2 lat <= 2C (their
-    loop) besides each n tau + e <= C. The capacity counted such a stage as floor((C - e) / tau) for the extras e of
-    its role (a block end: its send inside the block plus one of its group's cheapest send to a partner, second
-    cheapest, cheapest to another site or the larger of the last two; a block of one stage: one or two of those
-    sends, or one and a path end's edge work), at most its own, and with larger extras the pair holds no more; so
-    the pair loses at least w_a (cap_a - n_a) + w_b (cap_b - n_b) for the best n_a, n_b the loop allows. A stage is
-    in one crossing, or two when its block is a single stage: it gets weight 1 when its group must host two or more
-    stages (distinct block ends), else 1/2, so the crossings' losses sum to at most the stages'. The path loses W
-    times the least pair's. The pooled bound of LoopSlack lets the latency slack of one crossing be met by stages
-    next to another; this one does not."""
+    loop) besides each n tau + e <= C, e being the stage's extras. The capacity counted such a stage as
+    cap = floor((C - e') / tau) for extras e' of its role, so the pair loses at least w_a (cap_a - n_a) +
+    w_b (cap_b - n_b) for the best n_a, n_b the loop allows; this includes what the WAN ends cost (e' < e). A block of
+    two or more stages whose ends the capacity counted at its two cheapest partners' sends c1 <= c2 loses, at a WAN
+    end, at least cap(c1) - n with e >= max(wan, c1), or cap(c2) - n with e >= max(wan, c2) (its two ends' real sends
+    go to distinct partners, so sorted they are at least (c1, c2)); either gives a row. A block of one stage was
+    counted at c1 (ends unknown), c1 + c2 (two crossings) or c1 and a path end's edge work, and pays the WAN on one
+    side. A stage is in one crossing, or two when its block is a single stage: as the end of a block of two or more
+    stages it gets weight 1, as a single stage 1/2, so the crossings' losses sum to at most the stages'. Which
+    crossings a path has, and which blocks are single stages, is bounded in _walk_loss (the 8-group benchmark fleet's
+    pp 25 set: with every crossing the least pair's loss and single stages at 1/2 everywhere, 1.5 layers lost at a
+    cycle where its placements lose 6). The pooled bound of LoopSlack lets the latency slack of one crossing be met
+    by stages next to another; this one does not."""
 
     rows: np.ndarray
-    """(tau_a, e_a, w_a, tau_b, e_b, w_b, latency) of every pair of groups in two sites and choice of extras."""
-    crossings: int
-    """W: the fewest WAN crossings of a path through the set's sites."""
-    memo: dict[float, float] = field(default_factory=dict)
-    """loss() per cycle: the bound bisects the same cycles for every choice of end groups."""
+    """(tau_a, e'_a, e_a, w_a, tau_b, e'_b, e_b, w_b, latency, class_a, class_b) of every pair of classes of
+    interchangeable groups in two sites and choice of extras."""
+    site: tuple[int, ...]
+    """Per class (the rows' class indices), its site."""
+    ends: tuple[int, ...]
+    """Per class, the most WAN crossings its groups take part in: two per group."""
+    lone: int
+    """The most groups of the set that host a single stage in one placement."""
+    starts: np.ndarray
+    """Where each option's rows begin (rows sorted by option)."""
+    options: tuple[tuple[tuple[int, int], int, int, bool, bool], ...]
+    """Per option: its pair of sites, classes and single-stage sides."""
+    memo: dict[float, dict] = field(default_factory=dict)
+    """Each cycle's options per pair of sites: the bound bisects the same cycles for every choice of end groups."""
+    losses: dict[tuple, float] = field(default_factory=dict)
 
-    def loss(self, c: float) -> float:
-        """Least layers the crossings' loops cost at cycle c (inf: no pair of stages can close its loop).
+    def loss(self, c: float, single: Single | None = None, path: PathEnds | None = None) -> float:
+        """Least layers the crossings' loops cost at cycle c (inf: no placement's crossings can close their loops), with
+        at most the single-stage blocks `single` allows (None: any `lone` groups), and the path's ends when known."""
+        options, shape = self._options(c)
+        key = (shape, single, path)  # the losses step with the cycle: most cycles of a bisection share their options
+        if key not in self.losses:
+            allowed = single or (self.ends, self.lone)  # ends // 2 is each class's groups
+            self.losses[key] = _walk_loss(self.site, _usable(options, allowed[0]), self.ends, allowed, path)
+        return self.losses[key]
 
-        The best n_a, n_b are bounded by the linear relaxation (real n, each >= 1 and <= its cap): fill the stage of
-        more weight per second first, leaving the other one layer; the loss of whole layers is a multiple of the
-        smaller weight, so the relaxation's is rounded up to one."""
+    def _options(self, c: float) -> tuple[dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]], tuple]:
+        """Per pair of sites, each crossing's least loss at cycle c by its classes and single-stage sides, cheapest
+        first (and the same as a key). The best n_a, n_b are bounded by the linear relaxation (real n, each >= 1 and
+        <= what its extras leave): fill the stage of more weight per second first, leaving the other one layer; the
+        loss of whole layers is a multiple of the smaller weight, so the relaxation's is rounded up to one."""
         if c in self.memo:
             return self.memo[c]
-        tau_a, e_a, w_a, tau_b, e_b, w_b, lat = self.rows.T
-        cap_a = np.floor((c - e_a) / tau_a + FLOOR_EPS)
-        cap_b = np.floor((c - e_b) / tau_b + FLOOR_EPS)
+        tau_a, cap_ea, e_a, w_a, tau_b, cap_eb, e_b, w_b, lat, _, _ = self.rows.T
+        cap_a = np.floor((c - cap_ea) / tau_a + FLOOR_EPS)
+        cap_b = np.floor((c - cap_eb) / tau_b + FLOOR_EPS)
+        top_a = np.floor((c - e_a) / tau_a + FLOOR_EPS)
+        top_b = np.floor((c - e_b) / tau_b + FLOOR_EPS)
         budget = 2 * c - e_a - e_b - 2 * lat
         a_first = w_a * tau_b >= w_b * tau_a
-        n_a = np.where(a_first, np.minimum(cap_a, (budget - tau_b) / tau_a), 0.0)
-        n_b = np.minimum(cap_b, (budget - np.maximum(n_a, 1.0) * tau_a) / tau_b)
-        n_a = np.where(a_first, n_a, np.minimum(cap_a, (budget - np.maximum(n_b, 1.0) * tau_b) / tau_a))
+        n_a = np.where(a_first, np.minimum(top_a, (budget - tau_b) / tau_a), 0.0)
+        n_b = np.minimum(top_b, (budget - np.maximum(n_a, 1.0) * tau_a) / tau_b)
+        n_a = np.where(a_first, n_a, np.minimum(top_a, (budget - np.maximum(n_b, 1.0) * tau_b) / tau_a))
         ok = (n_a >= 1 - 1e-9) & (n_b >= 1 - 1e-9)
-        least = math.inf
-        if ok.any():
-            grid = np.minimum(w_a, w_b)  # the losses of whole layers, weighted, are multiples of the smaller weight
-            lost = np.ceil(np.maximum(0.0, w_a * (cap_a - n_a) + w_b * (cap_b - n_b)) / grid - 1e-6) * grid
-            least = self.crossings * float(np.min(lost[ok]))
-        self.memo[c] = least
-        return least
+        grid = np.minimum(w_a, w_b)  # the losses of whole layers, weighted, are multiples of the smaller weight
+        lost = np.ceil(np.maximum(0.0, w_a * (cap_a - n_a) + w_b * (cap_b - n_b)) / grid - 1e-6) * grid
+        least = np.minimum.reduceat(np.where(ok, lost, np.inf), self.starts)
+        options: dict[tuple[int, int], dict[tuple[int, int, bool, bool], float]] = {}
+        for val, (pair, *key) in zip(least.tolist(), self.options):
+            if val < math.inf:  # la, lb: a single-stage block's stage on that side
+                options.setdefault(pair, {})[tuple(key)] = val
+        out = {pair: sorted((val, *key) for key, val in opt.items()) for pair, opt in options.items()}
+        self.memo[c] = out, tuple(sorted((pair, tuple(opt)) for pair, opt in out.items()))
+        return self.memo[c]
+
+
+PathEnds = tuple[int, int, int, int]
+"""The path's first and last group (without interleaving): their sites and their classes of PairLoops."""
+
+Single = tuple[tuple[int, ...], int]
+"""The single-stage blocks a placement may have: per class of PairLoops, twice the most of its groups that host one
+stage, and the most in all."""
+
+
+@functools.lru_cache(maxsize=8)
+def _site_trees(sites: int) -> tuple[tuple[tuple[tuple[int, int], ...], ...], np.ndarray]:
+    """Every spanning tree of the complete graph on `sites` nodes, as its edges (i < j), from the Prufer sequences;
+    and the same as indices into the pairs in itertools.combinations order (one row per tree)."""
+    out = []
+    for seq in itertools.product(range(sites), repeat=sites - 2):
+        degree = [1] * sites
+        for x in seq:
+            degree[x] += 1
+        edges = []
+        for x in seq:
+            leaf = min(i for i in range(sites) if degree[i] == 1)
+            edges.append(tuple(sorted((leaf, x))))
+            degree[leaf] -= 1
+            degree[x] -= 1
+        u, w = (i for i in range(sites) if degree[i] == 1)
+        edges.append((u, w))
+        out.append(tuple(sorted(edges)))
+    trees = tuple(sorted(set(out)))
+    index = {pair: i for i, pair in enumerate(itertools.combinations(range(sites), 2))}
+    return trees, np.array([[index[e] for e in tree] for tree in trees], dtype=int).reshape(len(trees), sites - 1)
+
+
+TREES_SEARCHED = 8
+"""The cheapest trees (by their pairs' cheapest options) searched within the limits; the rest count their cheapest
+options' total, a lower bound (on the 10-group benchmark fleet, where the limits bind on many cycles, the searches
+took more time than the rest of the block bounds)."""
+MAX_TREE_SITES = 5
+"""Above this many sites the crossings' loss takes the cheapest crossing per pair of sites over a minimum spanning
+tree (Kruskal), without the limits on each group's crossings (6 sites: 1,296 trees)."""
+
+
+def _usable(options: dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]],
+            most: tuple[int, ...]) -> dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]]:
+    """The options a case of single-stage blocks allows, without those another option of the same classes beats at
+    no more single-stage sides (each list stays cheapest first; a pair of sites left with none is dropped)."""
+    out = {}
+    for pair, opts in options.items():
+        seen: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
+        kept = []
+        for val, ca, cb, la, lb in opts:
+            if (la and not most[ca]) or (lb and not most[cb]):
+                continue
+            before = seen.setdefault((ca, cb), [])
+            if any(a <= la and b <= lb for a, b in before):  # a cheaper option that needs no more
+                continue
+            before.append((la, lb))
+            kept.append((val, ca, cb, la, lb))
+        if kept:
+            out[pair] = kept
+    return out
+
+
+def _walk_loss(site: tuple[int, ...], options: dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]],
+               ends: tuple[int, ...], single: Single, path: PathEnds | None) -> float:
+    """_tree_loss, with the path's ends when known: the first and last groups' blocks cross on one side only, and
+    the crossings, contracted to sites, are a walk from the first group's site to the last's through every site:
+    with sites - 1 crossings a path through the sites in some order, with more a spanning tree and at least one
+    crossing besides (the same site at both ends needs that one). `site`: each class's."""
+    sites = len(set(site))
+    if path is None:
+        return _tree_loss(sites, options, ends, single)
+    first_site, last_site, first, last = path
+    left = list(ends)
+    left[first] -= 1
+    left[last] -= 1
+    if min(left) < 0:
+        return math.inf
+    more = min((opt[0][0] for opt in options.values()), default=math.inf)
+    best = _tree_loss(sites, options, tuple(left), single) + more
+    if first_site == last_site or sites > MAX_TREE_SITES:
+        return best
+    # through each site once: a site of two or more groups is entered and left by two of them, one crossing each
+    crowd = [0] * sites
+    for c, n in enumerate(ends):
+        crowd[site[c]] += n // 2
+    once = [(n // 2 if crowd[site[c]] > 1 else n) - (c == first) - (c == last) for c, n in enumerate(ends)]
+    cheapest = {pair: opt[0][0] for pair, opt in options.items()}
+    middle = [x for x in range(sites) if x not in (first_site, last_site)]
+    for order in itertools.permutations(middle):
+        stops = (first_site, *order, last_site)
+        tree = tuple((a, b) if a < b else (b, a) for a, b in zip(stops, stops[1:]))
+        if any(e not in cheapest for e in tree):
+            continue
+        after = list(itertools.accumulate(cheapest[e] for e in reversed(tree)))[::-1] + [0.0]
+        if after[0] < best:
+            best = min(best, _assign(tree, 0, after, options, list(once), [0] * len(once), single, 0, 0.0, best))
+    return best
+
+
+def _tree_loss(sites: int, options: dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]],
+               ends: tuple[int, ...], single: Single) -> float:
+    """Least total loss of the WAN crossings of a placement over `sites` sites (inf: none).
+
+    The crossings of a path through every site, contracted to sites, connect them, so they contain a spanning tree
+    of the sites: sites - 1 distinct crossings, one per tree edge, each with a loss of at least its pair of sites'
+    options (loss, class a, class b, whether a single-stage block's stage is on side a, on side b). Each group takes
+    part in at most two crossings (its block's two ends, or its single stage's two sides), and the single-stage
+    blocks `single` allows sit beside at most two crossings each: every tree is searched for its least choice within
+    those limits."""
+    if sites > MAX_TREE_SITES:
+        return _kruskal(sites, {pair: opt[0][0] for pair, opt in options.items()})
+    cheapest = {pair: opt[0][0] for pair, opt in options.items()}
+    trees, edges = _site_trees(sites)
+    floors = np.array([cheapest.get(e, math.inf) for e in itertools.combinations(range(sites), 2)])[edges].sum(axis=1)
+    best = math.inf
+    for n, t in enumerate(np.argsort(floors, kind="stable").tolist()):
+        if floors[t] >= best:
+            break
+        if n == TREES_SEARCHED:  # every tree left costs at least its cheapest options
+            return min(best, float(floors[t]))
+        tree = trees[t]
+        after = list(itertools.accumulate(cheapest[e] for e in reversed(tree)))[::-1] + [0.0]
+        best = min(best, _assign(tree, 0, after, options, list(ends), [0] * len(ends), single, 0, 0.0, best))
+    return best
+
+
+def _assign(tree: tuple[tuple[int, int], ...], i: int, after: list[float], options: dict, ends: list[int],
+            sides: list[int], single: Single, blocks: int, spent: float, best: float) -> float:
+    """Branch and bound over the tree's edges from the i-th: each takes one of its pair of sites' options within the
+    limits (`after`: the cheapest options' total from each edge on; `sides`: per class, the crossings beside its
+    single-stage blocks so far, which need `blocks` such blocks in all)."""
+    if i == len(tree):
+        return spent
+    most, total = single
+    for val, ca, cb, la, lb in options[tree[i]]:
+        if spent + val + after[i + 1] >= best:
+            break
+        if ends[ca] < 1 or ends[cb] < 1 or sides[ca] + la > most[ca] or sides[cb] + lb > most[cb]:
+            continue
+        more = (la and sides[ca] % 2 == 0) + (lb and sides[cb] % 2 == 0)  # a new single-stage block per odd side
+        if blocks + more > total:
+            continue
+        ends[ca] -= 1
+        ends[cb] -= 1
+        sides[ca] += la
+        sides[cb] += lb
+        best = min(best, _assign(tree, i + 1, after, options, ends, sides, single, blocks + more, spent + val, best))
+        ends[ca] += 1
+        ends[cb] += 1
+        sides[ca] -= la
+        sides[cb] -= lb
+    return best
+
+
+def _kruskal(sites: int, cost: dict[tuple[int, int], float]) -> float:
+    """Weight of a minimum spanning tree of the sites under `cost` (inf: they are not connected)."""
+    root = list(range(sites))
+
+    def find(x: int) -> int:
+        while root[x] != x:
+            root[x] = root[root[x]]
+            x = root[x]
+        return x
+
+    total, joined = 0.0, 0
+    for val, (i, j) in sorted((val, pair) for pair, val in cost.items()):
+        ri, rj = find(i), find(j)
+        if ri != rj:
+            root[ri] = rj
+            total, joined = total + val, joined + 1
+    return total if joined == sites - 1 else math.inf
+
+
+Extras = list[tuple[list[tuple[float, float]], float]]
+"""Per group, its stage's choices next to the WAN: (the (counted, paid) extras it may have, its weight)."""
+
+
+def pair_loops(ctx: BoundContext, subset: tuple[str, ...], *, tau: dict[str, float],
+               cross: dict[str, tuple[float, float]], wan: dict[str, float], site: dict[str, int],
+               sure: dict[str, int], p: int) -> PairLoops | None:
+    """Each WAN crossing's own loop (PairLoops): per group, the (counted, paid) extras and weight of a stage next to
+    the WAN, as the end of a block of two or more stages (weight 1) and, where the group may host one stage only, as
+    that stage (1/2). `cross`: each group's two cheapest partners' sends; `wan`: its cheapest send to another site;
+    `site`: its site's index (planner/block_bound.py)."""
+    ends: dict[str, Extras] = {}
+    for k in subset:
+        c1, c2 = cross[k]
+        gb, far = ctx.groups[k], wan[k]
+        ends[k] = [([(c + gb.self_send_s, max(far, c) + gb.self_send_s) for c in (c1, c2)], 1.0)] \
+            if gb.slots >= 2 else []
+        if sure[k] < 2:  # a block of one stage: one crossing (a path's end, with its edge work) or two
+            ends[k].append(([(c1, max(far, c1)), (c1 + c2, max(far + c1, c1 + c2))]
+                            + [(c1 + f, max(far, c1) + f) for f in (gb.first_s, gb.last_s)], 0.5))
+    return _loop_rows(ctx, subset, ends, tau=tau, site=site, lone=most_lone(ctx, subset, sure, p))
+
+
+def _loop_rows(ctx: BoundContext, subset: tuple[str, ...], ends: dict[str, Extras], *, tau: dict[str, float],
+               site: dict[str, int], lone: int) -> PairLoops | None:
+    """PairLoops over every pair of classes in two sites, each stage with its (counted, paid) extras."""
+    present = ctx.members(subset)
+    rows = []
+    for (ia, ca), (ib, cb) in itertools.combinations(enumerate(present), 2):
+        a, b = ca[0], cb[0]
+        key = (a, b) if a < b else (b, a)
+        if site[a] == site[b] or key not in ctx.pair_lat:
+            continue
+        rows += [(tau[a], *ea, w_a, tau[b], *eb, w_b, ctx.pair_lat[key], ia, ib) for ext_a, w_a in ends[a]
+                 for ext_b, w_b in ends[b] for ea in ext_a for eb in ext_b]
+    if not rows:
+        return None
+    table = np.unique(np.array(rows), axis=0)
+    # rows of one (classes, single-stage sides) option next to each other, so each option's least is one reduceat
+    kind = np.stack([table[:, 9], table[:, 10], table[:, 3] < 1, table[:, 7] < 1], axis=1).astype(int)
+    order = np.lexsort(kind.T[::-1])
+    table, kind = table[order], kind[order]
+    starts = np.flatnonzero(np.r_[True, np.any(kind[1:] != kind[:-1], axis=1)])
+    sites = tuple(site[c[0]] for c in present)
+    options = tuple((tuple(sorted((sites[ca], sites[cb]))), ca, cb, bool(la), bool(lb))
+                    for ca, cb, la, lb in kind[starts].tolist())
+    return PairLoops(rows=table, site=sites, ends=tuple(2 * len(c) for c in present), lone=lone, starts=starts,
+                     options=options)
+
+
+def most_lone(ctx: BoundContext, subset: tuple[str, ...], sure: dict[str, int], p: int) -> int:
+    """The most groups of the set that host a single stage in one placement of p stages: those that may (sure < 2),
+    fewest slots first, while the others' slots still hold the rest of the stages."""
+    slots = {k: ctx.groups[k].slots for k in subset}
+    may = sorted((slots[k], k) for k in subset if sure[k] < 2)
+    room = sum(slots.values())
+    for n, (s, _) in enumerate(may):
+        if room - s < p - n - 1:
+            return n
+        room -= s
+    return len(may)
