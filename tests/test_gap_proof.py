@@ -28,7 +28,7 @@ from hgplan.planner.costs import US, CostSource
 from hgplan.planner.model import Solution, SolverParams
 from hgplan.planner.options import SearchOptions
 from hgplan.planner.path_model import build_path_tables, solve_path
-from hgplan.planner.search import Found
+from hgplan.planner.found import Found
 from hgplan.planner.tables import build_tables
 from hgplan.validate import check_plan
 from test_planner import exhaustive_case

@@ -5,10 +5,11 @@ group, each group's role is known: how many crossings its block touches (one for
 and whether it holds the embedding or the LM head. Every stage's cycle holds its layers plus what it surely
 pays: v x (its share of the block's two cheapest partners' sends and/or the send inside the group), and the
 embedding or head work; the first and last stages also pay their class's DP tail. That caps the layers a block
-of n stages holds at cycle C (taking, for a valid bound, the most a group gains from each extra stage as
-non-increasing). Over several sites the capacity also loses what the WAN costs: the block ends that must send to
-another site (_WanEnds) and, without interleaving, the slack 1F1B's loops through the WAN's latency leave in the
-stages next to it (planner/wan_loops.py). Then the smallest cycle C* whose capacity holds L layers, and min over
+of n stages holds at cycle C, and the best split of the p stages over the groups (greedy over non-increasing
+increments, exact where a group's increments rise: planner/block_capacity.py). Over several sites the capacity also
+loses what the WAN costs: the block ends that must send to another site (_WanEnds) and, without interleaving, what
+1F1B's loops through the WAN's latency cost the stages next to it, pooled and crossing by crossing over the sites'
+spanning trees, case by case of single-stage blocks (planner/wan_loops.py). Then the smallest cycle C* whose capacity holds L layers, and min over
 C >= C* of (v m - 1) C + W(C), W being the cheapest way to place the layers within those capacities (the v layers
 of every stage a group must host on it, since the others' slots cannot take them, then fastest groups first), plus
 the edge, crossing and tail terms. With interleaving the wrap-around boundary (last stage back to the first) makes

@@ -99,7 +99,8 @@ class BoundContext:
 
     def members(self, subset: tuple[str, ...]) -> list[list[str]]:
         """The groups of `subset` class by class (classes with none left out), in the classes' order."""
-        return [members for c in self.classes if (members := [k for k in c if k in subset])]
+        inside = set(subset)
+        return [members for c in self.classes if (members := [k for k in c if k in inside])]
 
 
 def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup]) -> BoundContext:
@@ -188,8 +189,8 @@ def candidate_bound_s(ctx: BoundContext, *, L: int, p: int, v: int, m: int) -> f
 class SubsetTerms:
     """What every placement on exactly the node groups S pays besides its layers (seconds)."""
 
-    crossings: tuple[tuple[float, float], ...]
-    """(send, latency) of the |S| - 1 cheapest admissible crossings, cheapest first."""
+    crossings: int
+    """How many crossings the path has: |S| - 1."""
     dearest: float
     """A lower bound on the dearest send of the path."""
     wan_loop: float
@@ -201,11 +202,12 @@ class SubsetTerms:
     tail: float
 
 
-def _class_pairs(ctx: BoundContext, subset: tuple[str, ...]) -> list[tuple[float, float, float, bool, int]]:
+def _class_pairs(ctx: BoundContext, subset: tuple[str, ...],
+                 present: list[list[str]] | None = None) -> list[tuple[float, float, float, bool, int]]:
     """The linked pairs of groups inside `subset`, as (fill cost, send, latency, joins two sites, count): pairs of
     interchangeable groups have the same path, so each pair of classes is one row (64 groups in four classes: ten
     rows for 2,016 pairs). The fill pays two sends and two latencies per crossing."""
-    present = ctx.members(subset)
+    present = ctx.members(subset) if present is None else present
     rows = []
     for i, ci in enumerate(present):
         for cj in present[i:]:
@@ -220,13 +222,14 @@ def _class_pairs(ctx: BoundContext, subset: tuple[str, ...]) -> list[tuple[float
 
 
 def _cheapest(rows: list[tuple[float, float, float, bool, int]], k: int, *,
-              by_send: bool = False) -> list[tuple[float, float, float, bool]]:
-    """The k cheapest pairs (by fill cost, or by send), counting each row's pairs."""
-    out: list[tuple[float, float, float, bool]] = []
+              by_send: bool = False) -> list[tuple[tuple[float, float, float, bool], int]]:
+    """The k cheapest pairs (by fill cost, or by send), counting each row's pairs: (pair, how many), cheapest first."""
+    out: list[tuple[tuple[float, float, float, bool], int]] = []
     for *pair, n in sorted(rows, key=lambda e: (e[1], e[0]) if by_send else e[:4]):
-        if len(out) >= k:
+        if k <= 0:
             break
-        out += [tuple(pair)] * min(n, k - len(out))
+        out.append((tuple(pair), min(n, k)))
+        k -= min(n, k)
     return out
 
 
@@ -238,12 +241,14 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) 
     therefore at least those of the (sites - 1) cheapest inter-site pairs plus the cheapest of the rest.
     """
     r, gs = len(subset), ctx.groups
-    if sum(gs[k].slots for k in subset) < p or r > p:
+    present = ctx.members(subset)
+    reps = [members[0] for members in present]  # interchangeable groups have the same costs and site
+    if sum(gs[members[0]].slots * len(members) for members in present) < p or r > p:
         return None
-    pairs = _class_pairs(ctx, subset)  # (fill cost, send, latency, joins two sites, how many pairs)
+    pairs = _class_pairs(ctx, subset, present)  # (fill cost, send, latency, joins two sites, how many pairs)
     if sum(n for *_, n in pairs) < r - 1:
         return None
-    sites = len({k.split("/")[0] for k in subset})
+    sites = len({k.split("/")[0] for k in reps})
     inter = [e for e in pairs if e[3]]
     if sum(n for *_, n in inter) < sites - 1:
         return None
@@ -251,20 +256,19 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) 
     left: dict[tuple, int] = {}
     for e in pairs:
         left[e[:4]] = left.get(e[:4], 0) + e[4]
-    for e in must:
-        left[e] -= 1
-    rest = _cheapest([(*e, n) for e, n in left.items()], r - 1 - len(must))
-    crossings = sorted((send, lat) for _, send, lat, _ in must + rest)
+    for e, n in must:
+        left[e] -= n
+    rest = _cheapest([(*e, n) for e, n in left.items()], r - 1 - sum(n for _, n in must))
     # the dearest send is at least the (sites-1)-th cheapest inter-site send and the (r-1)-th cheapest send of all
-    dearest = sorted(send for _, send, _, _ in _cheapest(inter, sites - 1, by_send=True))[-1] if sites > 1 else 0.0
+    dearest = _cheapest(inter, sites - 1, by_send=True)[-1][0][1] if sites > 1 else 0.0
     if r > 1:
-        dearest = max(dearest, sorted(send for _, send, _, _ in _cheapest(pairs, r - 1, by_send=True))[-1])
+        dearest = max(dearest, _cheapest(pairs, r - 1, by_send=True)[-1][0][1])
     per_stage = math.ceil(L / p)
-    wan_loop = max((send + lat for _, send, lat, _ in must), default=0.0)  # fill cost orders pairs by send + lat
-    return SubsetTerms(crossings=tuple(crossings), dearest=dearest, wan_loop=wan_loop,
-                       edges=min(gs[k].first_s for k in subset) + min(gs[k].last_s for k in subset),
-                       fill_extra=sum(fill for fill, *_ in must + rest),
-                       tail=min(gs[k].tail.least(per_stage) for k in subset))
+    wan_loop = max((send + lat for (_, send, lat, _), _ in must), default=0.0)  # fill cost orders by send + lat
+    return SubsetTerms(crossings=sum(n for _, n in must + rest), dearest=dearest, wan_loop=wan_loop,
+                       edges=min(gs[k].first_s for k in reps) + min(gs[k].last_s for k in reps),
+                       fill_extra=sum(fill * n for (fill, *_), n in must + rest),
+                       tail=min(gs[k].tail.least(per_stage) for k in reps))
 
 
 def sure_stages(ctx: BoundContext, subset: tuple[str, ...], p: int) -> dict[str, int]:
@@ -283,26 +287,50 @@ def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int) 
     (Charging the sends to particular slots' cycles is left to block_bound_us: with whole layers per stage, which
     slot absorbs a send best is not known in advance.)
     """
-    p, v, gs = cfg.pp, cfg.vpp, ctx.groups
+    p, v = cfg.pp, cfg.vpp
     vm = v * m
     out: dict[tuple[str, ...], float] = {}
     for subset in ctx.subsets(p):
         terms = subset_terms(ctx, subset, L=L, p=p)
         if terms is None:
             continue
-        sure = sure_stages(ctx, subset, p)
-        chosen = [gs[k].layer_s for k in subset for _ in range(sure[k])]
-        rest = sorted(gs[k].layer_s for k in subset for _ in range(gs[k].slots - sure[k]))
-        taus = sorted(chosen + rest[:p - len(chosen)])
-        cyc = integer_cycle_bound([(tau, 1, 0.0) for tau in taus], L, v)
+        slots, sure_s, sure_n = _chosen_slots(ctx, subset, p)
+        fastest = slots[0][0]
+        cyc = integer_cycle_bound(slots, L, v)
         if terms.crossings:  # the stage next to the dearest crossing sends it and works on >= v layers
-            cyc = max(cyc, v * terms.dearest + v * min(taus))
+            cyc = max(cyc, v * terms.dearest + v * fastest)
         if v == 1 and m >= 3:  # the loop of two micro-batches through the dearest WAN crossing (segment_loops)
-            cyc = max(cyc, terms.wan_loop + min(taus))
-        work = sum(v * n * gs[k].layer_s for k, n in sure.items()) + (L - v * sum(sure.values())) * taus[0]
-        compute = max(relaxation_bound([(tau, 1, 0.0) for tau in taus], L, vm), (vm - 1) * cyc + work)
+            cyc = max(cyc, terms.wan_loop + fastest)
+        work = v * sure_s + (L - v * sure_n) * fastest
+        compute = max(relaxation_bound(slots, L, vm), (vm - 1) * cyc + work)
         out[subset] = (compute + terms.edges + terms.fill_extra + v * terms.tail) / v * US
     return out
+
+
+def _chosen_slots(ctx: BoundContext, subset: tuple[str, ...], p: int) -> tuple[Slots, float, int]:
+    """The p stage slots subset_bounds_us counts, grouped by speed, fastest first: every group's sure stages
+    (sure_stages), then the fastest of the other slots; and the sure stages' seconds per layer in all and their
+    count. Interchangeable groups have the same speed, slots and sure stages, so each class is counted once (a
+    64-group set in four classes: four entries, not 64 stages)."""
+    chosen: dict[float, int] = {}
+    spare: dict[float, int] = {}
+    present = ctx.members(subset)
+    total = sum(ctx.groups[members[0]].slots * len(members) for members in present)
+    sure_s, sure_n = 0.0, 0
+    for members in present:
+        gb = ctx.groups[members[0]]
+        sure = max(1, p - (total - gb.slots))
+        chosen[gb.layer_s] = chosen.get(gb.layer_s, 0) + sure * len(members)
+        spare[gb.layer_s] = spare.get(gb.layer_s, 0) + (gb.slots - sure) * len(members)
+        sure_s += sure * len(members) * gb.layer_s
+        sure_n += sure * len(members)
+    need = p - sum(chosen.values())
+    for tau in sorted(spare):
+        take = min(need, spare[tau])
+        if take > 0:
+            chosen[tau] += take
+            need -= take
+    return [(tau, n, 0.0) for tau, n in sorted(chosen.items()) if n > 0], sure_s, sure_n
 
 
 def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:

@@ -27,7 +27,7 @@ from hgplan.planner.options import SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
 from hgplan.planner.path_model import build_path_tables, solve_path
 from hgplan.planner.limits import MAX_RETRIES, solve_params, within
-from hgplan.planner.search import Found
+from hgplan.planner.found import Found
 from hgplan.planner.tables import build_tables
 
 

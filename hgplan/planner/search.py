@@ -18,15 +18,16 @@ from enum import IntEnum
 from typing import Callable
 
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
-from hgplan.plan import ParallelConfig, Plan, StageAssignment
+from hgplan.plan import ParallelConfig
 from hgplan.planner.block_bound import block_bound_us
 from hgplan.planner.bounds import subset_bounds_us
 from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
 from hgplan.planner.classes import interchangeable_classes
 from hgplan.planner.costs import US, CostSource
+from hgplan.planner.found import Found, SearchResult
 from hgplan.planner.block_model import solve_blocks
 from hgplan.planner.heuristic import best_layers, greedy_hint, improve
-from hgplan.planner.limits import FIRST_BLOCK_SHARE, MAX_RETRIES, solve_params, within
+from hgplan.planner.limits import FIRST_BLOCK_SHARE, MAX_RETRIES, SOLVE_EVERY_SUBSETS, solve_params, within
 from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
@@ -49,71 +50,6 @@ class Stage(IntEnum):
     def attempt(stage: int) -> int:
         """Which solve attempt (0 first) an item at this stage is due for."""
         return stage - Stage.SOLVE
-
-
-@dataclass(slots=True, kw_only=True)
-class Found:
-    """A plan CP-SAT (or the warm start) found for one item, with its tables."""
-
-    cfg: ParallelConfig
-    tables: CostTables
-    solution: Solution
-
-    @property
-    def time_us(self) -> float:
-        """The tables' predicted iteration time (us)."""
-        return self.solution.objective / self.cfg.vpp
-
-    @property
-    def bound_us(self) -> float:
-        """CP-SAT's proven bound for this item (us)."""
-        return self.solution.bound / self.cfg.vpp
-
-    def plan(self) -> Plan:
-        """The plan as the cost model and the validator see it."""
-        stages = tuple(StageAssignment(node_group=self.tables.groups[k], num_layers=n)
-                       for k, n in zip(self.solution.assign, self.solution.layers))
-        return Plan(config=self.cfg, stages=stages)
-
-
-@dataclass(slots=True, kw_only=True)
-class SearchResult:
-    """What a search found and what it proved."""
-
-    found: list[Found]
-    candidates_total: int
-    candidates_solved: int
-    candidates_pruned: int
-    candidates_skipped: int
-    candidates_infeasible: int
-    bound_us: float
-    deterministic_time: float
-    wall_time_s: float
-    stopped_by: str
-    """'complete', 'budget' or 'wall'."""
-    statuses: dict[str, int] = field(default_factory=dict)
-    solver_limits: dict[str, float] = field(default_factory=dict)
-    """The largest limits any solve of this search was given (max_time_in_seconds: the wall-clock safety net as
-    configured; a solve near the time limit is cut to the time left, which the record leaves out to stay
-    reproducible)."""
-    last_model_text: str | None = None
-    """The last CP-SAT model solved, in text format (only with SearchOptions.keep_model)."""
-    listed_all: bool = True
-    """False when the time limit ended while the candidates were being listed (then bound_us is 0)."""
-    candidates: list[Candidate] = field(default_factory=list)
-    """Every candidate listed (the proof of the gap on the reported time goes over them again)."""
-
-    @property
-    def best_us(self) -> float | None:
-        """The best plan's tables objective (us), None if nothing was found."""
-        return self.found[0].time_us if self.found else None
-
-    @property
-    def gap(self) -> float | None:
-        """(best - bound) / best, proven under the tables."""
-        if not self.found:
-            return None
-        return max(0.0, (self.best_us - self.bound_us) / self.best_us)
 
 
 @dataclass(slots=True)
@@ -140,6 +76,8 @@ class _State:
     open_items: list[int] = field(default_factory=list)
     """Per candidate, its items on the heap; a candidate with none left is settled (progress only)."""
     settled: int = 0
+    listed: int = 0
+    """Items listed since the last solve (SOLVE_EVERY_SUBSETS)."""
 
     def best_us(self) -> float:
         """The best plan's time so far (inf before any)."""
@@ -304,6 +242,22 @@ def _block_retry(st: _State, bound: float | None, more: bool) -> float | None:
     return None
 
 
+def _take_ready(heap: list, below: float, cands: list[Candidate], L: int, m_of: Callable) -> tuple | None:
+    """Take off the heap its best item split by node groups with a bound below `below` (None: none is), bounded over
+    every choice of end groups and due for its first solve."""
+    ready = [n for n, entry in enumerate(heap) if entry[2] >= Stage.SUBSET and entry[0] < below]
+    if not ready:
+        return None
+    n = min(ready, key=lambda j: heap[j])
+    (lb, key, stage, i, subset), heap[n] = heap[n], heap[-1]
+    heap.pop()
+    heapq.heapify(heap)
+    if stage < Stage.SOLVE:
+        cand = cands[i]
+        lb = max(lb, block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m_of(cand.cfg)))
+    return lb, key, max(stage, Stage.SOLVE), i, subset
+
+
 def _left_s(opts: SearchOptions) -> float:
     """Wall-clock seconds left before the command's deadline (inf without one)."""
     return math.inf if opts.wall_deadline_s is None else opts.wall_deadline_s - time.perf_counter()
@@ -359,6 +313,14 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     while heap:
         report(lambda: st.status(heap))
         lb, key, stage, i, subset = heapq.heappop(heap)
+        if stage < Stage.SOLVE and st.listed >= SOLVE_EVERY_SUBSETS:  # a solve before another split
+            st.listed, below = 0, st.best_us() * (1 - opts.max_gap)
+            ready = _take_ready(heap, below, cands, L, m_of)
+            if ready is not None and ready[0] < below:
+                heapq.heappush(heap, (lb, key, stage, i, subset))
+                lb, key, stage, i, subset = ready
+            elif ready is not None:  # its bound rose past the best plan: back on the heap
+                heapq.heappush(heap, ready)
         cand = cands[i]
         st.open_items[i] -= 1
         if lb >= st.best_us() * (1 - opts.max_gap):
@@ -375,6 +337,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             for sub, sub_lb in sorted(subset_bounds_us(cand.ctx, cand.cfg, L=L, m=m_of(cand.cfg)).items()):
                 heapq.heappush(heap, (max(lb, sub_lb), key, Stage.SUBSET, i, sub))
                 st.open_items[i] += 1
+                st.listed += 1
         elif stage in (Stage.SUBSET, Stage.BLOCK):
             # about to be solved: first the block bound, without and then with the choice of end groups (slower,
             # tighter); either often closes the item without a solve
@@ -382,6 +345,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             heapq.heappush(heap, (max(lb, block), key, stage + 1, i, subset))
             st.open_items[i] += 1
         else:
+            st.listed = 0
             retry = _solve_item(costs, cand, (i, subset), stage, lb, st, opts, remaining, order, by_key)
             if retry is not None:
                 heapq.heappush(heap, (retry, key, stage + 1, i, subset))
