@@ -9,11 +9,11 @@ of n stages holds at cycle C, and the best split of the p stages over the groups
 increments, exact where a group's increments rise: planner/block_capacity.py). Over several sites the capacity also
 loses what the WAN costs: the block ends that must send to another site (_WanEnds) and, without interleaving, what
 1F1B's loops through the WAN's latency cost the stages next to it, pooled and crossing by crossing over the sites'
-spanning trees, case by case of single-stage blocks (planner/wan_loops.py). Then the smallest cycle C* whose capacity holds L layers, and min over
-C >= C* of (v m - 1) C + W(C), W being the cheapest way to place the layers within those capacities (the v layers
-of every stage a group must host on it, since the others' slots cannot take them, then fastest groups first), plus
-the edge, crossing and tail terms. With interleaving the wrap-around boundary (last stage back to the first) makes
-the end blocks touch two crossings too.
+spanning trees, case by case of single-stage blocks (planner/wan_loops.py). Then the smallest cycle C* whose
+capacity holds L layers, and min over C >= C* of (v m - 1) C + W(C), W being the cheapest way to place the layers
+within those capacities (the v layers of every stage a group must host on it, since the others' slots cannot take
+them, then fastest groups first), plus the edge, crossing and tail terms. With interleaving the wrap-around
+boundary (last stage back to the first) makes the end blocks touch two crossings too.
 
 Legend: as in planner/bounds.py (L, p, v, m, r, tau, C, W, c1, c2); a "role" row is one group's
 (v tau, lone, end_a, end_b, interior, slots): the sure extra seconds of a lone stage, of the two end stages of a
@@ -182,7 +182,8 @@ class _BlockBound:
         """Each group's class, in the order of ctx.members (PairLoops')."""
         self.loops = self._loop_slack(m, sure)
         self.scenarios = self._scenarios(sure) if self.loops else []
-        self.held_memo: dict[tuple, float] = {}
+        self.held_memo: dict[tuple, dict[int | None, float]] = {}
+        """most_layers per shapes (the stages' whole-layer capacities at a cycle) and case (_held)."""
         self.sure_layers = np.array([self.v * sure[k] for k in self.by_speed])
 
     def _loop_slack(self, m: int, sure: dict[str, int]) -> LoopSlack | None:
@@ -299,7 +300,7 @@ class _BlockBound:
             if not need:
                 break
         # the WAN's losses are never negative, so a cycle whose capacity falls short without them is decided here, and
-        # the loops' loss (the costliest term) is computed only while the ends' loss leaves room for it
+        # the loops' loss (the costliest term) is computed only while the capacity leaves room for it
         room = base_sum + gained - self.L
         if room < 0:
             return False

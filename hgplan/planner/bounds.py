@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -278,7 +279,8 @@ def sure_stages(ctx: BoundContext, subset: tuple[str, ...], p: int) -> dict[str,
     return {k: max(1, p - (slots - ctx.groups[k].slots)) for k in subset}
 
 
-def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int) -> dict[tuple[str, ...], float]:
+def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int,
+                     stop_at: float | None = None) -> dict[tuple[str, ...], float] | None:
     """Lower bound (us) per set S of groups a placement uses (fast; block_bound_us refines one S later).
 
     Compute uses the slots every group of S must fill (one, or the stages the others' slots leave over, each with v
@@ -286,11 +288,15 @@ def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int) 
     the stage next to the dearest crossing holds at least v layers besides sending it.
     (Charging the sends to particular slots' cycles is left to block_bound_us: with whole layers per stage, which
     slot absorbs a send best is not known in advance.)
+    None when time.perf_counter() passes `stop_at` before every set is bounded (the 64-group benchmark fleet lists
+    up to 43,400 sets for one candidate, 5 s).
     """
     p, v = cfg.pp, cfg.vpp
     vm = v * m
     out: dict[tuple[str, ...], float] = {}
-    for subset in ctx.subsets(p):
+    for n, subset in enumerate(ctx.subsets(p)):
+        if stop_at is not None and n % 512 == 511 and time.perf_counter() > stop_at:
+            return None
         terms = subset_terms(ctx, subset, L=L, p=p)
         if terms is None:
             continue

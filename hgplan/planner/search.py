@@ -334,7 +334,12 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             st.closed_bounds.append(lb)
             break
         if stage == Stage.CANDIDATE:  # split the candidate by the set of node groups it uses, each with its bound
-            for sub, sub_lb in sorted(subset_bounds_us(cand.ctx, cand.cfg, L=L, m=m_of(cand.cfg)).items()):
+            split = subset_bounds_us(cand.ctx, cand.cfg, L=L, m=m_of(cand.cfg), stop_at=stop_at)
+            if split is None:  # the time limit came while it was being split: it keeps its own bound
+                stopped, skipped = "wall", len({e[3] for e in heap} | {i})
+                st.closed_bounds.append(lb)
+                break
+            for sub, sub_lb in sorted(split.items()):
                 heapq.heappush(heap, (max(lb, sub_lb), key, Stage.SUBSET, i, sub))
                 st.open_items[i] += 1
                 st.listed += 1
