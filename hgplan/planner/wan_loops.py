@@ -42,18 +42,14 @@ class LoopSlack:
     """Each crossing's own loop, crossing by crossing, with the WAN ends' loss (planner/block_bound.py, _WanEnds)
     inside: each stage's capacity at the extras the capacity counted it with, its loop at the WAN send it pays."""
 
-    def pooled(self, c: float) -> float:
-        """Least layers the loops cost the stages next to the WAN at cycle c on top of the WAN ends' loss, pooled
-        (the class docstring; inf: they cannot leave the slack)."""
-        return self._pooled(c)
-
     def crossings(self, c: float, single: Single | None = None, path: PathEnds | None = None) -> float:
         """Least layers the WAN ends and their loops cost together at cycle c (0 without `pairs`), with at most the
         single-stage blocks `single` allows (None: any) and the path's ends when known."""
         return self.pairs.loss(c, single, path) if self.pairs else 0.0
 
-    def _pooled(self, c: float) -> float:
-        """The bound of the class docstring: every run's slack pooled, on the slowest groups first."""
+    def pooled(self, c: float) -> float:
+        """Least layers the loops cost the stages next to the WAN at cycle c on top of the WAN ends' loss (inf: they
+        cannot leave the slack): the bound of the class docstring, every run's slack pooled, slowest groups first."""
         if not self.need:
             return 0.0
         room = [(tau, max(0.0, c - send - self.v * tau)) for tau, send in self.stages]
