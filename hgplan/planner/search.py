@@ -242,6 +242,33 @@ def _block_retry(st: _State, bound: float | None, more: bool) -> float | None:
     return None
 
 
+def _first_heap(cands: list[Candidate], seeds: list[Found] | None,
+                log: Callable[[str], None] | None) -> tuple[list, _State]:
+    """Every candidate on the heap with its own bound, and the search's state with the plans found beforehand (e.g.
+    each node group alone) as incumbents from the start."""
+    heap = [(c.lower_bound_us, c.key, Stage.CANDIDATE, i, ()) for i, c in enumerate(cands)]
+    heapq.heapify(heap)
+    return heap, _State(found={("seed", n): f for n, f in enumerate(seeds or [])}, log=log,
+                        open_items=[1] * len(cands))
+
+
+def _next_item(heap: list, st: _State, below: float, cands: list[Candidate], L: int, m_of: Callable) -> tuple:
+    """The item to work on: the best on the heap, or, after SOLVE_EVERY_SUBSETS items listed without a solve and
+    before another split, the best split item with a bound below `below` (the other goes back on the heap)."""
+    entry = heapq.heappop(heap)
+    if entry[2] >= Stage.SOLVE or st.listed < SOLVE_EVERY_SUBSETS:
+        return entry
+    st.listed = 0
+    ready = _take_ready(heap, below, cands, L, m_of)
+    if ready is None:
+        return entry
+    if ready[0] >= below:  # its bound over every choice of ends rose past the best plan: back on the heap
+        heapq.heappush(heap, ready)
+        return entry
+    heapq.heappush(heap, entry)
+    return ready
+
+
 def _take_ready(heap: list, below: float, cands: list[Candidate], L: int, m_of: Callable) -> tuple | None:
     """Take off the heap its best item split by node groups with a bound below `below` (None: none is), bounded over
     every choice of end groups and due for its first solve."""
@@ -301,10 +328,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     cands, listed_all = enumerate_candidates(costs, opts, groups, stop_at, progress=progress)
     order, by_key = [g.key for g in fleet.groups], {g.key: g for g in groups}
     L, m_of = model.num_layers, (lambda c: c.num_microbatches(train.global_batch_size))
-    heap = [(c.lower_bound_us, c.key, Stage.CANDIDATE, i, ()) for i, c in enumerate(cands)]
-    heapq.heapify(heap)
-    # plans found beforehand (e.g. each node group alone) are incumbents from the start
-    st = _State(found={("seed", n): f for n, f in enumerate(seeds or [])}, log=log, open_items=[1] * len(cands))
+    heap, st = _first_heap(cands, seeds, log)
     pruned = skipped = 0
     stopped, report = "complete", Throttle(progress)
     if not listed_all:  # nothing is known of the configurations not listed: no bound but 0
@@ -312,15 +336,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
         st.closed_bounds.append(0.0)
     while heap:
         report(lambda: st.status(heap))
-        lb, key, stage, i, subset = heapq.heappop(heap)
-        if stage < Stage.SOLVE and st.listed >= SOLVE_EVERY_SUBSETS:  # a solve before another split
-            st.listed, below = 0, st.best_us() * (1 - opts.max_gap)
-            ready = _take_ready(heap, below, cands, L, m_of)
-            if ready is not None and ready[0] < below:
-                heapq.heappush(heap, (lb, key, stage, i, subset))
-                lb, key, stage, i, subset = ready
-            elif ready is not None:  # its bound rose past the best plan: back on the heap
-                heapq.heappush(heap, ready)
+        lb, key, stage, i, subset = _next_item(heap, st, st.best_us() * (1 - opts.max_gap), cands, L, m_of)
         cand = cands[i]
         st.open_items[i] -= 1
         if lb >= st.best_us() * (1 - opts.max_gap):
@@ -328,21 +344,20 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             st.closed_bounds.append(lb)
             break
         remaining = DTIME_PER_WALL * opts.budget_s - st.dtime
-        if remaining <= 0 or time.perf_counter() > stop_at:
+        split = None  # a candidate is split by the set of node groups it uses, each set with its bound
+        if stage == Stage.CANDIDATE and remaining > 0 and time.perf_counter() <= stop_at:
+            split = subset_bounds_us(cand.ctx, cand.cfg, L=L, m=m_of(cand.cfg), stop_at=stop_at)
+        # out of time, before it or while splitting the candidate (which then keeps its own bound)
+        if remaining <= 0 or time.perf_counter() > stop_at or (stage == Stage.CANDIDATE and split is None):
             stopped = "budget" if remaining <= 0 else "wall"
             skipped = len({e[3] for e in heap} | {i})
             st.closed_bounds.append(lb)
             break
-        if stage == Stage.CANDIDATE:  # split the candidate by the set of node groups it uses, each with its bound
-            split = subset_bounds_us(cand.ctx, cand.cfg, L=L, m=m_of(cand.cfg), stop_at=stop_at)
-            if split is None:  # the time limit came while it was being split: it keeps its own bound
-                stopped, skipped = "wall", len({e[3] for e in heap} | {i})
-                st.closed_bounds.append(lb)
-                break
+        if split is not None:
             for sub, sub_lb in sorted(split.items()):
                 heapq.heappush(heap, (max(lb, sub_lb), key, Stage.SUBSET, i, sub))
-                st.open_items[i] += 1
-                st.listed += 1
+            st.open_items[i] += len(split)
+            st.listed += len(split)
         elif stage in (Stage.SUBSET, Stage.BLOCK):
             # about to be solved: first the block bound, without and then with the choice of end groups (slower,
             # tighter); either often closes the item without a solve
