@@ -304,8 +304,11 @@ class _BlockBound:
         room = base_sum + gained - self.L
         if room < 0:
             return False
-        held = self.held_memo.setdefault(tuple(shapes), {})  # per case of single-stage blocks (None: any)
-        if rising(shapes):  # the greedy count overstates: the exact split (planner/block_capacity.py)
+        rises = rising(shapes)  # the greedy count overstates: the exact split (planner/block_capacity.py)
+        held: dict[int | None, float] = {}  # per case of single-stage blocks (None: any), for these shapes
+        if rises or (wan is not None and wan.loops is not None):  # memoised only where the split is needed
+            held = self.held_memo.setdefault(tuple(shapes), held)
+        if rises:
             room = self._held(shapes, held, None) - self.L
         ends = 0.0 if wan is None else wan.ends_loss(c)
         if room < ends or wan is None or wan.loops is None:

@@ -105,6 +105,7 @@ class PairLoops:
     memo: dict[float, dict] = field(default_factory=dict)
     """Each cycle's options per pair of sites: the bound bisects the same cycles for every choice of end groups."""
     losses: dict[tuple, float] = field(default_factory=dict)
+    """loss() per (options, case of single-stage blocks, path ends)."""
 
     def loss(self, c: float, single: Single | None = None, path: PathEnds | None = None) -> float:
         """Least layers the crossings' loops cost at cycle c (inf: no placement's crossings can close their loops), with
@@ -238,9 +239,7 @@ def _walk_loss(site: tuple[int, ...], options: dict[tuple[int, int], list[tuple[
         tree = tuple((a, b) if a < b else (b, a) for a, b in zip(stops, stops[1:]))
         if any(e not in cheapest for e in tree):
             continue
-        after = list(itertools.accumulate(cheapest[e] for e in reversed(tree)))[::-1] + [0.0]
-        if after[0] < best:
-            best = min(best, _assign(tree, 0, after, options, list(once), [0] * len(once), single, 0, 0.0, best))
+        best = _search_tree(tree, options, cheapest, once, single, best)
     return best
 
 
@@ -254,9 +253,9 @@ def _tree_loss(sites: int, options: dict[tuple[int, int], list[tuple[float, int,
     part in at most two crossings (its block's two ends, or its single stage's two sides), and the single-stage
     blocks `single` allows sit beside at most two crossings each: every tree is searched for its least choice within
     those limits."""
-    if sites > MAX_TREE_SITES:
-        return _kruskal(sites, {pair: opt[0][0] for pair, opt in options.items()})
     cheapest = {pair: opt[0][0] for pair, opt in options.items()}
+    if sites > MAX_TREE_SITES:
+        return _kruskal(sites, cheapest)
     trees, edges = _site_trees(sites)
     floors = np.array([cheapest.get(e, math.inf) for e in itertools.combinations(range(sites), 2)])[edges].sum(axis=1)
     best = math.inf
@@ -265,10 +264,15 @@ def _tree_loss(sites: int, options: dict[tuple[int, int], list[tuple[float, int,
             break
         if n == TREES_SEARCHED:  # every tree left costs at least its cheapest options
             return min(best, float(floors[t]))
-        tree = trees[t]
-        after = list(itertools.accumulate(cheapest[e] for e in reversed(tree)))[::-1] + [0.0]
-        best = min(best, _assign(tree, 0, after, options, list(ends), [0] * len(ends), single, 0, 0.0, best))
+        best = _search_tree(trees[t], options, cheapest, ends, single, best)
     return best
+
+
+def _search_tree(tree: tuple[tuple[int, int], ...], options: dict, cheapest: dict[tuple[int, int], float],
+                 ends: tuple[int, ...] | list[int], single: Single, best: float) -> float:
+    """The least of `best` and the tree's cheapest choice within the limits (each group's crossings `ends`)."""
+    after = list(itertools.accumulate(cheapest[e] for e in reversed(tree)))[::-1] + [0.0]
+    return min(best, _assign(tree, 0, after, options, list(ends), [0] * len(ends), single, 0, 0.0, best))
 
 
 def _assign(tree: tuple[tuple[int, int], ...], i: int, after: list[float], options: dict, ends: list[int],
