@@ -1,5 +1,6 @@
 """Issue 12: the mesh search (CP-SAT over (B, P), planner/mesh_search.py) against the exhaustive reference of the
-asymmetric family on small random fleets, mixed vendors, sites and tied embeddings included."""
+asymmetric family on small random fleets, mixed vendors and tied embeddings included (all 24 in one site; the
+multi-site fleets are tests/test_mesh_sites.py's)."""
 
 from __future__ import annotations
 

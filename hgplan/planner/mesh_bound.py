@@ -24,10 +24,14 @@ Objective (MeshTables.objective) = (m - 1) cycle + fill + tail, each bounded fro
   then recomputes W.
 - tail: the first stage's least tail (the tied-embedding sync included) and the fullest stage's (at least
   ceil(L / P) layers).
+
+planner/mesh_sites.py calls this per set of sites a plan can use; for a set of two or more (every_site) the least
+cycle comes from _site_capacity, where each site's blocks face another site at least once or twice.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -53,22 +57,25 @@ def _least(vals: list[float]) -> float:
 
 
 def _host_arrays(t: MeshTables, h: int) -> dict[str, np.ndarray] | None:
-    """Per option of host h: slots, tau, memory limit, least own-mesh send, least send to or from another host,
-    embedding and head work. None when no option holds a layer."""
+    """Per option of host h: slots, tau, memory limit, least own-mesh send, least send to or from another host (any,
+    one of its own site, one of another site), embedding and head work. None when no option holds a layer."""
     L, H = t.num_layers, len(t.hosts)
     rows, fits = [], np.minimum(t.memory_matrix(h).max(axis=0), L)
     for o in range(len(t.options[h])):
         most = int(fits[o])
         if most < 1:
             continue
-        cross = _least([t.snd_us[h][h2][o] for h2 in range(H) if h2 != h and t.snd_us[h][h2] is not None]
-                       + [t.rcv_us[h2][h][o] for h2 in range(H) if h2 != h and t.rcv_us[h2][h] is not None])
+        local, wan = (_least([t.snd_us[h][h2][o] for h2 in range(H) if h2 != h and t.snd_us[h][h2] is not None
+                              and (t.sites[h2] == t.sites[h]) == same]
+                             + [t.rcv_us[h2][h][o] for h2 in range(H) if h2 != h and t.rcv_us[h2][h] is not None
+                                and (t.sites[h2] == t.sites[h]) == same]) for same in (True, False))
         intra = t.intra_send_us[h][o] if t.slots[h][o] >= 2 else math.inf
-        rows.append((t.slots[h][o], t.layer_us[h][o], most, intra, cross, t.first_us[h][o], t.last_us[h][o]))
+        rows.append((t.slots[h][o], t.layer_us[h][o], most, intra, min(local, wan), local, wan, t.first_us[h][o],
+                     t.last_us[h][o]))
     if not rows:
         return None
     cols = np.array(rows, dtype=float).T
-    return dict(zip(("slots", "tau", "most", "intra", "cross", "first", "last"), cols))
+    return dict(zip(("slots", "tau", "most", "intra", "cross", "local", "wan", "first", "last"), cols))
 
 
 def _held(a: dict[str, np.ndarray], cycle: float, penalty: np.ndarray) -> np.ndarray:
@@ -127,12 +134,21 @@ def _per_class(items: list, fn, key=id) -> list:
     return [done[key(x)] for x in items]
 
 
+@functools.lru_cache(maxsize=64)
+def _before(P: int) -> np.ndarray:
+    """[total, j] -> total - j, the knapsacks' index of what the hosts before hold; P + 1 (a sentinel entry appended
+    to the array indexed, "cannot") where j > total."""
+    total = np.arange(P + 1)
+    diff = total[:, None] - total[None, :]
+    out = np.where(diff >= 0, diff, P + 1)
+    out.setflags(write=False)
+    return out
+
+
 def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float:
     """Most whole layers P stages hold at this cycle: a max-plus knapsack over hosts of (stages taken, first stage
     placed, last stage placed)."""
-    t_idx = np.arange(P + 1)
-    diff = t_idx[:, None] - t_idx[None, :]  # [total, j] -> total - j
-    valid = diff >= 0
+    before = _before(P)
     best = {(f, ll): np.full(P + 1, NONE) for f in (0, 1) for ll in (0, 1)}
     best[(0, 0)][0] = 0.0
     for gains in _per_class(hosts, lambda a: _gains(a, cycle, P)):
@@ -143,9 +159,68 @@ def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float
             for (f, ll), b in best.items():
                 if (f and fh) or (ll and lh):
                     continue
-                cand = np.where(valid, b[np.clip(diff, 0, P)] + g[None, :], NONE).max(axis=1)
+                cand = (np.append(b, NONE)[before] + g[None, :]).max(axis=1)
                 key = (f | fh, ll | lh)
                 nxt[key] = np.maximum(nxt[key], np.where(cand > NONE / 2, cand, NONE))
+        best = nxt
+    return float(best[(1, 1)][P])
+
+
+def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, int, int], np.ndarray]:
+    """As _gains for a pipeline over hosts of several sites, by how many of the block's ends face a host of another
+    site (e: 0-2, each paying the least send across sites, the others the least send within the host's site):
+    gain[(f, l, e)][j]. No block holds the whole pipeline."""
+    first, last, intra, loc, wan = a["first"], a["last"], a["intra"], a["local"], a["wan"]
+    ends = {"ll": loc + loc, "lw": loc + wan, "ww": wan + wan, "fl": first + loc, "fw": first + wan,
+            "lL": loc + last, "wL": wan + last, "fi": first + intra, "li": loc + intra, "wi": wan + intra,
+            "Li": last + intra, "ii": 2 * intra}
+    held = dict(zip(ends, _held(a, cycle, np.stack(list(ends.values())))))
+    j, ii = np.arange(P + 1)[:, None], held["ii"]
+
+    def block(single: str, head: str, tail: str) -> np.ndarray:
+        cap = np.where(j == 1, held[single], held[head] + held[tail] + (j - 2) * np.where(j >= 3, ii, 0.0))
+        ok = (j >= 1) & (j <= a["slots"]) & (cap > 0) & ((j < 3) | (ii > 0))
+        return np.where(ok, cap, NONE).max(axis=1)
+
+    return {(0, 0, 0): block("ll", "li", "li"), (0, 0, 1): block("lw", "li", "wi"), (0, 0, 2): block("ww", "wi", "wi"),
+            (1, 0, 0): block("fl", "fi", "li"), (1, 0, 1): block("fw", "fi", "wi"),
+            (0, 1, 0): block("lL", "li", "Li"), (0, 1, 1): block("wL", "wi", "Li")}
+
+
+def _site_capacity(hosts: list[dict[str, np.ndarray]], sites: list[str], cycle: float, P: int) -> float:
+    """_capacity of plans that use every site of the hosts (at least two): each site's hosts first form a table of
+    (stages, first stage placed, last stage placed, block ends facing another site: 0, 1, 2 or more), a site keeps
+    only the states with enough such ends (the pipeline enters and leaves a site, or leaves and comes back to the
+    site of both its first and last stage: two; one where the site holds one of them), and the sites' tables are
+    then combined as _capacity combines hosts. So a site's hosts cannot all pay their cheap local sends."""
+    before = _before(P)
+
+    def add(into: dict, key: tuple, b: np.ndarray, g: np.ndarray) -> None:
+        cand = (np.append(b, NONE)[before] + g[None, :]).max(axis=1)
+        into[key] = np.maximum(into[key], np.where(cand > NONE / 2, cand, NONE))
+
+    best = {(f, ll): np.full(P + 1, NONE) for f in (0, 1) for ll in (0, 1)}
+    best[(0, 0)][0] = 0.0
+    gains = _per_class(hosts, lambda a: _site_gains(a, cycle, P))
+    for site in dict.fromkeys(sites):
+        cur = {(f, ll, w): np.full(P + 1, NONE) for f in (0, 1) for ll in (0, 1) for w in (0, 1, 2)}
+        cur[(0, 0, 0)][0] = 0.0
+        for host_gains in (g for g, s in zip(gains, sites) if s == site):
+            nxt = {k: v.copy() for k, v in cur.items()}
+            for (fh, lh, e), g in host_gains.items():
+                g = g.copy()
+                g[0] = NONE  # a used host takes at least one stage
+                for (f, ll, w), b in cur.items():
+                    if not ((f and fh) or (ll and lh) or b.max() <= NONE / 2):
+                        add(nxt, (f | fh, ll | lh, min(2, w + e)), b, g)
+            cur = nxt
+        table = {(f, ll): np.max([cur[(f, ll, w)] for w in (1, 2) if w >= (1 if f + ll == 1 else 2)], axis=0)
+                 for f in (0, 1) for ll in (0, 1)}
+        nxt = {k: np.full(P + 1, NONE) for k in best}
+        for (fs, ls), g in table.items():
+            for (f, ll), b in best.items():
+                if not ((f and fs) or (ll and ls) or b.max() <= NONE / 2 or g.max() <= NONE / 2):
+                    add(nxt, (f | fs, ll | ls), b, g)
         best = nxt
     return float(best[(1, 1)][P])
 
@@ -184,9 +259,7 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
     price x L is below the least work at every price (weak duality)."""
     price = prices[:, None, None]
     j = np.arange(P + 1)[None, :, None]
-    total = np.arange(P + 1)
-    diff = total[:, None] - total[None, :]  # [total, j] -> total - j
-    valid, before = diff >= 0, np.clip(diff, 0, P)
+    before = _before(P)
     best = np.full((prices.size, P + 1), np.inf)
     best[:, 0] = 0.0
 
@@ -198,15 +271,17 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
         return val
 
     for val in _per_class(list(zip(caps, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1]))):
-        best = np.minimum(best, np.where(valid[None], best[:, before] + val[:, None, :], np.inf).min(axis=2))
+        ext = np.concatenate([best, np.full((prices.size, 1), np.inf)], axis=1)
+        best = np.minimum(best, (ext[:, before] + val[:, None, :]).min(axis=2))
     return best[:, P] + prices * L
 
 
-def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], P: int, L: int) -> float:
+def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], P: int, L: int,
+                   enough: float = math.inf) -> float:
     """W(cycle) with the stage count coupled (the greedy W of _work_at lets every host hold its most layers however
     few stages are left for it), caps = _caps at that cycle: the best price of _dual_work found. The dual is concave
     in the price and peaks between the least and the largest tau; each round narrows the bracket to the best price's
-    neighbours."""
+    neighbours. The rounds stop once the value reaches `enough` (all the caller needs)."""
     taus = [a["tau"] for a in hosts]
     prices = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), DUAL_PRICES)
     best = -math.inf
@@ -214,6 +289,8 @@ def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], P
         vals = _dual_work(caps, taus, P, L, prices)
         i = int(np.argmax(vals))
         best = max(best, float(vals[i]))
+        if best >= enough:
+            break
         prices = np.linspace(prices[max(i - 1, 0)], prices[min(i + 1, DUAL_PRICES - 1)], DUAL_PRICES)
     return best
 
@@ -226,7 +303,8 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
     at lo. Evaluated lazily, lowest interval first: an interval's W is at least any lower bound of W further right
     (W(top) at the least), so only the interval that is lowest gets its greedy W and then, with stages, its
     stage-coupled W, until the lowest has all of them or is at or above need (a value the caller needs no more
-    than). With stages W(hi) is stage-coupled too, which widens the span. Both Ws of one cycle share its caps."""
+    than; the stage-coupled W stops its price search once the interval reaches it). With stages W(hi) is
+    stage-coupled too, which widens the span. Both Ws of one cycle share its caps."""
     caps_of: dict[float, list[np.ndarray]] = {}
 
     def caps(cycle: float) -> list[np.ndarray]:
@@ -234,11 +312,11 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
             caps_of[cycle] = _caps(hosts, cycle, P)
         return caps_of[cycle]
 
-    def work(cycle: float) -> float:
+    def work(cycle: float, _enough: float = math.inf) -> float:
         return _work_at(hosts, caps(cycle), L)
 
-    def stage_work(cycle: float) -> float:
-        return _stage_work_at(hosts, caps(cycle), P, L)
+    def stage_work(cycle: float, enough: float = math.inf) -> float:
+        return _stage_work_at(hosts, caps(cycle), P, L, enough)
 
     if m == 1:
         return max(work(top), stage_work(top) if stages else -math.inf)
@@ -256,19 +334,19 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
         i = int(np.argmin(vals))
         if done[i] == len(levels) or vals[i] >= need:
             return min((m - 1) * lo + w_hi, float(vals[i]))
-        known[i] = max(known[i], levels[done[i]](ends[i]))
+        known[i] = max(known[i], levels[done[i]](ends[i], need - (m - 1) * grid[i]))
         done[i] += 1
 
 
-def _sends_fill_us(t: MeshTables) -> float:
+def _sends_fill_us(t: MeshTables, wan: tuple[int, float] = (0, 0.0)) -> float:
     """Least boundary time in the fill: each of the P - 1 boundaries at least the cheapest send and latency, both
-    ways."""
+    ways; wan = (k, x): k of them cross between sites and cost at least x in all (planner/mesh_sites.py)."""
     if t.pp == 1:
         return 0.0
     sends = t.send_values()
     lats = [v for r in t.intra_lat_us for v in r] + [t.lat_us[h][h2] for h in range(len(t.hosts))
                                                        for h2 in range(len(t.hosts)) if t.snd_us[h][h2] is not None]
-    return 2 * (t.pp - 1) * (min(sends) + min(lats))
+    return 2 * (t.pp - 1 - wan[0]) * (min(sends) + min(lats)) + wan[1]
 
 
 def _tail_us(t: MeshTables) -> float:
@@ -313,20 +391,29 @@ def _ordered_cycle(order: list, t: MeshTables, lo: float, hi: float, top: float,
 
 
 def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
-                    enough_us: float = math.inf, stages: bool = False) -> CandidateBound:
+                    enough_us: float = math.inf, stages: bool = False, every_site: bool = False) -> CandidateBound:
     """Lower bound (us) of every plan of the candidate. fill_us: the work of L layers, the embedding and the head at
     the fastest options (mesh_search computes it per B); cycle_us: what a cheaper bound knows of the least cycle
     (as CandidateBound.cycle_us); enough_us: a bound at which the caller stops caring (its incumbent), so the
     bisection and the work term stop there too; stages: couple the work term to the stage count (tighter, and
-    several times the cost)."""
+    several times the cost); every_site: bound only the plans that use every site of the tables' hosts (two or more:
+    planner/mesh_sites.py), whose least cycle then comes from _site_capacity."""
     P, L, m = t.pp, t.num_layers, t.microbatches
-    hosts = _shared([a for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None])
+    kept = [(a, t.sites[h]) for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None]
+    hosts = _shared([a for a, _ in kept])
     if not hosts:
         return CandidateBound(math.inf)
+    if every_site:
+        sites = [s for _, s in kept]
+
+        def capacity(hs: list[dict[str, np.ndarray]], cycle: float, P: int) -> float:
+            return _site_capacity(hs, sites, cycle, P)
+    else:
+        capacity = _capacity
     sends = [float(v) for a in hosts for key in ("intra", "cross") for v in a[key] if math.isfinite(v)]
     # at this cycle every stage holds all that its memory fits, so if it holds fewer than L layers nothing does
     top = max(float((a["tau"] * L + a["first"] + a["last"]).max()) for a in hosts) + 2 * max(sends, default=0.0)
-    if not math.isfinite(cycle_us[1]) and _capacity(hosts, top, P) < L:
+    if not math.isfinite(cycle_us[1]) and capacity(hosts, top, P) < L:
         return CandidateBound(math.inf)
     boundaries_and_tail = _sends_fill_us(t) + _tail_us(t)
     rest = fill_us + boundaries_and_tail
@@ -334,14 +421,14 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     if m > 1 and math.isfinite(enough_us):
         cut = (enough_us - rest) / (m - 1)
         if lo < cut < hi:
-            if _capacity(hosts, cut, P) < L:
+            if capacity(hosts, cut, P) < L:
                 return CandidateBound((m - 1) * cut + rest, (cut, hi))  # the cycle exceeds cut: enough_us reached
             hi = cut
-    while (m - 1) * (hi - lo) > max(BOUND_RESOLUTION_US, BOUND_RESOLUTION * ((m - 1) * lo + rest)):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if _capacity(hosts, mid, P) >= L else (mid, hi)
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
     fixed = edges + boundaries_and_tail
+    while (m - 1) * (hi - lo) > max(BOUND_RESOLUTION_US, BOUND_RESOLUTION * ((m - 1) * lo + rest)):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if capacity(hosts, mid, P) >= L else (mid, hi)
     work = _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed
     # only a candidate the order-free bound leaves open pays for the ordered cycle, and then the work term again
     if stages and m > 1 and max((m - 1) * lo + rest, work) < enough_us and (order := order_hosts(t)) is not None:

@@ -16,7 +16,7 @@ per end, which is what keeps the CP-SAT model linear in the options.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,6 +40,8 @@ class MeshTables:
     tied: bool
     """Whether the first and last stage share the embedding (then they need one tp)."""
     hosts: tuple[str, ...]
+    sites: tuple[str, ...]
+    """The site of each host: a boundary between hosts of two sites crosses the WAN (planner/mesh_sites.py)."""
     options: tuple[tuple[ParallelConfig, ...], ...]
     """options[h][o]: the degrees of host h's mesh under option o (pp = P)."""
     slots: tuple[tuple[int, ...], ...]
@@ -63,6 +65,21 @@ class MeshTables:
     tail_b_us: tuple[tuple[tuple[int, ...], ...], ...]
     tied_us: tuple[tuple[tuple[int, ...], ...], ...]
     """tied_us[h][o][h2]: tied-embedding sync of a first stage on h (option o) with a last stage on h2."""
+
+    def restricted(self, keep: list[int]) -> MeshTables:
+        """These tables over the hosts `keep` only (in that order): the candidate with the other hosts left idle."""
+        def per(row: tuple) -> tuple:
+            return tuple(row[h] for h in keep)
+
+        return replace(
+            self, hosts=per(self.hosts), sites=per(self.sites), options=per(self.options), slots=per(self.slots),
+            layer_us=per(self.layer_us), first_us=per(self.first_us), last_us=per(self.last_us),
+            cap_mib=per(self.cap_mib), mem_a_mib=tuple(map(per, self.mem_a_mib)),
+            mem_b_mib=tuple(map(per, self.mem_b_mib)), intra_send_us=per(self.intra_send_us),
+            intra_lat_us=per(self.intra_lat_us), snd_us=tuple(per(self.snd_us[h]) for h in keep),
+            rcv_us=tuple(per(self.rcv_us[h]) for h in keep), lat_us=tuple(per(self.lat_us[h]) for h in keep),
+            tail_a_us=tuple(map(per, self.tail_a_us)), tail_b_us=tuple(map(per, self.tail_b_us)),
+            tied_us=tuple(tuple(per(r) for r in self.tied_us[h]) for h in keep))
 
     def send_values(self) -> list[int]:
         """Every boundary entry: own-mesh sends and both ends' terms of boundaries between hosts."""
@@ -250,7 +267,8 @@ def _freeze(costs: CostSource, B: int, P: int, hosts: list[_HostRows], cross, re
 
     return MeshTables(
         samples_per_step=B, pp=P, microbatches=train.global_batch_size // B, num_layers=model.num_layers, tied=tied,
-        hosts=tuple(hr.group.key for hr in hosts), options=tuple(tuple(hr.options) for hr in hosts),
+        hosts=tuple(hr.group.key for hr in hosts), sites=tuple(hr.group.site for hr in hosts),
+        options=tuple(tuple(hr.options) for hr in hosts),
         slots=col("slots"), layer_us=col("layer"), first_us=col("first"), last_us=col("last"),
         cap_mib=tuple(capacity_mib(hr.group) for hr in hosts),
         mem_a_mib=tuple(tuple(tuple(m[0][s]) for m in mem) for s in range(P)),

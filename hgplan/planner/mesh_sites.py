@@ -1,0 +1,94 @@
+"""A mesh candidate's lower bound site set by site set: the boundaries a pipeline sends across the WAN.
+
+planner/mesh_bound.py prices every boundary of the fill at the cheapest send and latency of the candidate, an
+own-mesh send of a few hundred microseconds, while a plan over hosts of several sites crosses between them, and a
+crossing costs its send and the link's latency both ways (on the 1024-GPU three-site benchmark fleet 91 ms of send
+and 20 ms of latency each way: a tenth of the iteration of a five-stage plan that crosses twice). Which sites a plan
+uses is not known before the solve, so the bound is the least over the sets U of sites a plan can use of
+
+    bound(U) = candidate_bound(the tables restricted to U's hosts) + what U's crossings cost above the least send.
+
+A plan whose hosts use exactly the sites U visits them along its pipeline, so the pairs of sites its boundaries
+cross join U: they contain a spanning tree of U, and its crossings cost at least the least spanning tree of the site
+graph whose edge {a, b} is the cheapest crossing between a host of a and one of b (2 (max(least send term, least
+receive term) + latency): both ways, as in the fill). The other boundaries keep the cheapest send, so with k = |U| -
+1 crossings of least total x the fill's boundaries are at least 2 (P - 1 - k)(least send + latency) + x
+(mesh_bound._sends_fill_us). Every value candidate_bound returns holds that boundary term once, so the bound of
+plans over exactly U is the bound of U's hosts plus the difference. With two or more sites the restricted bound is
+also told that every site of U is used (every_site): the pipeline enters or leaves each of them, so in each some
+block's end faces another site and pays a crossing's send in the cycle (mesh_bound._site_capacity), which the bound
+over all hosts prices at the cheapest send to any host.
+
+The sets are evaluated lazily, least lower bound first: the bound over all hosts without crossings, b0, is below the
+bound of every set (each holds fewer plans), so b0 + U's crossings bounds every U; a set gets its own bound only when
+it is the least. It stops at the first set whose value is its own bound, or at or above what the caller needs (its
+incumbent).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+
+from hgplan.planner.mesh_bound import CandidateBound, _sends_fill_us, candidate_bound
+from hgplan.planner.mesh_tables import MeshTables
+
+MAX_SITES = 6
+"""Candidates over more sites than this keep the bound without crossings (2^6 - 1 = 63 sets of sites at most)."""
+
+
+def site_edges_us(t: MeshTables) -> dict[frozenset[str], float]:
+    """The cheapest crossing between each two sites (their hosts' least send and receive terms and the latency, both
+    ways, as the fill counts a boundary); pairs no host path joins are left out."""
+    edges: dict[frozenset[str], float] = {}
+    for h, h2 in itertools.permutations(range(len(t.hosts)), 2):
+        if t.sites[h] == t.sites[h2] or t.snd_us[h][h2] is None:
+            continue
+        key = frozenset((t.sites[h], t.sites[h2]))
+        cost = 2 * (max(min(t.snd_us[h][h2]), min(t.rcv_us[h][h2])) + t.lat_us[h][h2])
+        edges[key] = min(edges.get(key, math.inf), cost)
+    return edges
+
+
+def spanning_us(sites: tuple[str, ...], edges: dict[frozenset[str], float]) -> float:
+    """Least spanning tree of these sites over the crossing costs (Prim; inf when they are not connected)."""
+    inside, total = {sites[0]}, 0.0
+    while len(inside) < len(sites):
+        cost, site = min((edges.get(frozenset((a, b)), math.inf), b) for a in inside for b in sites if b not in inside)
+        if not math.isfinite(cost):
+            return math.inf
+        inside.add(site)
+        total += cost
+    return total
+
+
+def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
+                   enough_us: float = math.inf, stages: bool = False) -> CandidateBound:
+    """candidate_bound (same arguments) with the WAN crossings of every set of sites a plan can use (module
+    docstring); its cycle_us is the whole candidate's."""
+    whole = candidate_bound(t, fill_us, cycle_us=cycle_us, enough_us=enough_us, stages=stages)
+    sites = tuple(sorted(set(t.sites)))
+    if len(sites) == 1 or len(sites) > MAX_SITES or whole.bound_us >= enough_us:
+        return whole
+    edges = site_edges_us(t)
+    # every value candidate_bound returns is a core (the rest of the objective) plus _sends_fill_us of its tables
+    core = whole.bound_us - _sends_fill_us(t)
+    heap, spans = [], {}
+    for k in range(1, min(len(sites), t.pp) + 1):
+        for U in itertools.combinations(sites, k):
+            spans[U] = spanning_us(U, edges)
+            if math.isfinite(spans[U]):
+                heapq.heappush(heap, (core + _sends_fill_us(t, (k - 1, spans[U])), -k, U, False))
+    while heap:
+        value, _, U, exact = heapq.heappop(heap)
+        if exact or value >= enough_us:
+            return CandidateBound(value, whole.cycle_us)
+        wan = (len(U) - 1, spans[U])
+        part = t if U == sites else t.restricted([h for h in range(len(t.hosts)) if t.sites[h] in U])
+        extra = _sends_fill_us(part, wan) - _sends_fill_us(part)
+        # fewer hosts, or every site used, hold no more layers at a cycle: the least cycle is at least the whole's
+        bound = candidate_bound(part, fill_us, cycle_us=(whole.cycle_us[0], math.inf), enough_us=enough_us - extra,
+                                stages=stages, every_site=len(U) > 1)
+        heapq.heappush(heap, (max(value, bound.bound_us + extra), -len(U), U, True))
+    return CandidateBound(math.inf)
