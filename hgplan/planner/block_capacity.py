@@ -29,12 +29,10 @@ def most_layers(shapes: Sequence[Shape], p: int, lone_ok: Sequence[bool] | None 
                 most: int = 0) -> float:
     """The most layers over every split of p stages, each group >= 1 (-inf: none). With `lone_ok`, only the groups
     it marks may host a single stage, and between `least` and `most` of them do."""
-    if lone_ok is None:
+    counted = lone_ok is not None
+    if not counted:
         lone_ok, least, most = [True] * len(shapes), 0, 0
-        counted = False
-    else:
-        counted = True
-    width = most + 1 if counted else 1
+    width = most + 1
     best = np.full((width, p + 1), -np.inf)
     best[0, 0] = 0.0
     for (one, two, interior, top), may in zip(shapes, lone_ok):

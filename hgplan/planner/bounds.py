@@ -276,7 +276,12 @@ def sure_stages(ctx: BoundContext, subset: tuple[str, ...], p: int) -> dict[str,
     """The stages each group of `subset` hosts in any placement of p stages on exactly it: one, or the stages the
     others' slots leave over (each holds >= v layers at that group's rate, whatever its speed)."""
     slots = sum(ctx.groups[k].slots for k in subset)
-    return {k: max(1, p - (slots - ctx.groups[k].slots)) for k in subset}
+    return {k: _sure(p, slots, ctx.groups[k].slots) for k in subset}
+
+
+def _sure(p: int, total_slots: int, own_slots: int) -> int:
+    """Stages a group of `own_slots` surely hosts when p stages lie on groups of `total_slots` slots in all."""
+    return max(1, p - (total_slots - own_slots))
 
 
 def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int,
@@ -325,7 +330,7 @@ def _chosen_slots(ctx: BoundContext, subset: tuple[str, ...], p: int) -> tuple[S
     sure_s, sure_n = 0.0, 0
     for members in present:
         gb = ctx.groups[members[0]]
-        sure = max(1, p - (total - gb.slots))
+        sure = _sure(p, total, gb.slots)
         chosen[gb.layer_s] = chosen.get(gb.layer_s, 0) + sure * len(members)
         spare[gb.layer_s] = spare.get(gb.layer_s, 0) + (gb.slots - sure) * len(members)
         sure_s += sure * len(members) * gb.layer_s

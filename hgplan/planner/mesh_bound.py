@@ -145,24 +145,38 @@ def _before(P: int) -> np.ndarray:
     return out
 
 
+def _merged(state: tuple[int, int], role: tuple[int, int]) -> tuple[int, int] | None:
+    """(first stage placed, last stage placed) after a host (or site) in `role` (its own two flags); None when both
+    would place the same one."""
+    (f, ll), (fh, lh) = state, role
+    return None if (f and fh) or (ll and lh) else (f | fh, ll | lh)
+
+
+def _step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: int, to,
+          optional: bool = True) -> dict[tuple, np.ndarray]:
+    """One host (or site) more in a max-plus knapsack over stage counts: states[s][t] the most layers t stages hold in
+    state s, gains[r][j] what the host holds with j >= 1 stages in role r (or, if optional, it stays unused); to(s, r)
+    the state after, None where role r cannot follow state s."""
+    before = _before(P)
+    out = {k: v.copy() if optional else np.full(P + 1, NONE) for k, v in states.items()}
+    ext = {s: np.append(b, NONE) for s, b in states.items() if b.max() > NONE / 2}  # NONE: the sentinel of _before
+    for r, g in gains.items():
+        g = g.copy()
+        g[0] = NONE  # a used host takes at least one stage
+        for s, b in ext.items():
+            if (key := to(s, r)) is not None:
+                cand = (b[before] + g[None, :]).max(axis=1)
+                out[key] = np.maximum(out[key], np.where(cand > NONE / 2, cand, NONE))
+    return out
+
+
 def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float:
     """Most whole layers P stages hold at this cycle: a max-plus knapsack over hosts of (stages taken, first stage
     placed, last stage placed)."""
-    before = _before(P)
     best = {(f, ll): np.full(P + 1, NONE) for f in (0, 1) for ll in (0, 1)}
     best[(0, 0)][0] = 0.0
     for gains in _per_class(hosts, lambda a: _gains(a, cycle, P)):
-        nxt = {k: v.copy() for k, v in best.items()}
-        for (fh, lh), g in gains.items():
-            g = g.copy()
-            g[0] = NONE  # a used host takes at least one stage
-            for (f, ll), b in best.items():
-                if (f and fh) or (ll and lh):
-                    continue
-                cand = (np.append(b, NONE)[before] + g[None, :]).max(axis=1)
-                key = (f | fh, ll | lh)
-                nxt[key] = np.maximum(nxt[key], np.where(cand > NONE / 2, cand, NONE))
-        best = nxt
+        best = _step(best, gains, P, _merged)
     return float(best[(1, 1)][P])
 
 
@@ -193,11 +207,10 @@ def _site_capacity(hosts: list[dict[str, np.ndarray]], sites: list[str], cycle: 
     only the states with enough such ends (the pipeline enters and leaves a site, or leaves and comes back to the
     site of both its first and last stage: two; one where the site holds one of them), and the sites' tables are
     then combined as _capacity combines hosts. So a site's hosts cannot all pay their cheap local sends."""
-    before = _before(P)
 
-    def add(into: dict, key: tuple, b: np.ndarray, g: np.ndarray) -> None:
-        cand = (np.append(b, NONE)[before] + g[None, :]).max(axis=1)
-        into[key] = np.maximum(into[key], np.where(cand > NONE / 2, cand, NONE))
+    def within(state: tuple[int, int, int], role: tuple[int, int, int]) -> tuple[int, int, int] | None:
+        merged = _merged(state[:2], role[:2])
+        return None if merged is None else (*merged, min(2, state[2] + role[2]))
 
     best = {(f, ll): np.full(P + 1, NONE) for f in (0, 1) for ll in (0, 1)}
     best[(0, 0)][0] = 0.0
@@ -206,22 +219,10 @@ def _site_capacity(hosts: list[dict[str, np.ndarray]], sites: list[str], cycle: 
         cur = {(f, ll, w): np.full(P + 1, NONE) for f in (0, 1) for ll in (0, 1) for w in (0, 1, 2)}
         cur[(0, 0, 0)][0] = 0.0
         for host_gains in (g for g, s in zip(gains, sites) if s == site):
-            nxt = {k: v.copy() for k, v in cur.items()}
-            for (fh, lh, e), g in host_gains.items():
-                g = g.copy()
-                g[0] = NONE  # a used host takes at least one stage
-                for (f, ll, w), b in cur.items():
-                    if not ((f and fh) or (ll and lh) or b.max() <= NONE / 2):
-                        add(nxt, (f | fh, ll | lh, min(2, w + e)), b, g)
-            cur = nxt
+            cur = _step(cur, host_gains, P, within)
         table = {(f, ll): np.max([cur[(f, ll, w)] for w in (1, 2) if w >= (1 if f + ll == 1 else 2)], axis=0)
                  for f in (0, 1) for ll in (0, 1)}
-        nxt = {k: np.full(P + 1, NONE) for k in best}
-        for (fs, ls), g in table.items():
-            for (f, ll), b in best.items():
-                if not ((f and fs) or (ll and ls) or b.max() <= NONE / 2 or g.max() <= NONE / 2):
-                    add(nxt, (f | fs, ll | ls), b, g)
-        best = nxt
+        best = _step(best, table, P, _merged, optional=False)  # every site is used
     return float(best[(1, 1)][P])
 
 

@@ -31,11 +31,12 @@ import numpy as np
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig, Plan, StageAssignment
 from hgplan.planner.costs import CostSource, to_us
-from hgplan.planner.mesh_sites import MAX_SITES, site_set_bound, spanning_us
+from hgplan.planner.mesh_sites import MAX_SITES, site_set_bound
 from hgplan.planner.mesh_model import MeshSolution, solve_mesh
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables, host_options
 from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
+from hgplan.planner.spanning import least_spanning_tree
 from hgplan.planner.limits import MAX_RETRIES, solve_params, within
 
 STAGE_BOUND = 1
@@ -123,7 +124,7 @@ def _fill_us(costs: CostSource, per_group: list[list[tuple[NodeGroup, ParallelCo
 
 def _crossings_us(costs: CostSource, per_group: list[list[tuple[NodeGroup, ParallelConfig]]]) -> dict:
     """The cheapest crossing between each two sites at these options, both ways, as planner/mesh_sites.py's edges."""
-    edges: dict[frozenset[str], float] = {}
+    edges: dict[tuple[str, str], float] = {}
     for a_opts, b_opts in itertools.permutations([row for row in per_group if row], 2):
         a, b = a_opts[0][0], b_opts[0][0]
         if a.site == b.site or (path := costs.fleet.path(a, b)) is None:
@@ -132,7 +133,7 @@ def _crossings_us(costs: CostSource, per_group: list[list[tuple[NodeGroup, Paral
         recv = [costs.mesh_link_us(a, b, c) for _, c in b_opts]
         if None in send or None in recv:
             continue
-        key = frozenset((a.site, b.site))
+        key = (min(a.site, b.site), max(a.site, b.site))
         edges[key] = min(edges.get(key, math.inf), 2 * (max(min(send), min(recv)) + to_us(path.latency_s)))
     return edges
 
@@ -157,7 +158,7 @@ def _candidates(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions)
         m, least, cycle = gbs // B, np.full(Pmax + 1, math.inf), np.full(Pmax + 1, math.inf)
         for U in sets:
             inside = [row for row in per_group if row and row[0][0].site in U]
-            cross = spanning_us(U, edges) if len(U) > 1 and len(sets) > 1 else 0.0
+            cross = least_spanning_tree(U, edges) if len(U) > 1 and len(sets) > 1 else 0.0
             if not inside or not math.isfinite(cross):
                 continue
             cap = _capacities([[(g.num_gpus // c.gpus_per_stage, 1.0 / costs.group(g, c).layer_us) for g, c in row]

@@ -33,34 +33,23 @@ import math
 
 from hgplan.planner.mesh_bound import CandidateBound, _sends_fill_us, candidate_bound
 from hgplan.planner.mesh_tables import MeshTables
+from hgplan.planner.spanning import least_spanning_tree
 
 MAX_SITES = 6
 """Candidates over more sites than this keep the bound without crossings (2^6 - 1 = 63 sets of sites at most)."""
 
 
-def site_edges_us(t: MeshTables) -> dict[frozenset[str], float]:
+def site_edges_us(t: MeshTables) -> dict[tuple[str, str], float]:
     """The cheapest crossing between each two sites (their hosts' least send and receive terms and the latency, both
-    ways, as the fill counts a boundary); pairs no host path joins are left out."""
-    edges: dict[frozenset[str], float] = {}
+    ways, as the fill counts a boundary), keyed by the sorted pair; pairs no host path joins are left out."""
+    edges: dict[tuple[str, str], float] = {}
     for h, h2 in itertools.permutations(range(len(t.hosts)), 2):
         if t.sites[h] == t.sites[h2] or t.snd_us[h][h2] is None:
             continue
-        key = frozenset((t.sites[h], t.sites[h2]))
+        key = (min(t.sites[h], t.sites[h2]), max(t.sites[h], t.sites[h2]))
         cost = 2 * (max(min(t.snd_us[h][h2]), min(t.rcv_us[h][h2])) + t.lat_us[h][h2])
         edges[key] = min(edges.get(key, math.inf), cost)
     return edges
-
-
-def spanning_us(sites: tuple[str, ...], edges: dict[frozenset[str], float]) -> float:
-    """Least spanning tree of these sites over the crossing costs (Prim; inf when they are not connected)."""
-    inside, total = {sites[0]}, 0.0
-    while len(inside) < len(sites):
-        cost, site = min((edges.get(frozenset((a, b)), math.inf), b) for a in inside for b in sites if b not in inside)
-        if not math.isfinite(cost):
-            return math.inf
-        inside.add(site)
-        total += cost
-    return total
 
 
 def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
@@ -77,7 +66,7 @@ def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, floa
     heap, spans = [], {}
     for k in range(1, min(len(sites), t.pp) + 1):
         for U in itertools.combinations(sites, k):
-            spans[U] = spanning_us(U, edges)
+            spans[U] = least_spanning_tree(U, edges)
             if math.isfinite(spans[U]):
                 heapq.heappush(heap, (core + _sends_fill_us(t, (k - 1, spans[U])), -k, U, False))
     while heap:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hgplan.planner.bounds import FLOOR_EPS, BoundContext
+from hgplan.planner.spanning import least_spanning_tree
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +256,7 @@ def _tree_loss(sites: int, options: dict[tuple[int, int], list[tuple[float, int,
     those limits."""
     cheapest = {pair: opt[0][0] for pair, opt in options.items()}
     if sites > MAX_TREE_SITES:
-        return _kruskal(sites, cheapest)
+        return least_spanning_tree(range(sites), cheapest)
     trees, edges = _site_trees(sites)
     floors = np.array([cheapest.get(e, math.inf) for e in itertools.combinations(range(sites), 2)])[edges].sum(axis=1)
     best = math.inf
@@ -301,25 +302,6 @@ def _assign(tree: tuple[tuple[int, int], ...], i: int, after: list[float], optio
         sides[ca] -= la
         sides[cb] -= lb
     return best
-
-
-def _kruskal(sites: int, cost: dict[tuple[int, int], float]) -> float:
-    """Weight of a minimum spanning tree of the sites under `cost` (inf: they are not connected)."""
-    root = list(range(sites))
-
-    def find(x: int) -> int:
-        while root[x] != x:
-            root[x] = root[root[x]]
-            x = root[x]
-        return x
-
-    total, joined = 0.0, 0
-    for val, (i, j) in sorted((val, pair) for pair, val in cost.items()):
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            root[ri] = rj
-            total, joined = total + val, joined + 1
-    return total if joined == sites - 1 else math.inf
 
 
 Extras = list[tuple[list[tuple[float, float]], float]]
