@@ -19,7 +19,7 @@ from hgplan.inputs import load_model
 from hgplan.io import catalog
 from hgplan.plan import Recompute
 from hgplan.planner.costs import CostSource
-from hgplan.planner import mesh_bound, mesh_order
+from hgplan.planner import mesh_bound, mesh_first, mesh_order
 from hgplan.planner import mesh_search as mesh_search_module
 from hgplan.planner.mesh_model import MeshSolution
 from hgplan.planner.mesh_search import mesh_search
@@ -131,7 +131,7 @@ def candidate_bounds(seed: int, deep: bool = False) -> list[tuple[int, int, floa
     groups = list(fleet.groups)
     if deep:
         opts = dataclasses.replace(opts, max_pp=6)
-    _, fills = mesh_search_module._candidates(costs, groups, opts)
+    _, fills, _ = mesh_first.first_bounds(costs, groups, opts)
     out = []
     for B, fill in fills.items():
         for P in range(4 if deep else 1, min(model.num_layers, opts.max_pp) + 1):
@@ -185,7 +185,7 @@ def test_memory_matrix_is_memory_layers_at_once():
     checked = 0
     for seed in SEEDS[:6]:
         fleet, model, _, opts, costs, _, _ = case(seed)
-        for B in mesh_search_module._candidates(costs, list(fleet.groups), opts)[1]:
+        for B in mesh_first.first_bounds(costs, list(fleet.groups), opts)[1]:
             for P in (1, 3):
                 t = build_mesh_tables(costs, B, P, list(fleet.groups), opts)
                 for h in range(len(t.hosts) if t else 0):
@@ -212,7 +212,7 @@ def ordered_cycles(seed: int) -> list[tuple[int, int, float, float, float]]:
     fleet, model, train, opts, costs, _, _ = case(seed)
     groups, opts = list(fleet.groups), dataclasses.replace(opts, max_pp=6)
     out = []
-    for B in mesh_search_module._candidates(costs, groups, opts)[1]:
+    for B in mesh_first.first_bounds(costs, groups, opts)[1]:
         for P in range(2, min(model.num_layers, 6) + 1):
             t, exact = build_mesh_tables(costs, B, P, groups, opts), optima(seed, B, P)
             if t is None or exact is None or (order := mesh_order.order_hosts(t)) is None:
@@ -285,7 +285,7 @@ def test_interchangeable_hosts_share_their_bound_work_and_the_bound_is_unchanged
     opts = SearchOptions(max_pp=8, tp_options=(1, 2), recompute_options=(Recompute.NONE,))
     costs, groups = CostSource(fleet, model, train), list(fleet.groups)
     checked = shared = 0
-    for B in sorted(mesh_search_module._candidates(costs, groups, opts)[1])[:4]:
+    for B in sorted(mesh_first.first_bounds(costs, groups, opts)[1])[:4]:
         for P in (2, 4, 8):
             t = build_mesh_tables(costs, B, P, groups, opts)
             if t is None:

@@ -16,8 +16,7 @@ from test_mesh_exhaustive import FAST, SLOW, _model
 from hgplan.domain import Fleet, Link, NodeGroup, Precision, TrainingSettings, Transport
 from hgplan.io import catalog
 from hgplan.plan import Recompute
-from hgplan.planner import mesh_bound, mesh_sites
-from hgplan.planner import mesh_search as mesh_search_module
+from hgplan.planner import mesh_bound, mesh_first, mesh_sites
 from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_search import mesh_search
 from hgplan.planner.mesh_tables import build_mesh_tables
@@ -63,7 +62,7 @@ def site_rows(seed: int) -> list[tuple[int, int, float, float, float, float]]:
     bound) of every candidate of one to three stages of a random multi-site fleet."""
     fleet, model, train, opts, costs = site_case(seed)
     groups = list(fleet.groups)
-    cands, fills = mesh_search_module._candidates(costs, groups, opts)
+    cands, fills, _ = mesh_first.first_bounds(costs, groups, opts)
     cheap = {(B, P): lb for lb, B, P, *_ in cands}
     out = []
     for B, fill in fills.items():
@@ -142,7 +141,7 @@ def site_cycles(seed: int) -> list[tuple[int, int, float, float, float]]:
     of the exhaustive plans that use every site) of every candidate of two or three stages."""
     fleet, model, _, opts, costs = site_case(seed)
     groups, out = list(fleet.groups), []
-    for B in mesh_search_module._candidates(costs, groups, opts)[1]:
+    for B in mesh_first.first_bounds(costs, groups, opts)[1]:
         for P in (2, 3):
             t, full = build_mesh_tables(costs, B, P, groups, opts), unpruned_tables(costs, B, P, groups, opts)
             if t is None or full is None or len(set(t.sites)) > P:
@@ -190,6 +189,6 @@ def test_over_max_sites_the_first_bound_keeps_no_crossings():
     train = TrainingSettings(seq_length=2048, global_batch_size=16, precision=Precision.FP16)
     opts = SearchOptions(max_pp=3, tp_options=(1, 2), recompute_options=(Recompute.NONE,))
     assert len({x.site for x in groups}) > mesh_sites.MAX_SITES
-    got = mesh_search_module._candidates(CostSource(far, model, train), list(far.groups), opts)[0]
-    want = mesh_search_module._candidates(CostSource(near, model, train), list(near.groups), opts)[0]
+    got = mesh_first.first_bounds(CostSource(far, model, train), list(far.groups), opts)[0]
+    want = mesh_first.first_bounds(CostSource(near, model, train), list(near.groups), opts)[0]
     assert got and [c[:3] for c in got] == [c[:3] for c in want]

@@ -53,9 +53,11 @@ def site_edges_us(t: MeshTables) -> dict[tuple[str, str], float]:
 
 
 def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
-                   enough_us: float = math.inf, stages: bool = False) -> CandidateBound:
+                   enough_us: float = math.inf, stages: bool = False,
+                   floors_us: dict[frozenset[str], float] | None = None) -> CandidateBound:
     """candidate_bound (same arguments) with the WAN crossings of every set of sites a plan can use (module
-    docstring); its cycle_us is the whole candidate's."""
+    docstring); its cycle_us is the whole candidate's. floors_us: a lower bound already known of the plans over
+    each set of sites (planner/mesh_first.py's), which orders the sets and is kept where it is the higher."""
     whole = candidate_bound(t, fill_us, cycle_us=cycle_us, enough_us=enough_us, stages=stages)
     sites = tuple(sorted(set(t.sites)))
     if len(sites) == 1 or len(sites) > MAX_SITES or whole.bound_us >= enough_us:
@@ -67,8 +69,9 @@ def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, floa
     for k in range(1, min(len(sites), t.pp) + 1):
         for U in itertools.combinations(sites, k):
             spans[U] = least_spanning_tree(U, edges)
-            if math.isfinite(spans[U]):
-                heapq.heappush(heap, (core + _sends_fill_us(t, (k - 1, spans[U])), -k, U, False))
+            floor = (floors_us or {}).get(frozenset(U), -math.inf)
+            if math.isfinite(spans[U]) and floor < math.inf:  # an infinite floor: no plan over U
+                heapq.heappush(heap, (max(floor, core + _sends_fill_us(t, (k - 1, spans[U]))), -k, U, False))
     while heap:
         value, _, U, exact = heapq.heappop(heap)
         if exact or value >= enough_us:
