@@ -157,16 +157,21 @@ def _step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: in
     """One host (or site) more in a max-plus knapsack over stage counts: states[s][t] the most layers t stages hold in
     state s, gains[r][j] what the host holds with j >= 1 stages in role r (or, if optional, it stays unused); to(s, r)
     the state after, None where role r cannot follow state s."""
-    before = _before(P)
     out = {k: v.copy() if optional else np.full(P + 1, NONE) for k, v in states.items()}
-    ext = {s: np.append(b, NONE) for s, b in states.items() if b.max() > NONE / 2}  # NONE: the sentinel of _before
-    for r, g in gains.items():
-        g = g.copy()
-        g[0] = NONE  # a used host takes at least one stage
-        for s, b in ext.items():
+    live = [s for s, b in states.items() if b.max() > NONE / 2]
+    if not live or not gains:
+        return out
+    roles = list(gains)
+    held = np.stack([states[s] for s in live])
+    held = np.concatenate([held, np.full((len(live), 1), NONE)], axis=1)[:, _before(P)]  # [s, total, j]; sentinel
+    used = np.stack([gains[r] for r in roles])
+    used[:, 0] = NONE  # a used host takes at least one stage
+    cand = (held[:, None, :, :] + used[None, :, None, :]).max(axis=3)  # [s, r, total], every pair at once
+    cand = np.where(cand > NONE / 2, cand, NONE)
+    for i, s in enumerate(live):
+        for k, r in enumerate(roles):
             if (key := to(s, r)) is not None:
-                cand = (b[before] + g[None, :]).max(axis=1)
-                out[key] = np.maximum(out[key], np.where(cand > NONE / 2, cand, NONE))
+                out[key] = np.maximum(out[key], cand[i, k])
     return out
 
 
