@@ -24,7 +24,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-
 from hgplan.domain import NodeGroup
 from hgplan.plan import Plan, StageAssignment
 from hgplan.planner.costs import CostSource
