@@ -135,7 +135,7 @@ def _per_class(items: list, fn, key=id) -> list:
 
 
 @functools.lru_cache(maxsize=64)
-def _before(P: int) -> np.ndarray:
+def knapsack_before(P: int) -> np.ndarray:
     """[total, j] -> total - j, the knapsacks' index of what the hosts before hold; P + 1 (a sentinel entry appended
     to the array indexed, "cannot") where j > total."""
     total = np.arange(P + 1)
@@ -163,7 +163,8 @@ def _step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: in
         return out
     roles = list(gains)
     held = np.stack([states[s] for s in live])
-    held = np.concatenate([held, np.full((len(live), 1), NONE)], axis=1)[:, _before(P)]  # [s, total, j]; sentinel
+    # [s, total, j], the sentinel column NONE
+    held = np.concatenate([held, np.full((len(live), 1), NONE)], axis=1)[:, knapsack_before(P)]
     used = np.stack([gains[r] for r in roles])
     used[:, 0] = NONE  # a used host takes at least one stage
     cand = (held[:, None, :, :] + used[None, :, None, :]).max(axis=3)  # [s, r, total], every pair at once
@@ -265,7 +266,7 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
     price x L is below the least work at every price (weak duality)."""
     price = prices[:, None, None]
     j = np.arange(P + 1)[None, :, None]
-    before = _before(P)
+    before = knapsack_before(P)
     best = np.full((prices.size, P + 1), np.inf)
     best[:, 0] = 0.0
 

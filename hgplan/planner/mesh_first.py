@@ -41,8 +41,9 @@ import numpy as np
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
 from hgplan.planner.costs import CostSource, capacity_mib, layers_that_fit, to_us
+from hgplan.planner.mesh_bound import knapsack_before
 from hgplan.planner.mesh_order import whole_layers
-from hgplan.planner.mesh_sites import MAX_SITES
+from hgplan.planner.mesh_sites import MAX_SITES, cheapest_crossings
 from hgplan.planner.mesh_tables import host_options
 from hgplan.planner.options import SearchOptions
 from hgplan.planner.spanning import least_spanning_tree
@@ -84,15 +85,14 @@ def _knapsack(gains: list[tuple[np.ndarray, np.ndarray]], P: int) -> np.ndarray:
     option with at least j slots and hold j x the most one such stage holds (-inf where p stages cannot be placed)."""
     K = gains[0][1].shape[0] if gains else 1
     j = np.arange(P + 1)
-    take = np.clip(j[:, None] - j[None, :], 0, P)  # [total, j] -> total - j
-    inside = j[None, :] <= j[:, None]
     best = np.full((K, P + 1), -math.inf)
     best[:, 0] = 0.0
     for slots, per in gains:
         most = np.where((slots[None, :] >= j[:, None])[None], per[:, None, :], -math.inf).max(axis=2)  # [k, j]
         with np.errstate(invalid="ignore"):
             gain = np.where(j[None, :] >= 1, j[None, :] * most, 0.0)
-        best = np.maximum(best, np.where(inside[None], best[:, take] + gain[:, None, :], -math.inf).max(axis=2))
+        before = np.concatenate([best, np.full((K, 1), -math.inf)], axis=1)[:, knapsack_before(P)]  # [k, total, j]
+        best = np.maximum(best, (before + gain[:, None, :]).max(axis=2))
     return best
 
 
@@ -103,19 +103,18 @@ def _sum(rows: list[np.ndarray], col: str, fn) -> list[tuple[np.ndarray, np.ndar
 
 
 def _crossings_us(costs: CostSource, per_group: list[list[tuple[NodeGroup, ParallelConfig]]]) -> dict:
-    """The cheapest crossing between each two sites at these options, both ways, as planner/mesh_sites.py's edges."""
-    edges: dict[tuple[str, str], float] = {}
-    for a_opts, b_opts in itertools.permutations([row for row in per_group if row], 2):
-        a, b = a_opts[0][0], b_opts[0][0]
-        if a.site == b.site or (path := costs.fleet.path(a, b)) is None:
-            continue
-        send = [costs.mesh_link_us(a, b, c) for _, c in a_opts]
-        recv = [costs.mesh_link_us(a, b, c) for _, c in b_opts]
-        if None in send or None in recv:
-            continue
-        key = (min(a.site, b.site), max(a.site, b.site))
-        edges[key] = min(edges.get(key, math.inf), 2 * (max(min(send), min(recv)) + to_us(path.latency_s)))
-    return edges
+    """mesh_sites.cheapest_crossings between the groups at these options (before any tables)."""
+    def crossings():
+        for a_opts, b_opts in itertools.permutations([row for row in per_group if row], 2):
+            a, b = a_opts[0][0], b_opts[0][0]
+            if a.site == b.site or (path := costs.fleet.path(a, b)) is None:
+                continue
+            send = [costs.mesh_link_us(a, b, c) for _, c in a_opts]
+            recv = [costs.mesh_link_us(a, b, c) for _, c in b_opts]
+            if None not in send and None not in recv:
+                yield a.site, b.site, min(send), min(recv), to_us(path.latency_s)
+
+    return cheapest_crossings(crossings())
 
 
 def fill_us(costs: CostSource, per_group: list[list[tuple[NodeGroup, ParallelConfig]]]) -> float:

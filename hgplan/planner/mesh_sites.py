@@ -39,17 +39,22 @@ MAX_SITES = 6
 """Candidates over more sites than this keep the bound without crossings (2^6 - 1 = 63 sets of sites at most)."""
 
 
-def site_edges_us(t: MeshTables) -> dict[tuple[str, str], float]:
-    """The cheapest crossing between each two sites (their hosts' least send and receive terms and the latency, both
-    ways, as the fill counts a boundary), keyed by the sorted pair; pairs no host path joins are left out."""
+def cheapest_crossings(crossings) -> dict[tuple[str, str], float]:
+    """The cheapest crossing between each two sites, keyed by the sorted pair, from (site a, site b, least send term,
+    least receive term, latency) of every path between a host of a and one of b: a boundary costs the larger of its
+    two ends' terms, and the fill counts it both ways with the link's latency. Pairs no path joins are left out."""
     edges: dict[tuple[str, str], float] = {}
-    for h, h2 in itertools.permutations(range(len(t.hosts)), 2):
-        if t.sites[h] == t.sites[h2] or t.snd_us[h][h2] is None:
-            continue
-        key = (min(t.sites[h], t.sites[h2]), max(t.sites[h], t.sites[h2]))
-        cost = 2 * (max(min(t.snd_us[h][h2]), min(t.rcv_us[h][h2])) + t.lat_us[h][h2])
-        edges[key] = min(edges.get(key, math.inf), cost)
+    for a, b, send, recv, latency in crossings:
+        key = (min(a, b), max(a, b))
+        edges[key] = min(edges.get(key, math.inf), 2 * (max(send, recv) + latency))
     return edges
+
+
+def site_edges_us(t: MeshTables) -> dict[tuple[str, str], float]:
+    """cheapest_crossings of the tables' hosts."""
+    return cheapest_crossings((t.sites[h], t.sites[h2], min(t.snd_us[h][h2]), min(t.rcv_us[h][h2]), t.lat_us[h][h2])
+                              for h, h2 in itertools.permutations(range(len(t.hosts)), 2)
+                              if t.sites[h] != t.sites[h2] and t.snd_us[h][h2] is not None)
 
 
 def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
