@@ -29,21 +29,24 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hgplan.plan import ParallelConfig
-from hgplan.planner.bounds import BLOCK_GRID, FLOOR_EPS, BoundContext, subset_terms, sure_stages
+from hgplan.planner.bounds import FLOOR_EPS, BoundContext, subset_terms, sure_stages
 from hgplan.planner.costs import US
 from hgplan.planner.block_capacity import most_layers, rising
 from hgplan.planner.wan_loops import LoopSlack, PathEnds, Single, most_lone, pair_loops
+from hgplan.planner.block_work import block_pools, cheapest_fill, ends_charge, least_value, loops_charge
 
 Role = tuple[float, float, float, float, float, int]
 """(v tau, lone, end_a, end_b, interior, slots) of one group: see the module docstring."""
 
 
 def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ...], *, L: int, m: int,
-                   ends_known: bool = True) -> float:
+                   ends_known: bool = True, enough_us: float = math.inf) -> float:
     """Block-structured lower bound (us) on any placement of cfg's stages on exactly `subset`.
 
     With ends_known=False one pass gives every group the least demanding role (no edge work, and one crossing
-    without interleaving): weaker, but |S| (|S| - 1) times cheaper.
+    without interleaving): weaker, but |S| (|S| - 1) times cheaper. `enough_us` (the incumbent): once an order of
+    end groups is below it, the orders left are bounded without the WAN's charges to W (what the search needs is
+    whether the bound reaches it; the charges make an order's value several times dearer).
     """
     terms = subset_terms(ctx, subset, L=L, p=cfg.pp)
     if terms is None:
@@ -51,20 +54,23 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
     bb = _BlockBound(ctx, cfg, subset, L=L, m=m, tail=terms.tail, edges=terms.edges)
     if len(subset) == 1:
         best = bb.compute_value(*bb.roles(subset[0], subset[0])) + bb.ends_cost(subset[0], subset[0])
-    elif not ends_known:
-        best = bb.compute_value(*bb.roles(None, None)) + bb.ends_cost(None, None)
+    elif not ends_known:  # the cheap pass: W without the WAN's charges
+        best = bb.compute_value(*bb.roles(None, None), charged=False) + bb.ends_cost(None, None)
     else:
         # The unknown-ends roles ask less of every group than any choice of ends, so their value is a lower bound
         # on each order's compute term: orders whose ends alone already reach the best found are skipped.
-        floor_value = bb.compute_value(*bb.roles(None, None))
-        best = math.inf
+        floor_value = bb.compute_value(*bb.roles(None, None), charged=False)
+        best, enough = math.inf, enough_us / US * cfg.vpp - terms.fill_extra
         for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in _end_choices(ctx, subset)):
-            if floor_value + cost >= best:
+            target = min(best, enough)
+            if floor_value + cost >= target:
+                best = min(best, floor_value + cost)  # every order left is at least this
                 break
             role, wan = bb.roles(first, last)
-            if bb.beyond(best - cost, role, wan):
+            if bb.beyond(target - cost, role, wan):
+                best = min(best, target)
                 continue
-            best = min(best, bb.compute_value(role, wan) + cost)
+            best = min(best, bb.compute_value(role, wan, charged=best >= enough or enough_us == math.inf) + cost)
     if not math.isfinite(best):
         return math.inf
     return (best + terms.fill_extra) / cfg.vpp * US
@@ -185,6 +191,10 @@ class _BlockBound:
         self.held_memo: dict[tuple, dict[int | None, float]] = {}
         """most_layers per shapes (the stages' whole-layer capacities at a cycle) and case (_held)."""
         self.sure_layers = np.array([self.v * sure[k] for k in self.by_speed])
+        # the j fastest groups host at most their slots: the others hold the rest of the p stages, v layers each
+        ahead = np.cumsum([ctx.groups[k].slots for k in self.by_speed])
+        self.most_ahead = (L - self.v * np.maximum(0, self.p - ahead))[None, :].astype(float)
+        """What the j fastest groups hold at most: the stages they cannot host hold >= v layers each elsewhere."""
 
     def _loop_slack(self, m: int, sure: dict[str, int]) -> LoopSlack | None:
         """The loops' demand next to the WAN without interleaving (the closed form charges 1F1B's loops only): pooled
@@ -333,36 +343,31 @@ class _BlockBound:
             memo[case] = most_layers(shapes, self.p, *(self.scenarios[case][:3] if case is not None else ()))
         return memo[case]
 
-    def work_at(self, cs: np.ndarray, role: list[Role]) -> np.ndarray:
-        """W at every cycle in cs, all at or above C* (where the stages can be formed): the most layers each group's
-        block holds there, each group taking every spare stage the others leave (a relaxation of sum n = p), then
-        the layers every group must hold on it, then the rest fastest group first."""
-        v, p = self.v, self.p
-        vt, lone, end_a, end_b, inner_extra, slots = (np.array(col)[None, :] for col in zip(*role))
-        c = cs[:, None]
+    def work_at(self, cs: np.ndarray, role: list[Role], wan: _WanEnds | None = None) -> np.ndarray:
+        """W at every cycle in cs, all at or above C* (where the stages can be formed; planner/block_work.py); with
+        `wan`, plus what the crossings' loops (without interleaving) or else the sites' WAN ends move to slower
+        groups, at the better of two dual prices of W's programme: with the fastest groups' limits and without."""
+        pool, sure, bad = block_pools(cs, role, v=self.v, p=self.p, sure_layers=self.sure_layers)
+        work, price = cheapest_fill(pool, sure, self.L, self.tau_arr, self.most_ahead)
+        if wan is not None:
+            loose, loose_price = cheapest_fill(pool, sure, self.L, self.tau_arr)
+            work = np.maximum(work + self._charge(cs, price, wan), loose + self._charge(cs, loose_price, wan))
+        return np.where(bad, np.inf, work)
 
-        def held_at(extra: np.ndarray) -> np.ndarray:
-            """Layers a stage holds at each cycle when `extra` seconds of it are taken."""
-            return v * np.maximum(0, np.floor((c - extra) / vt + FLOOR_EPS))
+    def _charge(self, cs: np.ndarray, price: np.ndarray, wan: _WanEnds) -> np.ndarray:
+        """What the crossings' loops (PairLoops, which count the WAN ends' sends too) or, without them, the sites' WAN
+        ends add to W at these prices (planner/block_work.py)."""
+        cls = [self.class_of[k] for k in self.by_speed]
+        if wan.loops is not None and wan.loops.pairs is not None:
+            return loops_charge(cs, price, cls, lambda c, each: wan.loops.pairs.loss(c, None, wan.path, each))
+        return ends_charge(cs, price, site=wan.site, cls=cls, roles=wan.variants, v=self.v, sites=wan.sites,
+                           single=wan.single)
 
-        held_a, held_b, one, interior = held_at(end_a), held_at(end_b), held_at(lone), held_at(inner_extra)
-        two = held_a + held_b
-        pair_ok = (held_a >= v) & (held_b >= v) & (slots >= 2)
-        n_more = np.where(pair_ok & (interior >= v), slots - 2, 0)
-        one_ok = one >= v
-        base = np.where(one_ok, one, two)
-        spare = (p - np.where(one_ok, 1, 2).sum(axis=1))[:, None]
-        inc1 = np.where(n_more > 0, np.maximum(two - one, interior), two - one)
-        extra = np.where(one_ok & pair_ok, inc1 + interior * np.minimum(n_more, spare - 1),
-                         interior * np.minimum(n_more, spare))
-        pool = base + np.where(spare > 0, extra, 0)
-        # every group of the set hosts a stage, and at least the stages the others' slots leave over, each with >= v
-        # layers: those layers sit on it whatever their speed (a set that needs a slow group's stages pays for them)
-        sure = np.minimum(self.sure_layers[None, :], pool)
-        room = pool - sure
-        before = np.cumsum(room, axis=1) - room
-        take = sure + np.clip(self.L - sure.sum(axis=1)[:, None] - before, 0, room)
-        return (take * self.tau_arr[None, :]).sum(axis=1)
+    def least_value(self, lo: float, hi: float, role: list[Role], wan: _WanEnds | None = None) -> float:
+        """min over C >= C* of (v m - 1) C + W(C), C* in (lo, hi] (planner/block_work.py, least_value); with `wan`,
+        W charged for the WAN."""
+        return least_value(lo, hi, self.vm - 1, self.L * self.tau_min, lambda cs: self.work_at(cs, role),
+                           None if wan is None else lambda cs: self.work_at(cs, role, wan))
 
     def smallest_cycle(self, role: list[Role], hi: float, wan: _WanEnds | None = None) -> tuple[float, float]:
         """(lo, hi) around C*, the smallest feasible cycle: lo stays below it (a valid bound), hi is feasible.
@@ -401,8 +406,9 @@ class _BlockBound:
         c1 = (value - float(self.work_at(np.array([c2]), role)[0])) / (self.vm - 1)
         return 0 < c1 <= c2 and not self.feasible(c1, role, wan)
 
-    def compute_value(self, role: list[Role], wan: _WanEnds | None = None) -> float:
-        """min over C >= C* of (v m - 1) C + W(C) for these roles (inf if no placement)."""
+    def compute_value(self, role: list[Role], wan: _WanEnds | None = None, charged: bool = True) -> float:
+        """min over C >= C* of (v m - 1) C + W(C) for these roles (inf if no placement); W charged for the WAN
+        (planner/block_work.py) if `charged`."""
         every = role + ([r for rs in wan.variants for r in rs[1:] if r is not None] if wan else [])
         c_max = max(vt * self.units + max(lone, end_a, end_b) + inner_extra
                     for vt, lone, end_a, end_b, inner_extra, _ in every if math.isfinite(lone))
@@ -417,13 +423,8 @@ class _BlockBound:
         if self.vm == 1:  # a single micro-batch: only the work counts, least where every stage could hold every layer
             return float(self.work_at(np.array([c_max]), role)[0])
         lo, hi = self.smallest_cycle(role, c_max, wan)
-        # W is non-increasing: on [c_i, c_i+1) the value is at least (v m - 1) c_i + W(c_i+1); past lo + span
-        # nothing can beat the value at C*.
-        w_star = float(self.work_at(np.array([hi]), role)[0])
-        span = (w_star - self.L * self.tau_min) / (self.vm - 1)
-        grid = lo + span * np.arange(BLOCK_GRID + 1) / BLOCK_GRID
-        works = self.work_at(np.maximum(grid[1:], hi), role)
-        return min((self.vm - 1) * lo + w_star, float(np.min((self.vm - 1) * grid[:-1] + works)))
+        value = self.least_value(lo, hi, role)
+        return value if wan is None or not charged else max(value, self.least_value(lo, hi, role, wan))
 
     def ends_cost(self, first: str | None, last: str | None) -> float:
         """Edge work plus v x the DP tail: the first and last stages pay their class's tail (embedding / LM-head

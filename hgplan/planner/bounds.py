@@ -67,6 +67,8 @@ class GroupBound:
     tail: TailBound
     self_send_s: float
     """Send between two stages of this group."""
+    self_fill_s: float
+    """What a boundary between two stages of this group adds to the fill: two sends and two latencies."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,7 +132,8 @@ def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup])
         gc = costs.group(g, cfg)
         bounds[c[0]] = GroupBound(layer_s=gc.layer_us / US, first_s=gc.first_us / US, last_s=gc.last_us / US,
                                   slots=g.num_gpus // cfg.gpus_per_stage, tail=tail_bound(costs, g, cfg),
-                                  self_send_s=costs.link(g, g, cfg).send_us / US)
+                                  self_send_s=costs.link(g, g, cfg).send_us / US,
+                                  self_fill_s=2 * (costs.link(g, g, cfg).send_us + costs.link(g, g, cfg).lat_us) / US)
     groups = {g.key: bounds[class_of[g.key][0]] for g in hosts}
     per_class = tuple((bounds[c[0]], len(c)) for c in classes)
     fastest = tuple(sorted((gb.layer_s, gb.slots * n) for gb, n in per_class))
@@ -268,8 +271,26 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) 
     wan_loop = max((send + lat for (_, send, lat, _), _ in must), default=0.0)  # fill cost orders by send + lat
     return SubsetTerms(crossings=sum(n for _, n in must + rest), dearest=dearest, wan_loop=wan_loop,
                        edges=min(gs[k].first_s for k in reps) + min(gs[k].last_s for k in reps),
-                       fill_extra=sum(fill * n for (fill, *_), n in must + rest),
+                       fill_extra=sum(fill * n for (fill, *_), n in must + rest) + _inside_fill(ctx, present, p),
                        tail=min(gs[k].tail.least(per_stage) for k in reps))
+
+
+def _inside_fill(ctx: BoundContext, present: list[list[str]], p: int) -> float:
+    """The least the p - |S| boundaries inside the groups' blocks add to the fill (two sends and two latencies each,
+    as between groups): a block of n stages has n - 1, n at least the group's sure stages and at most its slots, the
+    stages beyond the sure ones on the groups whose inner boundaries cost least. `present`: S class by class."""
+    total = sum(ctx.groups[members[0]].slots * len(members) for members in present)
+    fill, more, spare = 0.0, p, []
+    for members in present:
+        gb = ctx.groups[members[0]]
+        sure = _sure(p, total, gb.slots)
+        fill += (sure - 1) * len(members) * gb.self_fill_s
+        more -= sure * len(members)
+        spare.append((gb.self_fill_s, (gb.slots - sure) * len(members)))
+    for cost, room in sorted(spare):
+        take = min(more, room)
+        fill, more = fill + take * cost, more - take
+    return fill
 
 
 def sure_stages(ctx: BoundContext, subset: tuple[str, ...], p: int) -> dict[str, int]:

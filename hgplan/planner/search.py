@@ -103,6 +103,8 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     tables = st.tables_of[item]
     attempt = Stage.attempt(stage)
     st.solved += attempt == 0
+    if not attempt:  # its block bound stopped early at the incumbent: the full one, its closed bound if the solve fails
+        lb = max(lb, block_bound_us(cand.ctx, cand.cfg, subset, L=tables.num_layers, m=tables.microbatches))
     prev = st.found.get(item)
     hint = _hint_of(prev) or improve(tables, greedy_hint(tables, order))
     configured = solve_params(opts, attempt, remaining)
@@ -259,7 +261,7 @@ def _next_item(heap: list, st: _State, below: float, cands: list[Candidate], L: 
     if entry[2] >= Stage.SOLVE or st.listed < SOLVE_EVERY_SUBSETS:
         return entry
     st.listed = 0
-    ready = _take_ready(heap, below, cands, L, m_of)
+    ready = _take_ready(heap, below, cands, L, m_of, st.best_us())
     if ready is None:
         return entry
     if ready[0] >= below:  # its bound over every choice of ends rose past the best plan: back on the heap
@@ -269,9 +271,10 @@ def _next_item(heap: list, st: _State, below: float, cands: list[Candidate], L: 
     return ready
 
 
-def _take_ready(heap: list, below: float, cands: list[Candidate], L: int, m_of: Callable) -> tuple | None:
+def _take_ready(heap: list, below: float, cands: list[Candidate], L: int, m_of: Callable,
+                best_us: float) -> tuple | None:
     """Take off the heap its best item split by node groups with a bound below `below` (None: none is), bounded over
-    every choice of end groups and due for its first solve."""
+    every choice of end groups (against the incumbent `best_us`) and due for its first solve."""
     ready = [n for n, entry in enumerate(heap) if entry[2] >= Stage.SUBSET and entry[0] < below]
     if not ready:
         return None
@@ -281,7 +284,7 @@ def _take_ready(heap: list, below: float, cands: list[Candidate], L: int, m_of: 
     heapq.heapify(heap)
     if stage < Stage.SOLVE:
         cand = cands[i]
-        lb = max(lb, block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m_of(cand.cfg)))
+        lb = max(lb, block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m_of(cand.cfg), enough_us=best_us))
     return lb, key, max(stage, Stage.SOLVE), i, subset
 
 
@@ -359,9 +362,9 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             st.open_items[i] += len(split)
             st.listed += len(split)
         elif stage in (Stage.SUBSET, Stage.BLOCK):
-            # about to be solved: first the block bound, without and then with the choice of end groups (slower,
-            # tighter); either often closes the item without a solve
-            block = block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m_of(cand.cfg), ends_known=stage == Stage.BLOCK)
+            # the block bound, without and then with the choice of end groups; either often closes the item
+            block = block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m_of(cand.cfg), ends_known=stage == Stage.BLOCK,
+                                   enough_us=st.best_us())
             heapq.heappush(heap, (max(lb, block), key, stage + 1, i, subset))
             st.open_items[i] += 1
         else:

@@ -103,49 +103,55 @@ class PairLoops:
     """Where each option's rows begin (rows sorted by option)."""
     options: tuple[tuple[tuple[int, int], int, int, bool, bool], ...]
     """Per option: its pair of sites, classes and single-stage sides."""
-    memo: dict[float, dict] = field(default_factory=dict)
-    """Each cycle's options per pair of sites: the bound bisects the same cycles for every choice of end groups."""
+    memo: dict[tuple, tuple] = field(default_factory=dict)
+    """Each (cycle, prices)' options per pair of sites: the bound bisects the same cycles for every choice of end
+    groups."""
     losses: dict[tuple, float] = field(default_factory=dict)
     """loss() per (options, case of single-stage blocks, path ends)."""
 
-    def loss(self, c: float, single: Single | None = None, path: PathEnds | None = None) -> float:
+    def loss(self, c: float, single: Single | None = None, path: PathEnds | None = None,
+             price: tuple[float, ...] | None = None) -> float:
         """Least layers the crossings' loops cost at cycle c (inf: no placement's crossings can close their loops), with
-        at most the single-stage blocks `single` allows (None: any `lone` groups), and the path's ends when known."""
-        options, shape = self._options(c)
+        at most the single-stage blocks `single` allows (None: any `lone` groups), and the path's ends when known.
+        With `price` (per class, seconds per layer lost), the least priced loss instead (planner/wan_work.py)."""
+        options, shape = self._options(c, price)
         key = (shape, single, path)  # the losses step with the cycle: most cycles of a bisection share their options
         if key not in self.losses:
             allowed = single or (self.ends, self.lone)  # ends // 2 is each class's groups
             self.losses[key] = _walk_loss(self.site, _usable(options, allowed[0]), self.ends, allowed, path)
         return self.losses[key]
 
-    def _options(self, c: float) -> tuple[dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]], tuple]:
+    def _options(self, c: float, price: tuple[float, ...] | None = None
+                 ) -> tuple[dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]], tuple]:
         """Per pair of sites, each crossing's least loss at cycle c by its classes and single-stage sides, cheapest
-        first (and the same as a key). The best n_a, n_b are bounded by the linear relaxation (real n, each >= 1 and
-        <= what its extras leave): fill the stage of more weight per second first, leaving the other one layer; the
-        loss of whole layers is a multiple of the smaller weight, so the relaxation's is rounded up to one."""
-        if c in self.memo:
-            return self.memo[c]
-        tau_a, cap_ea, e_a, w_a, tau_b, cap_eb, e_b, w_b, lat, _, _ = self.rows.T
+        first (and the same as a key): the least over the whole layers n_a, n_b the loop and the stages' extras leave
+        (each >= 1), each side's loss weighted (times its class's price when priced)."""
+        if (c, price) in self.memo:
+            return self.memo[c, price]
+        tau_a, cap_ea, e_a, w_a, tau_b, cap_eb, e_b, w_b, lat, cls_a, cls_b = self.rows.T
+        if price is not None:
+            each = np.array(price)
+            w_a, w_b = w_a * each[cls_a.astype(int)], w_b * each[cls_b.astype(int)]
         cap_a = np.floor((c - cap_ea) / tau_a + FLOOR_EPS)
         cap_b = np.floor((c - cap_eb) / tau_b + FLOOR_EPS)
         top_a = np.floor((c - e_a) / tau_a + FLOOR_EPS)
         top_b = np.floor((c - e_b) / tau_b + FLOOR_EPS)
         budget = 2 * c - e_a - e_b - 2 * lat
-        a_first = w_a * tau_b >= w_b * tau_a
-        n_a = np.where(a_first, np.minimum(top_a, (budget - tau_b) / tau_a), 0.0)
-        n_b = np.minimum(top_b, (budget - np.maximum(n_a, 1.0) * tau_a) / tau_b)
-        n_a = np.where(a_first, n_a, np.minimum(top_a, (budget - np.maximum(n_b, 1.0) * tau_b) / tau_a))
-        ok = (n_a >= 1 - 1e-9) & (n_b >= 1 - 1e-9)
-        grid = np.minimum(w_a, w_b)  # the losses of whole layers, weighted, are multiples of the smaller weight
-        lost = np.ceil(np.maximum(0.0, w_a * (cap_a - n_a) + w_b * (cap_b - n_b)) / grid - 1e-6) * grid
-        least = np.minimum.reduceat(np.where(ok, lost, np.inf), self.starts)
+        # whole layers: for each n_b the most n_a the loop leaves (each side holds >= 1 and at most its top)
+        n_b = np.arange(1, max(1, int(np.max(top_b, initial=0))) + 1)[None, :]
+        left = budget[:, None] - n_b * tau_b[:, None]
+        n_a = np.minimum(top_a[:, None], np.floor(left / tau_a[:, None] + FLOOR_EPS))
+        ok = (n_a >= 1) & (n_b <= top_b[:, None])
+        each_b = w_a[:, None] * (cap_a[:, None] - n_a) + w_b[:, None] * (cap_b[:, None] - n_b)
+        lost = np.maximum(0.0, np.min(np.where(ok, each_b, np.inf), axis=1))
+        least = np.minimum.reduceat(lost, self.starts)
         options: dict[tuple[int, int], dict[tuple[int, int, bool, bool], float]] = {}
         for val, (pair, *key) in zip(least.tolist(), self.options):
             if val < math.inf:  # la, lb: a single-stage block's stage on that side
                 options.setdefault(pair, {})[tuple(key)] = val
         out = {pair: sorted((val, *key) for key, val in opt.items()) for pair, opt in options.items()}
-        self.memo[c] = out, tuple(sorted((pair, tuple(opt)) for pair, opt in out.items()))
-        return self.memo[c]
+        self.memo[c, price] = out, tuple(sorted((pair, tuple(opt)) for pair, opt in out.items()))
+        return self.memo[c, price]
 
 
 PathEnds = tuple[int, int, int, int]

@@ -1,0 +1,131 @@
+"""Issue 11 (the 8-group benchmark fleet's gap): the block bound's W(C) charged for what the WAN moves to slower groups
+(planner/block_work.py).
+
+W's fill is checked against every integer split, its dual prices against every cut of capacity, and the charged block
+bound against the exhaustive optimum of every item of random three- and four-site fleets: never above it, never below
+the bound without the charges, above it on some items. On the 8-group benchmark fleet's 29-stage item (the one CP-SAT
+could not close within the 60 s limit) the charged bound sits between the incumbent's 98% and the item's optimum."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_bound_structure import _items
+from test_wan_crossings import _crossing_fleet
+
+from hgplan.domain import TrainingSettings
+from hgplan.plan import Recompute
+from hgplan.planner import block_bound
+from hgplan.planner.block_bound import block_bound_us
+from hgplan.planner.block_work import cheapest_fill
+from hgplan.planner.options import SearchOptions
+
+
+def _least_split(pool, sure, most, L, tau):
+    """The least work of L whole layers, group j between sure[j] and pool[j], the first j + 1 groups at most most[j]
+    (None: no split), by brute force."""
+    best = None
+    for x in itertools.product(*[range(int(s), int(p) + 1) for s, p in zip(sure, pool)]):
+        if sum(x) != L or any(sum(x[:j + 1]) > most[j] for j in range(len(x))):
+            continue
+        work = sum(a * t for a, t in zip(x, tau))
+        best = work if best is None else min(best, work)
+    return best
+
+
+def _instance(rng: random.Random):
+    n, L = rng.randint(2, 4), rng.randint(3, 13)
+    tau = sorted(rng.uniform(1, 5) for _ in range(n))
+    pool = [rng.randint(0, 6) for _ in range(n)]
+    sure = [min(rng.randint(0, 2), p) for p in pool]
+    most = sorted(min(L, rng.randint(0, L + 3)) for _ in range(n))
+    most[-1] = L
+    return n, L, np.array(tau), pool, sure, most
+
+
+def test_cheapest_fill_is_the_least_split():
+    """The greedy fill with the fastest groups' limits and the layers each group must hold is the least work of every
+    integer split (1,000 random instances with a split)."""
+    rng, checked = random.Random(3), 0
+    while checked < 1000:
+        n, L, tau, pool, sure, most = _instance(rng)
+        exact = _least_split(pool, sure, most, L, tau)
+        if exact is None:
+            continue
+        work, _ = cheapest_fill(np.array([pool], float), np.array([sure], float), L, tau, np.array([most], float))
+        assert work[0] == pytest.approx(exact), (tau, pool, sure, most, L)
+        checked += 1
+
+
+def test_dual_prices_bound_every_cut_of_capacity():
+    """Taking d_k layers of capacity from the groups raises the least split by at least sum_k d_k x price_k, with and
+    without the fastest groups' limits (1,000 random cuts that leave a split), and by exactly that on some."""
+    rng, checked, tight = random.Random(4), 0, 0
+    while checked < 1000:
+        n, L, tau, pool, sure, most = _instance(rng)
+        limits = most if rng.random() < 0.7 else [L] * n
+        cut = [rng.randint(0, 3) if rng.random() < 0.6 else 0 for _ in range(n)]
+        left = [p - d for p, d in zip(pool, cut)]
+        before, after = _least_split(pool, sure, limits, L, tau), _least_split(left, sure, limits, L, tau)
+        if before is None or after is None or min(x - s for x, s in zip(left, sure)) < 0:
+            continue
+        work, price = cheapest_fill(np.array([pool], float), np.array([sure], float), L, tau,
+                                    np.array([limits], float))
+        charged = work[0] + float(np.dot(cut, price[0]))
+        assert charged <= after + 1e-9, (tau, pool, sure, limits, cut, L)
+        tight += any(cut) and abs(charged - after) < 1e-9 and after > before + 1e-9
+        checked += 1
+    assert tight >= 100
+
+
+def _uncharged(monkeypatch):
+    """The block bound with W's WAN charges turned off."""
+    monkeypatch.setattr(block_bound._BlockBound, "_charge", lambda self, cs, price, wan: np.zeros(len(cs)))
+
+
+def test_charged_block_bound_stays_below_the_optimum(monkeypatch):
+    """Every item of two random three- and four-site fleets (190 items): the charged bound at most the exhaustive
+    optimum and at least the bound without the charges; raised on 26 of them (by up to 1% of the optimum)."""
+    raised = 0
+    for seed in (5, 19):
+        rng = random.Random(seed)
+        fleet = _crossing_fleet(rng)
+        gbs, layers = rng.choice([16, 32, 64]), rng.choice([12, 16, 24])
+        train = TrainingSettings(seq_length=2048, global_batch_size=gbs)
+        opts = SearchOptions(max_pp=8, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,))
+        for cand, subset, _, charged, optimum in _items(fleet, train, opts, layers=layers):
+            with monkeypatch.context() as off:
+                _uncharged(off)
+                plain = block_bound_us(cand.ctx, cand.cfg, subset, L=layers, m=cand.cfg.num_microbatches(gbs))
+            assert plain - 1e-6 <= charged <= optimum + 1, (seed, cand.cfg, subset, plain, charged, optimum)
+            raised += charged > plain + 1
+    assert raised >= 20
+
+
+def test_eight_group_item_bound_reaches_near_its_optimum():
+    """The 8-group benchmark fleet (benchmarks/search_scaling.py, 1024 GPUs over four sites, five GPU types), tp 4,
+    29 stages, dp 8, micro-batch 1 over all eight groups: the block model proves its optimum 5.016987 s (19 s, one
+    worker, 2026-11-26); the incumbent of the search is 4.965490 s. Without the charges the block bound was 4.810 s
+    (3.1% below the incumbent, so the item stayed open); with them 4.881 s. The early exit against an incumbent keeps
+    the value at or above the uncharged one."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from search_scaling import model_for, synthetic
+
+    from hgplan.planner.candidates import enumerate_candidates
+    from hgplan.planner.costs import CostSource
+
+    fleet, model = synthetic(1024, 4, 5, 8), model_for(1024)[1]
+    costs = CostSource(fleet, model, TrainingSettings(seq_length=4096, global_batch_size=512))
+    cands, _ = enumerate_candidates(costs, SearchOptions(tp_options=(4,), mbs_options=(1,),
+                                                         recompute_options=(Recompute.NONE,)), list(fleet.groups))
+    cand = next(c for c in cands if c.cfg.pp == 29 and c.cfg.dp == 8 and c.cfg.vpp == 1)
+    subset = tuple(sorted(g.key for g in fleet.groups))
+    full = block_bound_us(cand.ctx, cand.cfg, subset, L=80, m=64)
+    quick = block_bound_us(cand.ctx, cand.cfg, subset, L=80, m=64, enough_us=4965490)
+    assert 4.87e6 <= full <= 5016987
+    assert 4.80e6 <= quick <= full
