@@ -115,9 +115,9 @@ def test_block_bound_charges_each_wan_crossings_own_loop(monkeypatch):
     import random
     import statistics
 
-    from hgplan.planner import block_bound
+    from hgplan.planner import block_bound, block_work
 
-    monkeypatch.setattr(block_bound, "BLOCK_GRID", 4096)
+    monkeypatch.setattr(block_work, "BLOCK_GRID", 4096)
     pair_loops = block_bound.pair_loops
     ratios = []
     for seed in range(4):

@@ -103,8 +103,6 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     tables = st.tables_of[item]
     attempt = Stage.attempt(stage)
     st.solved += attempt == 0
-    if not attempt:  # its block bound stopped early at the incumbent: the full one, its closed bound if the solve fails
-        lb = max(lb, block_bound_us(cand.ctx, cand.cfg, subset, L=tables.num_layers, m=tables.microbatches))
     prev = st.found.get(item)
     hint = _hint_of(prev) or improve(tables, greedy_hint(tables, order))
     configured = solve_params(opts, attempt, remaining)
@@ -288,6 +286,15 @@ def _take_ready(heap: list, below: float, cands: list[Candidate], L: int, m_of: 
     return lb, key, max(stage, Stage.SOLVE), i, subset
 
 
+def _bound_to_solve(cand: Candidate, subset: tuple[str, ...], stage: int, lb: float, L: int, m: int) -> float:
+    """An item's bound before its first solve. On the way there its block bound, without and then with the choice of
+    end groups (either often closes the item), stopped early at the incumbent (block_bound_us, enough_us); now the
+    full one, its closed bound if the solve gets nowhere or the budget ends during it."""
+    if stage != Stage.SOLVE:
+        return lb
+    return max(lb, block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m))
+
+
 def _left_s(opts: SearchOptions) -> float:
     """Wall-clock seconds left before the command's deadline (inf without one)."""
     return math.inf if opts.wall_deadline_s is None else opts.wall_deadline_s - time.perf_counter()
@@ -362,13 +369,13 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             st.open_items[i] += len(split)
             st.listed += len(split)
         elif stage in (Stage.SUBSET, Stage.BLOCK):
-            # the block bound, without and then with the choice of end groups; either often closes the item
             block = block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m_of(cand.cfg), ends_known=stage == Stage.BLOCK,
                                    enough_us=st.best_us())
             heapq.heappush(heap, (max(lb, block), key, stage + 1, i, subset))
             st.open_items[i] += 1
         else:
             st.listed = 0
+            lb = _bound_to_solve(cand, subset, stage, lb, L, m_of(cand.cfg))
             retry = _solve_item(costs, cand, (i, subset), stage, lb, st, opts, remaining, order, by_key)
             if retry is not None:
                 heapq.heappush(heap, (retry, key, stage + 1, i, subset))
