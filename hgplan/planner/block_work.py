@@ -12,9 +12,10 @@ sites loses capacity next to the WAN in two ways the capacities do not count:
   an end holds the layers its group's WAN send leaves, not its cheapest partner's;
 - without interleaving, each WAN crossing's loop of two micro-batches (planner/wan_loops.py, PairLoops) leaves the two
   stages beside it fewer layers than the cycle alone would, in whole layers.
-Each is priced, and W plus the larger of the two is a lower bound on the work of every placement whose cycle is at
-most C. The loops' charge is taken case by case of single-stage blocks (block_bound._scenarios): a group that hosts
-one stage holds that stage's layers only, so W is recomputed with the other groups' blocks of two or more stages.
+Each is priced (the loops' loss counts the WAN ends' sends too, so it is used where there are loops, the ends'
+otherwise), and W plus the charge is a lower bound on the work of every placement whose cycle is at most C. Two dual
+solutions are priced, with and without the fastest groups' limits, and the larger total kept: where the limit binds,
+a fast group's price is 0 although losing more capacity than its slack costs the slow rate.
 
 Legend as in planner/block_bound.py: a role is (v tau, lone, end_a, end_b, interior, slots); arrays are (cycles x
 groups), groups in the bound's order (fastest first).

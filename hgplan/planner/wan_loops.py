@@ -113,7 +113,7 @@ class PairLoops:
              price: tuple[float, ...] | None = None) -> float:
         """Least layers the crossings' loops cost at cycle c (inf: no placement's crossings can close their loops), with
         at most the single-stage blocks `single` allows (None: any `lone` groups), and the path's ends when known.
-        With `price` (per class, seconds per layer lost), the least priced loss instead (planner/wan_work.py)."""
+        With `price` (per class, seconds per layer lost), the least priced loss instead (planner/block_work.py)."""
         options, shape = self._options(c, price)
         key = (shape, single, path)  # the losses step with the cycle: most cycles of a bisection share their options
         if key not in self.losses:
