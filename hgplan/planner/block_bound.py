@@ -186,6 +186,8 @@ class _BlockBound:
         sure = sure_stages(ctx, subset, self.p)
         self.class_of = {k: i for i, c in enumerate(ctx.members(subset)) for k in c}
         """Each group's class, in the order of ctx.members (PairLoops')."""
+        self.classes = [self.class_of[k] for k in self.by_speed]
+        """The same, group by group in the bound's order (fastest first)."""
         self.loops = self._loop_slack(m, sure)
         self.scenarios = self._scenarios(sure) if self.loops else []
         self.held_memo: dict[tuple, dict[int | None, float]] = {}
@@ -357,10 +359,9 @@ class _BlockBound:
     def _charge(self, cs: np.ndarray, price: np.ndarray, wan: _WanEnds) -> np.ndarray:
         """What the crossings' loops (PairLoops, which count the WAN ends' sends too) or, without them, the sites' WAN
         ends add to W at these prices (planner/block_work.py)."""
-        cls = [self.class_of[k] for k in self.by_speed]
         if wan.loops is not None and wan.loops.pairs is not None:
-            return loops_charge(cs, price, cls, lambda c, each: wan.loops.pairs.loss(c, None, wan.path, each))
-        return ends_charge(cs, price, site=wan.site, cls=cls, roles=wan.variants, v=self.v, sites=wan.sites,
+            return loops_charge(cs, price, self.classes, lambda c, each: wan.loops.pairs.loss(c, None, wan.path, each))
+        return ends_charge(cs, price, site=wan.site, cls=self.classes, roles=wan.variants, v=self.v, sites=wan.sites,
                            single=wan.single)
 
     def least_value(self, lo: float, hi: float, role: list[Role], wan: _WanEnds | None = None) -> float:

@@ -57,18 +57,18 @@ def cheapest_fill(pool: np.ndarray, sure: np.ndarray, L: int, tau: np.ndarray,
     return (take * tau[None, :]).sum(axis=1), np.maximum(0.0, tau[nearest] - tau[None, :])
 
 
+def _held(c: np.ndarray, extra, vt, v: int) -> np.ndarray:
+    """Layers a stage holds at cycles c when `extra` seconds of each are taken (whole multiples of v)."""
+    return v * np.maximum(0, np.floor((c - extra) / vt + FLOOR_EPS))
+
+
 def block_pools(cs: np.ndarray, role: Sequence[tuple], *, v: int, p: int,
                 sure_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per cycle and group, the most layers its block holds (pool) and those it must hold (sure); and per cycle
     whether some group can form no block (then no placement has that cycle)."""
     vt, alone, end_a, end_b, inner_extra, slots = (np.array(col)[None, :] for col in zip(*role))
     c = cs[:, None]
-
-    def held_at(extra: np.ndarray) -> np.ndarray:
-        """Layers a stage holds at each cycle when `extra` seconds of it are taken."""
-        return v * np.maximum(0, np.floor((c - extra) / vt + FLOOR_EPS))
-
-    held_a, held_b, one, interior = held_at(end_a), held_at(end_b), held_at(alone), held_at(inner_extra)
+    held_a, held_b, one, interior = (_held(c, extra, vt, v) for extra in (end_a, end_b, alone, inner_extra))
     two = held_a + held_b
     pair_ok = (held_a >= v) & (held_b >= v) & (slots >= 2)
     n_more = np.where(pair_ok & (interior >= v), slots - 2, 0)
@@ -87,11 +87,7 @@ def block_pools(cs: np.ndarray, role: Sequence[tuple], *, v: int, p: int,
 def _shapes(cs: np.ndarray, role: Sequence[float], v: int) -> tuple[np.ndarray, np.ndarray]:
     """Per cycle, the layers one group's block holds as one stage and in its two end stages (nan: cannot form)."""
     vt, lone, end_a, end_b, _, slots = role
-
-    def held(extra: float) -> np.ndarray:
-        return v * np.maximum(0, np.floor((cs - extra) / vt + FLOOR_EPS))
-
-    one, a, b = held(lone), held(end_a), held(end_b)
+    one, a, b = (_held(cs, extra, vt, v) for extra in (lone, end_a, end_b))
     return np.where(one >= v, one, np.nan), np.where((a >= v) & (b >= v) & (slots >= 2), a + b, np.nan)
 
 

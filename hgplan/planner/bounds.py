@@ -129,11 +129,10 @@ def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup])
     bounds: dict[str, GroupBound] = {}
     for c in classes:
         g = by_key[c[0]]
-        gc = costs.group(g, cfg)
+        gc, inner = costs.group(g, cfg), costs.link(g, g, cfg)
         bounds[c[0]] = GroupBound(layer_s=gc.layer_us / US, first_s=gc.first_us / US, last_s=gc.last_us / US,
                                   slots=g.num_gpus // cfg.gpus_per_stage, tail=tail_bound(costs, g, cfg),
-                                  self_send_s=costs.link(g, g, cfg).send_us / US,
-                                  self_fill_s=2 * (costs.link(g, g, cfg).send_us + costs.link(g, g, cfg).lat_us) / US)
+                                  self_send_s=inner.send_us / US, self_fill_s=2 * (inner.send_us + inner.lat_us) / US)
     groups = {g.key: bounds[class_of[g.key][0]] for g in hosts}
     per_class = tuple((bounds[c[0]], len(c)) for c in classes)
     fastest = tuple(sorted((gb.layer_s, gb.slots * n) for gb, n in per_class))

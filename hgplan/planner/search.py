@@ -289,8 +289,9 @@ def _take_ready(heap: list, below: float, cands: list[Candidate], L: int, m_of: 
 def _bound_to_solve(cand: Candidate, subset: tuple[str, ...], stage: int, lb: float, L: int, m: int) -> float:
     """An item's bound before its first solve. On the way there its block bound, without and then with the choice of
     end groups (either often closes the item), stopped early at the incumbent (block_bound_us, enough_us); now the
-    full one, its closed bound if the solve gets nowhere or the budget ends during it."""
-    if stage != Stage.SOLVE:
+    full one, its closed bound if the solve gets nowhere or the budget ends during it (a single group's bound has no
+    early exit: it is already on the item)."""
+    if stage != Stage.SOLVE or len(subset) == 1:
         return lb
     return max(lb, block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m))
 
