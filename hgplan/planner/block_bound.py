@@ -7,13 +7,13 @@ pays: v x (its share of the block's two cheapest partners' sends and/or the send
 embedding or head work; the first and last stages also pay their class's DP tail. That caps the layers a block
 of n stages holds at cycle C, and the best split of the p stages over the groups (greedy over non-increasing
 increments, exact where a group's increments rise: planner/block_capacity.py). Over several sites the capacity also
-loses what the WAN costs: the block ends that must send to another site (_WanEnds) and, without interleaving, what
-1F1B's loops through the WAN's latency cost the stages next to it, pooled and crossing by crossing over the sites'
-spanning trees, case by case of single-stage blocks (planner/wan_loops.py). Then the smallest cycle C* whose
-capacity holds L layers, and min over C >= C* of (v m - 1) C + W(C), W being the cheapest way to place the layers
-within those capacities (the v layers of every stage a group must host on it, since the others' slots cannot take
-them, then fastest groups first), plus the edge, crossing and tail terms. With interleaving the wrap-around
-boundary (last stage back to the first) makes the end blocks touch two crossings too.
+loses what the WAN costs: the block ends that must send to another site (planner/wan_ends.py) and, without
+interleaving, what 1F1B's loops through the WAN's latency cost the stages next to it, pooled and crossing by
+crossing over the sites' spanning trees, case by case of single-stage blocks (planner/wan_loops.py). Then the
+smallest cycle C* whose capacity holds L layers, and min over C >= C* of (v m - 1) C + W(C), W being the cheapest
+way to place the layers within those capacities (the v layers of every stage a group must host on it, since the
+others' slots cannot take them, then fastest groups first), plus the edge, crossing and tail terms. With
+interleaving the wrap-around boundary (last stage back to the first) makes the end blocks touch two crossings too.
 
 Legend: as in planner/bounds.py (L, p, v, m, r, tau, C, W, c1, c2); a "role" row is one group's
 (v tau, lone, end_a, end_b, interior, slots): the sure extra seconds of a lone stage, of the two end stages of a
@@ -24,19 +24,17 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from hgplan.plan import ParallelConfig
-from hgplan.planner.bounds import FLOOR_EPS, BoundContext, subset_terms, sure_stages
+from hgplan.planner.bounds import FLOOR_EPS, BoundContext, integer_cycle_bound, subset_terms, sure_stages
 from hgplan.planner.costs import US
 from hgplan.planner.block_capacity import most_layers, rising
-from hgplan.planner.wan_loops import LoopSlack, PathEnds, Single, most_lone, pair_loops
+from hgplan.planner.wan_loops import LoopSlack, Single, most_lone, pair_loops
 from hgplan.planner.block_work import block_pools, cheapest_fill, ends_charge, least_value, loops_charge
-
-Role = tuple[float, float, float, float, float, int]
-"""(v tau, lone, end_a, end_b, interior, slots) of one group: see the module docstring."""
+from hgplan.planner.wan_ends import Role, WanEnds
 
 
 def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ...], *, L: int, m: int,
@@ -54,8 +52,11 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
     bb = _BlockBound(ctx, cfg, subset, L=L, m=m, tail=terms.tail, edges=terms.edges)
     if len(subset) == 1:
         best = bb.compute_value(*bb.roles(subset[0], subset[0])) + bb.ends_cost(subset[0], subset[0])
-    elif not ends_known:  # the cheap pass: W without the WAN's charges
-        best = bb.compute_value(*bb.roles(None, None), charged=False) + bb.ends_cost(None, None)
+    elif not ends_known:  # the cheap pass: W without the WAN's charges, and no bisection if it reaches enough_us
+        (role, wan), cost = bb.roles(None, None), bb.ends_cost(None, None)
+        enough = enough_us / US * cfg.vpp - terms.fill_extra
+        reached, feasible_at = bb.beyond(enough - cost, role, wan)
+        best = enough if reached else bb.compute_value(role, wan, charged=False, feasible_at=feasible_at) + cost
     else:
         # The unknown-ends roles ask less of every group than any choice of ends, so their value is a lower bound
         # on each order's compute term: orders whose ends alone already reach the best found are skipped.
@@ -67,10 +68,12 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
                 best = min(best, floor_value + cost)  # every order left is at least this
                 break
             role, wan = bb.roles(first, last)
-            if bb.beyond(target - cost, role, wan):
+            reached, feasible_at = bb.beyond(target - cost, role, wan)
+            if reached:
                 best = min(best, target)
                 continue
-            best = min(best, bb.compute_value(role, wan, charged=best >= enough or enough_us == math.inf) + cost)
+            best = min(best, bb.compute_value(role, wan, charged=best >= enough or enough_us == math.inf,
+                                              feasible_at=feasible_at) + cost)
     if not math.isfinite(best):
         return math.inf
     return (best + terms.fill_extra) / cfg.vpp * US
@@ -82,76 +85,6 @@ def _end_choices(ctx: BoundContext, subset: tuple[str, ...]) -> list[tuple[str, 
     16 choices instead of 4,032)."""
     present = ctx.members(subset)
     return [(a[0], b[0]) if a is not b else (a[0], a[1]) for a in present for b in present if a is not b or len(a) > 1]
-
-
-def _held(c: float, role: Role, v: int) -> tuple[int | None, int | None]:
-    """Layers a group's block holds at cycle c as one stage, and in its two end stages (None: cannot be formed)."""
-    vt, lone, end_a, end_b, _, slots = role
-    one = v * math.floor((c - lone) / vt + FLOOR_EPS)
-    held_a = v * math.floor((c - end_a) / vt + FLOOR_EPS)
-    held_b = v * math.floor((c - end_b) / vt + FLOOR_EPS)
-    return (one if one >= v else None), (held_a + held_b if min(held_a, held_b) >= v and slots >= 2 else None)
-
-
-def _lost(c: float, one: int | None, two: int | None, role: Role | None, v: int) -> float:
-    """Layers a group's block loses at cycle c in `role` against (one, two), what it holds without WAN ends (as
-    one stage, and in its two end stages), the least over the shapes both can take (inf: none, or no such role)."""
-    if role is None:
-        return math.inf
-    w_one, w_two = _held(c, role, v)
-    lost = one - w_one if one is not None and w_one is not None else math.inf
-    return min(lost, two - w_two) if two is not None and w_two is not None else lost
-
-
-@dataclass(frozen=True, slots=True)
-class _WanEnds:
-    """The block ends a placement over several sites must spend on the WAN.
-
-    The blocks form a path (a ring with interleaving) that visits every site of the set. Every maximal run of one
-    site's blocks is entered and left over the WAN, except at the path's own two ends, so each site has at least two
-    block ends that send to another site, and a path's two end sites (if they differ) at least one. Such an end's
-    stage pays at least its group's cheapest send to another site instead of its cheapest partner's, and holds fewer
-    layers at a cycle C. Per group, the layers lost with one or two WAN ends are the least over the block shapes it
-    can take (one stage; two or more, whose end stages take them); the sites' cheapest choices of ends then bound
-    what the whole placement loses, which is subtracted from the capacity in _BlockBound.feasible."""
-
-    site: tuple[int, ...]
-    """Per group (the roles' order), its site's index."""
-    variants: tuple[tuple[Role, Role, Role | None], ...]
-    """Per group, its role with no, one and two WAN ends (None: that group cannot have two: a path's end block)."""
-    sites: int
-    single: frozenset[int] | None
-    """Sites that may have only one WAN end (a path's end sites); None: any two sites (the ends are unknown)."""
-    v: int
-    loops: LoopSlack | None = None
-    """The slack 1F1B's loops demand next to the WAN (None with interleaving, or with fewer than 3 micro-batches)."""
-    path: PathEnds | None = None
-    """The path's first and last group, when known (for the loops)."""
-
-    def ends_loss(self, c: float) -> float:
-        """Least layers the WAN ends cost the placement at cycle c (inf: no placement), the loops' slack aside (>= 0:
-        a role with WAN ends pays at least the sends of the role without)."""
-        one_end, two_ends = [math.inf] * self.sites, [math.inf] * self.sites
-        second = [math.inf] * self.sites  # the second-cheapest single end of the site (another group)
-        v = self.v
-        for s, (r0, r1, r2) in zip(self.site, self.variants):
-            one, two = _held(c, r0, v)
-            lost1, lost2 = _lost(c, one, two, r1, v), _lost(c, one, two, r2, v)
-            if lost1 < one_end[s]:
-                one_end[s], second[s] = lost1, one_end[s]
-            elif lost1 < second[s]:
-                second[s] = lost1
-            if lost2 < two_ends[s]:
-                two_ends[s] = lost2
-        need = [min(two, one + sec) for two, one, sec in zip(two_ends, one_end, second)]
-        allowed = range(self.sites) if self.single is None else sorted(self.single)
-
-        def gain(s: int) -> float:
-            """What a site saves with one WAN end instead of two."""
-            return 0.0 if math.isinf(one_end[s]) else need[s] - one_end[s]
-
-        single = sorted(allowed, key=gain, reverse=True)[:2]
-        return sum(one_end[s] if s in single else need[s] for s in range(self.sites))
 
 
 class _BlockBound:
@@ -230,7 +163,7 @@ class _BlockBound:
             out.append((may, 2, lone, (tuple(2 * len(c) for c in present), lone)))
         return out
 
-    def roles(self, first: str | None, last: str | None) -> tuple[list[Role], _WanEnds | None]:
+    def roles(self, first: str | None, last: str | None) -> tuple[list[Role], WanEnds | None]:
         """Per group, fastest first, its Role, and the WAN ends the sites demand (None within one site). Without
         known ends (None), every group gets the least of the roles: one crossing and no edge work."""
         base = [self.role(k, first, last, 0) for k in self.by_speed]
@@ -249,7 +182,7 @@ class _BlockBound:
                 else frozenset()
         path = None if first is None or self.v > 1 else (self.site[first], self.site[last], self.class_of[first],
                                                           self.class_of[last])
-        return base, _WanEnds(site=tuple(self.site[k] for k in self.by_speed), variants=variants,
+        return base, WanEnds(site=tuple(self.site[k] for k in self.by_speed), variants=variants,
                               sites=self.sites, single=single, v=self.v, loops=self.loops, path=path)
 
     def role(self, k: str, first: str | None, last: str | None, wan: int) -> Role:
@@ -276,7 +209,7 @@ class _BlockBound:
             ends = (v * inner + work_in[0], v * inner + work_in[1])
         return (v * self.tau[k], lone, *ends, 2 * v * inner, gs[k].slots)
 
-    def feasible(self, c: float, role: list[Role], wan: _WanEnds | None = None) -> bool:
+    def feasible(self, c: float, role: list[Role], wan: WanEnds | None = None) -> bool:
         """Whether the p stages can all be formed at cycle c with the L layers.
 
         A group's stages beyond its first (or first two) add increments [first] + [interior] x n_more, a
@@ -345,7 +278,7 @@ class _BlockBound:
             memo[case] = most_layers(shapes, self.p, *(self.scenarios[case][:3] if case is not None else ()))
         return memo[case]
 
-    def work_at(self, cs: np.ndarray, role: list[Role], wan: _WanEnds | None = None) -> np.ndarray:
+    def work_at(self, cs: np.ndarray, role: list[Role], wan: WanEnds | None = None) -> np.ndarray:
         """W at every cycle in cs, all at or above C* (where the stages can be formed; planner/block_work.py); with
         `wan`, plus what the crossings' loops (without interleaving) or else the sites' WAN ends move to slower
         groups, at the better of two dual prices of W's programme: with the fastest groups' limits and without."""
@@ -356,7 +289,7 @@ class _BlockBound:
             work = np.maximum(work + self._charge(cs, price, wan), loose + self._charge(cs, loose_price, wan))
         return np.where(bad, np.inf, work)
 
-    def _charge(self, cs: np.ndarray, price: np.ndarray, wan: _WanEnds) -> np.ndarray:
+    def _charge(self, cs: np.ndarray, price: np.ndarray, wan: WanEnds) -> np.ndarray:
         """What the crossings' loops (PairLoops, which count the WAN ends' sends too) or, without them, the sites' WAN
         ends add to W at these prices (planner/block_work.py)."""
         if wan.loops is not None and wan.loops.pairs is not None:
@@ -364,18 +297,21 @@ class _BlockBound:
         return ends_charge(cs, price, site=wan.site, cls=self.classes, roles=wan.variants, v=self.v, sites=wan.sites,
                            single=wan.single)
 
-    def least_value(self, lo: float, hi: float, role: list[Role], wan: _WanEnds | None = None) -> float:
+    def least_value(self, lo: float, hi: float, role: list[Role], wan: WanEnds | None = None) -> float:
         """min over C >= C* of (v m - 1) C + W(C), C* in (lo, hi] (planner/block_work.py, least_value); with `wan`,
         W charged for the WAN."""
         return least_value(lo, hi, self.vm - 1, self.L * self.tau_min, lambda cs: self.work_at(cs, role),
                            None if wan is None else lambda cs: self.work_at(cs, role, wan))
 
-    def smallest_cycle(self, role: list[Role], hi: float, wan: _WanEnds | None = None) -> tuple[float, float]:
+    def smallest_cycle(self, role: list[Role], hi: float, wan: WanEnds | None = None) -> tuple[float, float]:
         """(lo, hi) around C*, the smallest feasible cycle: lo stays below it (a valid bound), hi is feasible.
 
         Stage capacities only change where c - extra is a multiple of v tau, whole microseconds in the tables'
-        units: bisect over whole microseconds, then check that just below the found one is still infeasible."""
-        lo_us, hi_us = 0, math.ceil(hi * US)
+        units: bisect over whole microseconds, then check that just below the found one is still infeasible. The
+        bisection starts just below least_cycle (no placement has a shorter cycle): a cycle found infeasible
+        bounds C* whatever the verdict on shorter ones (a placement that runs at a cycle runs at every longer one)."""
+        hi_us = math.ceil(hi * US)
+        lo_us = max(0, min(hi_us - 1, math.ceil(self.least_cycle(role) * US) - 1))
         while hi_us - lo_us > 1:
             mid = (lo_us + hi_us) // 2
             if self.feasible(mid / US, role, wan):
@@ -393,39 +329,68 @@ class _BlockBound:
                 lo = mid
         return lo, hi
 
-    def beyond(self, value: float, role: list[Role], wan: _WanEnds | None) -> bool:
+    def least_cycle(self, role: list[Role]) -> float:
+        """A cycle no placement in these roles undercuts, without a feasibility check: each group hosts its sure
+        stages and a stage of >= v layers beside its cheapest end extras; every stage holds at most what its cheapest
+        extras leave, and the stages beyond the sure ones at most what one of the fastest group with spare slots
+        would at the least extras of those groups (bounds.integer_cycle_bound)."""
+        slots, spare, each = [], [], 0.0
+        for (vt, lone, end_a, end_b, inner_extra, n_slots), sure in zip(role, (self.sure_layers // self.v).tolist()):
+            extra = min(lone, end_a, end_b, inner_extra)
+            slots.append((vt / self.v, sure, extra))
+            each = max(each, min(lone, end_a, end_b) + vt)
+            if n_slots > sure:
+                spare.append((vt / self.v, extra))
+        left = self.p - sum(n for _, n, _ in slots)
+        if left > 0 and spare:
+            slots.append((min(t for t, _ in spare), left, min(e for _, e in spare)))
+        return max(each, integer_cycle_bound(slots, self.L, self.v))
+
+    def beyond(self, value: float, role: list[Role], wan: WanEnds | None) -> tuple[bool, float]:
         """Whether compute_value(role, wan) is surely at least `value`, by one feasibility check (an order of end
-        groups that cannot beat the best found is dropped without its bisection). W is non-increasing: with c2 where
+        groups that cannot beat the best found is dropped without its bisection), and a cycle that check found
+        feasible (inf: none), where compute_value's bisection can start. W is non-increasing: with c2 where
         (v m - 1) c2 + W(inf) reaches the value and c1 where (v m - 1) c1 + W(c2) does, a cycle in (c1, c2] costs at
         least the value, and one beyond c2 too; so if no placement has a cycle <= c1, every one does."""
         if self.vm == 1 or not math.isfinite(value):
-            return False
+            return False, math.inf
         w_inf = float(self.work_at(np.array([1e6]), role)[0])
         c2 = (value - w_inf) / (self.vm - 1)
         if c2 <= 0:
-            return False
+            return False, math.inf
         c1 = (value - float(self.work_at(np.array([c2]), role)[0])) / (self.vm - 1)
-        return 0 < c1 <= c2 and not self.feasible(c1, role, wan)
+        if not 0 < c1 <= c2:
+            return False, math.inf
+        return (False, c1) if self.feasible(c1, role, wan) else (True, math.inf)
 
-    def compute_value(self, role: list[Role], wan: _WanEnds | None = None, charged: bool = True) -> float:
+    def compute_value(self, role: list[Role], wan: WanEnds | None = None, charged: bool = True,
+                      feasible_at: float = math.inf) -> float:
         """min over C >= C* of (v m - 1) C + W(C) for these roles (inf if no placement); W charged for the WAN
-        (planner/block_work.py) if `charged`."""
+        (planner/block_work.py) if `charged`. `feasible_at`: a cycle already found feasible with these roles and
+        WAN ends (beyond), where the bisection for C* starts."""
+        if not math.isfinite(feasible_at):
+            feasible_at, wan = self._upper_cycle(role, wan)
+            if not math.isfinite(feasible_at):
+                return math.inf  # this order of ends admits no placement
+            if self.vm == 1:  # a single micro-batch: only the work counts, least where every stage holds every layer
+                return float(self.work_at(np.array([feasible_at]), role)[0])
+        lo, hi = self.smallest_cycle(role, feasible_at, wan)
+        value = self.least_value(lo, hi, role)
+        return value if wan is None or not charged else max(value, self.least_value(lo, hi, role, wan))
+
+    def _upper_cycle(self, role: list[Role], wan: WanEnds | None) -> tuple[float, WanEnds | None]:
+        """A feasible cycle (inf: none) at least every stage's demand with every layer, and the WAN ends to bound
+        with: without the loops if no cycle of up to 2^64 times that closes them."""
         every = role + ([r for rs in wan.variants for r in rs[1:] if r is not None] if wan else [])
         c_max = max(vt * self.units + max(lone, end_a, end_b) + inner_extra
                     for vt, lone, end_a, end_b, inner_extra, _ in every if math.isfinite(lone))
         if not self.feasible(c_max, role, wan and replace(wan, loops=None)):
-            return math.inf  # this order of ends admits no placement
+            return math.inf, wan
         for _ in range(64):  # 1F1B's loops through the WAN can make the cycle longer than any stage's demand
             if self.feasible(c_max, role, wan):
-                break
+                return c_max, wan
             c_max *= 2
-        else:
-            wan = replace(wan, loops=None)
-        if self.vm == 1:  # a single micro-batch: only the work counts, least where every stage could hold every layer
-            return float(self.work_at(np.array([c_max]), role)[0])
-        lo, hi = self.smallest_cycle(role, c_max, wan)
-        value = self.least_value(lo, hi, role)
-        return value if wan is None or not charged else max(value, self.least_value(lo, hi, role, wan))
+        return c_max, replace(wan, loops=None)
 
     def ends_cost(self, first: str | None, last: str | None) -> float:
         """Edge work plus v x the DP tail: the first and last stages pay their class's tail (embedding / LM-head

@@ -8,7 +8,7 @@ they cannot host leave (p - their slots stages elsewhere, v layers each). That i
 for group k is pi_k - tau_k, pi_k the tau of the first group at or after k with capacity left: taking d_k layers of
 capacity from the groups raises W by at least sum_k d_k (pi_k - tau_k) (weak duality). A placement over several
 sites loses capacity next to the WAN in two ways the capacities do not count:
-- per site, at least two block ends send to another site (one at a path's own end sites; block_bound._WanEnds): such
+- per site, at least two block ends send to another site (one at a path's own end sites; wan_ends.WanEnds): such
   an end holds the layers its group's WAN send leaves, not its cheapest partner's;
 - without interleaving, each WAN crossing's loop of two micro-batches (planner/wan_loops.py, PairLoops) leaves the two
   stages beside it fewer layers than the cycle alone would, in whole layers.
@@ -93,7 +93,7 @@ def _shapes(cs: np.ndarray, role: Sequence[float], v: int) -> tuple[np.ndarray, 
 
 def lost_layers(cs: np.ndarray, base: Sequence[float], role: Sequence[float] | None, v: int) -> np.ndarray:
     """Per cycle, the least layers a group's block loses in `role` against `base` over the shapes both can take (inf:
-    none, or no such role); the vector form of block_bound._lost."""
+    none, or no such role); the vector form of wan_ends.lost."""
     if role is None:
         return np.full(cs.shape, np.inf)
     (one0, two0), (one1, two1) = _shapes(cs, base, v), _shapes(cs, role, v)
@@ -129,7 +129,7 @@ def ends_charge(cs: np.ndarray, price: np.ndarray, *, site: Sequence[int], cls: 
     """Per cycle, the work the sites' WAN ends add to W at least (inf: no placement at that cycle).
 
     `price`: per cycle and group, the fill's dual price (cheapest_fill); `roles`: per group, its role with no, one
-    and two WAN ends (block_bound._WanEnds.variants); `single`: the sites that may have one WAN end (None: any two,
+    and two WAN ends (wan_ends.WanEnds.variants); `single`: the sites that may have one WAN end (None: any two,
     the path's ends unknown)."""
     one = np.stack([_priced(lost_layers(cs, r[0], r[1], v), price[:, j]) for j, r in enumerate(roles)], axis=1)
     two = np.stack([_priced(lost_layers(cs, r[0], r[2], v), price[:, j]) for j, r in enumerate(roles)], axis=1)

@@ -40,7 +40,7 @@ class LoopSlack:
     """(W, S(W)) for every possible number of WAN crossings (none: some run may be longer than a loop)."""
     v: int
     pairs: PairLoops | None = None
-    """Each crossing's own loop, crossing by crossing, with the WAN ends' loss (planner/block_bound.py, _WanEnds)
+    """Each crossing's own loop, crossing by crossing, with the WAN ends' loss (planner/wan_ends.py, WanEnds)
     inside: each stage's capacity at the extras the capacity counted it with, its loop at the WAN send it pays."""
 
     def crossings(self, c: float, single: Single | None = None, path: PathEnds | None = None) -> float:
