@@ -1,8 +1,9 @@
-"""The search's retries of an item whose block model stopped at its limit (planner/search.py `_solve_item`): the retry
-solves the block model again without the incumbent as its upper bound, keeps retrying only while that gets somewhere,
-and skips the stage-level model. The solvers are scripted (their answers are chosen per attempt) around a real item
-of a small two-site fleet, so each branch of the retry logic is taken on purpose. An item whose block model is open
-after its first attempt waits with its stage-level solve until the block model's retries end (`_State.deferred`)."""
+"""The search's retries of an item whose block model stopped at its limit (planner/search.py `_solve_item`): the retries
+solve the block model again, the first and third without the incumbent as upper bound and the second with it, keep
+retrying only while that gets somewhere, and skip the stage-level model. The solvers are scripted (their answers are
+chosen per attempt) around a real item of a small two-site fleet, so each branch of the retry logic is taken on purpose.
+An item whose block model is open after its first attempt waits with its stage-level solve until the block model's
+retries end (`_State.deferred`)."""
 
 from __future__ import annotations
 
@@ -99,10 +100,12 @@ def test_an_open_block_model_is_retried_without_the_incumbent_and_stops_when_it_
     # the retry: the block model alone, with no upper bound; it raised the bound, so the item comes back
     out, calls = attempt(1, out, ("FEASIBLE", 300.0 * v, False))
     assert calls == [("block", None)] and out == pytest.approx(300.0)
-    # the next one changes nothing: the block model's retries end, and the stage-level solve deferred at the first
-    # attempt runs now; it gets nowhere, the block model is still open, so one more block retry...
+    # the next one, bounded by the incumbent again, changes nothing: the block model's retries end, and the
+    # stage-level solve deferred at the first attempt runs now; it gets nowhere, the block model is still open, so one
+    # more block retry...
     out, calls = attempt(2, out, ("FEASIBLE", 300.0 * v, False))
     assert [c[0] for c in calls] == ["block", "stage"] and item not in st.deferred and out == pytest.approx(300.0)
+    assert calls[0][1] is not None
     # ...which changes nothing: the item closes at its bound, no second stage-level solve
     closed = len(st.closed_bounds)
     out, calls = attempt(3, out, ("FEASIBLE", 300.0 * v, False))
@@ -126,7 +129,8 @@ def test_the_last_retry_closes_the_item_even_when_it_got_somewhere(scripted):
     v = st.tables_of[item].vpp
     for n in range(1, search.MAX_RETRIES):
         out, calls = attempt(n, out, ("FEASIBLE", (200.0 + n) * v, False))
-        assert calls == [("block", None)] and out == pytest.approx(200.0 + n)
+        assert [c[0] for c in calls] == ["block"] and (calls[0][1] is None) == (n % 2 == 1)
+        assert out == pytest.approx(200.0 + n)
     out, calls = attempt(search.MAX_RETRIES, out, ("FEASIBLE", 400.0 * v, False))
     assert out is None and st.closed_bounds[-1] == pytest.approx(400.0)
     assert [c[0] for c in calls] == ["block", "stage"]  # the deferred stage-level solve, at the last attempt

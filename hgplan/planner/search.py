@@ -158,7 +158,7 @@ def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float
     before, began = st.found.get(item), time.perf_counter()
     block_params = params if attempt else replace(
         params, max_deterministic_time=params.max_deterministic_time * FIRST_BLOCK_SHARE)
-    step = _block_step(tables, cfg, item, lb, st, block_params, opts, retry=attempt > 0)
+    step = _block_step(tables, cfg, item, lb, st, block_params, opts, free=attempt % 2 == 1)
     if step is not None and item in st.block_open and attempt == 0:
         st.deferred.add(item)
         return True, step
@@ -194,14 +194,15 @@ def _keep(st: _State, item: tuple, cfg: ParallelConfig, tables: CostTables, stat
 
 
 def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: _State, params: SolverParams,
-                opts: SearchOptions, *, retry: bool = False) -> float | None:
+                opts: SearchOptions, *, free: bool = False) -> float | None:
     """Solve the item's block model (planner/block_model.py). Its bound holds for every plan of the item (better than
     the incumbent, when there is one); its plan, expanded to stages, is checked by the tables (or its placement gets
     the warm start's best layer split). Returns None when that settles the item (nothing beats the incumbent, or a
-    plan within solve_gap of the bound), else the item's raised bound. A retry drops the incumbent as upper bound
-    (warm-started from the item's best plan): CP-SAT proves an optimum it holds sooner than that nothing beats it."""
+    plan within solve_gap of the bound), else the item's raised bound. `free`: without the incumbent as upper bound
+    (warm-started from the item's best plan; the first and third retries): CP-SAT often proves an optimum it holds
+    sooner than that nothing beats it, but not always (docs/planner.md, "Block model first")."""
     v = cfg.vpp
-    upper = None if retry else _upper_bound(st, v)
+    upper = None if free else _upper_bound(st, v)
     bs = solve_blocks(tables, params, hint=_hint_of(st.found.get(item)), upper_bound=upper, log=st.log,
                       keep_model=opts.keep_model)
     st.last_model = bs.model_text or st.last_model
