@@ -51,16 +51,17 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
         return math.inf
     bb = _BlockBound(ctx, cfg, subset, L=L, m=m, tail=terms.tail, edges=terms.edges)
     if len(subset) == 1:
-        best = bb.compute_value(*bb.roles(subset[0], subset[0])) + bb.ends_cost(subset[0], subset[0])
+        best = bb.compute_value(*bb.roles(subset[0], subset[0]))[0] + bb.ends_cost(subset[0], subset[0])
     elif not ends_known:  # the cheap pass: W without the WAN's charges, and no bisection if it reaches enough_us
         (role, wan), cost = bb.roles(None, None), bb.ends_cost(None, None)
         enough = enough_us / US * cfg.vpp - terms.fill_extra
         reached, feasible_at = bb.beyond(enough - cost, role, wan)
-        best = enough if reached else bb.compute_value(role, wan, charged=False, feasible_at=feasible_at) + cost
+        best = enough if reached else bb.floor(feasible_at)[0] + cost
     else:
         # The unknown-ends roles ask less of every group than any choice of ends, so their value is a lower bound
-        # on each order's compute term: orders whose ends alone already reach the best found are skipped.
-        floor_value = bb.compute_value(*bb.roles(None, None), charged=False)
+        # on each order's compute term (orders whose ends alone already reach the best found are skipped), and a
+        # cycle they rule out rules out every order's placements too: each order's bisection starts there.
+        floor_value, below = bb.floor()
         best, enough = math.inf, enough_us / US * cfg.vpp - terms.fill_extra
         for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in _end_choices(ctx, subset)):
             target = min(best, enough)
@@ -73,7 +74,7 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
                 best = min(best, target)
                 continue
             best = min(best, bb.compute_value(role, wan, charged=best >= enough or enough_us == math.inf,
-                                              feasible_at=feasible_at) + cost)
+                                              feasible_at=feasible_at, above=below)[0] + cost)
     if not math.isfinite(best):
         return math.inf
     return (best + terms.fill_extra) / cfg.vpp * US
@@ -303,15 +304,17 @@ class _BlockBound:
         return least_value(lo, hi, self.vm - 1, self.L * self.tau_min, lambda cs: self.work_at(cs, role),
                            None if wan is None else lambda cs: self.work_at(cs, role, wan))
 
-    def smallest_cycle(self, role: list[Role], hi: float, wan: WanEnds | None = None) -> tuple[float, float]:
+    def smallest_cycle(self, role: list[Role], hi: float, wan: WanEnds | None = None,
+                       above: float = 0.0) -> tuple[float, float]:
         """(lo, hi) around C*, the smallest feasible cycle: lo stays below it (a valid bound), hi is feasible.
 
         Stage capacities only change where c - extra is a multiple of v tau, whole microseconds in the tables'
         units: bisect over whole microseconds, then check that just below the found one is still infeasible. The
-        bisection starts just below least_cycle (no placement has a shorter cycle): a cycle found infeasible
-        bounds C* whatever the verdict on shorter ones (a placement that runs at a cycle runs at every longer one)."""
+        bisection starts just below least_cycle (no placement has a shorter cycle), or at `above`, a cycle already
+        ruled out for every placement: a cycle found infeasible bounds C* whatever the verdict on shorter ones (a
+        placement that runs at a cycle runs at every longer one)."""
         hi_us = math.ceil(hi * US)
-        lo_us = max(0, min(hi_us - 1, math.ceil(self.least_cycle(role) * US) - 1))
+        lo_us = max(0, min(hi_us - 1, max(math.ceil(self.least_cycle(role) * US) - 1, math.floor(above * US))))
         while hi_us - lo_us > 1:
             mid = (lo_us + hi_us) // 2
             if self.feasible(mid / US, role, wan):
@@ -364,19 +367,29 @@ class _BlockBound:
         return (False, c1) if self.feasible(c1, role, wan) else (True, math.inf)
 
     def compute_value(self, role: list[Role], wan: WanEnds | None = None, charged: bool = True,
-                      feasible_at: float = math.inf) -> float:
-        """min over C >= C* of (v m - 1) C + W(C) for these roles (inf if no placement); W charged for the WAN
-        (planner/block_work.py) if `charged`. `feasible_at`: a cycle already found feasible with these roles and
-        WAN ends (beyond), where the bisection for C* starts."""
+                      feasible_at: float = math.inf, above: float = 0.0) -> tuple[float, float]:
+        """(min over C >= C* of (v m - 1) C + W(C) for these roles, inf if no placement; a cycle below C*, 0 if
+        none was sought); W charged for the WAN (planner/block_work.py) if `charged`. `feasible_at`: a cycle already
+        found feasible with these roles and WAN ends (beyond), where the bisection for C* starts; `above`: a cycle
+        ruled out for every placement (smallest_cycle)."""
         if not math.isfinite(feasible_at):
             feasible_at, wan = self._upper_cycle(role, wan)
             if not math.isfinite(feasible_at):
-                return math.inf  # this order of ends admits no placement
+                return math.inf, 0.0  # this order of ends admits no placement
             if self.vm == 1:  # a single micro-batch: only the work counts, least where every stage holds every layer
-                return float(self.work_at(np.array([feasible_at]), role)[0])
-        lo, hi = self.smallest_cycle(role, feasible_at, wan)
+                return float(self.work_at(np.array([feasible_at]), role)[0]), 0.0
+        lo, hi = self.smallest_cycle(role, feasible_at, wan, above)
         value = self.least_value(lo, hi, role)
-        return value if wan is None or not charged else max(value, self.least_value(lo, hi, role, wan))
+        return (value if wan is None or not charged else max(value, self.least_value(lo, hi, role, wan))), lo
+
+    def floor(self, feasible_at: float = math.inf) -> tuple[float, float]:
+        """compute_value of the unknown-ends roles without the WAN's charges (the first pass, and the floor of
+        the pass with ends), kept on the context per set, depth and interleaving (BoundContext.floors): the search
+        bounds an item's set with ends unknown, then known."""
+        key = (self.subset, self.p, self.v, self.L, self.vm)
+        if key not in self.ctx.floors:
+            self.ctx.floors[key] = self.compute_value(*self.roles(None, None), charged=False, feasible_at=feasible_at)
+        return self.ctx.floors[key]
 
     def _upper_cycle(self, role: list[Role], wan: WanEnds | None) -> tuple[float, WanEnds | None]:
         """A feasible cycle (inf: none) at least every stage's demand with every layer, and the WAN ends to bound

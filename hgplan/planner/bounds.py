@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 
@@ -93,6 +93,9 @@ class BoundContext:
     first_min_s: float
     """The least embedding work of a first stage on any group, and the least LM-head work of a last stage."""
     last_min_s: float
+    floors: dict[tuple, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
+    """The block bound's first pass per (set, depth, interleaving, layers, v m): its value and a cycle it rules out
+    (block_bound._BlockBound.floor), memoised for the pass with ends."""
 
     def subsets(self, stages: int | None = None) -> list[tuple[str, ...]]:
         """The sets of groups a placement (of `stages` stages, when given) may use, one per class of interchangeable
