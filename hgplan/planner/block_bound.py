@@ -184,7 +184,7 @@ class _BlockBound:
         path = None if first is None or self.v > 1 else (self.site[first], self.site[last], self.class_of[first],
                                                           self.class_of[last])
         return base, WanEnds(site=tuple(self.site[k] for k in self.by_speed), variants=variants,
-                              sites=self.sites, single=single, v=self.v, loops=self.loops, path=path)
+                             sites=self.sites, single=single, v=self.v, loops=self.loops, path=path)
 
     def role(self, k: str, first: str | None, last: str | None, wan: int) -> Role:
         """Group k's Role when `wan` of its block's ends send to another site (at least self.wan[k] each). An end the
