@@ -28,13 +28,13 @@ with block bounds that charge the WAN crossings the search split 67 candidates i
 257.6 s plan, the seeds'). A count, not a clock, so the same inputs give the same plan. On every other fleet of the
 benchmark the first solve comes before 12,200 items (the 8- and 32-group fleets), so the rule does not change them."""
 FIRST_BLOCK_SHARE = 0.25
-"""The first block-model solve of an item gets this share of its attempt's deterministic time; its retries get the full 2,
-4 and 8 times. That first solve, bounded by the incumbent, either proves quickly that nothing beats it or finds a plan,
-and the first retry, warm-started from that plan without the upper bound (the second has it again: search._block_step),
-proves the item's optimum; run to the full limit it rarely closed the item (the 10-group benchmark fleet's three first
-solves over all ten groups: 2.3-2.9 s each, then settled by their retries in 0.9-1.9 s). With a quarter: the same plans
-and gaps on every `--quick` fleet (2026-11-26), the 10-group fleet 28.2 -> 23.6 s, the 1000-GPU five-type fleet 11.6 ->
-9.6 s."""
+"""The first block-model solve of an item gets this share of its attempt's deterministic time; its retries get the full
+2, 4 and 8 times. That first solve, bounded by the incumbent, either proves quickly that nothing beats it or finds a
+plan, and the first retry, warm-started from that plan without the upper bound (the second has it again:
+search._block_step), proves the item's optimum; run to the full limit it rarely closed the item (the 10-group
+benchmark fleet's three first solves over all ten groups: 2.3-2.9 s each, then settled by their retries in 0.9-1.9
+s). With a quarter: the same plans and gaps on every `--quick` fleet (2026-11-26), the 10-group fleet 28.2 -> 23.6 s,
+the 1000-GPU five-type fleet 11.6 -> 9.6 s."""
 
 
 def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf) -> SolverParams:
