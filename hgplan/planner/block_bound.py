@@ -50,11 +50,11 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
     if terms is None:
         return math.inf
     bb = _BlockBound(ctx, cfg, subset, L=L, m=m, tail=terms.tail, edges=terms.edges)
+    enough = enough_us / US * cfg.vpp - terms.fill_extra  # the incumbent, in the compute term's units
     if len(subset) == 1:
         best = bb.compute_value(*bb.roles(subset[0], subset[0]))[0] + bb.ends_cost(subset[0], subset[0])
     elif not ends_known:  # the cheap pass: W without the WAN's charges, and no bisection if it reaches enough_us
         (role, wan), cost = bb.roles(None, None), bb.ends_cost(None, None)
-        enough = enough_us / US * cfg.vpp - terms.fill_extra
         reached, feasible_at = bb.beyond(enough - cost, role, wan)
         best = enough if reached else bb.floor(feasible_at)[0] + cost
     else:
@@ -62,7 +62,7 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
         # on each order's compute term (orders whose ends alone already reach the best found are skipped), and a
         # cycle they rule out rules out every order's placements too: each order's bisection starts there.
         floor_value, below = bb.floor()
-        best, enough = math.inf, enough_us / US * cfg.vpp - terms.fill_extra
+        best = math.inf
         for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in _end_choices(ctx, subset)):
             target = min(best, enough)
             if floor_value + cost >= target:
@@ -126,7 +126,9 @@ class _BlockBound:
         self.scenarios = self._scenarios(sure) if self.loops else []
         self.held_memo: dict[tuple, dict[int | None, float]] = {}
         """most_layers per shapes (the stages' whole-layer capacities at a cycle) and case (_held)."""
-        self.sure_layers = np.array([self.v * sure[k] for k in self.by_speed])
+        self.sure_stages = [sure[k] for k in self.by_speed]
+        """The stages each group surely hosts (sure_stages), in the bound's order."""
+        self.sure_layers = self.v * np.array(self.sure_stages)
         # the j fastest groups host at most their slots: the others hold the rest of the p stages, v layers each
         ahead = np.cumsum([ctx.groups[k].slots for k in self.by_speed])
         self.most_ahead = (L - self.v * np.maximum(0, self.p - ahead))[None, :].astype(float)
@@ -338,7 +340,7 @@ class _BlockBound:
         extras leave, and the stages beyond the sure ones at most what one of the fastest group with spare slots
         would at the least extras of those groups (bounds.integer_cycle_bound)."""
         slots, spare, each = [], [], 0.0
-        for (vt, lone, end_a, end_b, inner_extra, n_slots), sure in zip(role, (self.sure_layers // self.v).tolist()):
+        for (vt, lone, end_a, end_b, inner_extra, n_slots), sure in zip(role, self.sure_stages):
             extra = min(lone, end_a, end_b, inner_extra)
             slots.append((vt / self.v, sure, extra))
             each = max(each, min(lone, end_a, end_b) + vt)

@@ -239,15 +239,17 @@ def _cheapest(rows: list[tuple[float, float, float, bool, int]], k: int, *,
     return out
 
 
-def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int) -> SubsetTerms | None:
-    """Crossing, edge and tail terms of a placement on exactly `subset` (None when no such placement exists).
+def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int,
+                 present: list[list[str]] | None = None) -> SubsetTerms | None:
+    """Crossing, edge and tail terms of a placement on exactly `subset` (None when no such placement exists);
+    `present`: ctx.members(subset), when the caller has it.
 
     A contiguous placement on exactly S has one block per group, so |S| - 1 crossings: distinct linked pairs inside S,
     of which at least (sites - 1) join two sites (the path crosses every site boundary). Their fill costs are
     therefore at least those of the (sites - 1) cheapest inter-site pairs plus the cheapest of the rest.
     """
     r, gs = len(subset), ctx.groups
-    present = ctx.members(subset)
+    present = ctx.members(subset) if present is None else present
     reps = [members[0] for members in present]  # interchangeable groups have the same costs and site
     if sum(gs[members[0]].slots * len(members) for members in present) < p or r > p:
         return None
@@ -281,18 +283,23 @@ def _inside_fill(ctx: BoundContext, present: list[list[str]], p: int) -> float:
     """The least the p - |S| boundaries inside the groups' blocks add to the fill (two sends and two latencies each,
     as between groups): a block of n stages has n - 1, n at least the group's sure stages and at most its slots, the
     stages beyond the sure ones on the groups whose inner boundaries cost least. `present`: S class by class."""
-    total = sum(ctx.groups[members[0]].slots * len(members) for members in present)
     fill, more, spare = 0.0, p, []
-    for members in present:
-        gb = ctx.groups[members[0]]
-        sure = _sure(p, total, gb.slots)
-        fill += (sure - 1) * len(members) * gb.self_fill_s
-        more -= sure * len(members)
-        spare.append((gb.self_fill_s, (gb.slots - sure) * len(members)))
+    for gb, n, sure in _class_stages(ctx, present, p):
+        fill += (sure - 1) * n * gb.self_fill_s
+        more -= sure * n
+        spare.append((gb.self_fill_s, (gb.slots - sure) * n))
     for cost, room in sorted(spare):
         take = min(more, room)
         fill, more = fill + take * cost, more - take
     return fill
+
+
+def _class_stages(ctx: BoundContext, present: list[list[str]], p: int) -> list[tuple[GroupBound, int, int]]:
+    """Per class of a set S (`present`: S class by class), its costs, how many of its groups S has, and the stages
+    each of them surely hosts (_sure)."""
+    gbs = [(ctx.groups[members[0]], len(members)) for members in present]
+    total = sum(gb.slots * n for gb, n in gbs)
+    return [(gb, n, _sure(p, total, gb.slots)) for gb, n in gbs]
 
 
 def sure_stages(ctx: BoundContext, subset: tuple[str, ...], p: int) -> dict[str, int]:
@@ -325,10 +332,11 @@ def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int,
     for n, subset in enumerate(ctx.subsets(p)):
         if stop_at is not None and n % 512 == 511 and time.perf_counter() > stop_at:
             return None
-        terms = subset_terms(ctx, subset, L=L, p=p)
+        present = ctx.members(subset)
+        terms = subset_terms(ctx, subset, L=L, p=p, present=present)
         if terms is None:
             continue
-        slots, sure_s, sure_n = _chosen_slots(ctx, subset, p)
+        slots, sure_s, sure_n = _chosen_slots(ctx, present, p)
         fastest = slots[0][0]
         cyc = integer_cycle_bound(slots, L, v)
         if terms.crossings:  # the stage next to the dearest crossing sends it and works on >= v layers
@@ -341,23 +349,19 @@ def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int,
     return out
 
 
-def _chosen_slots(ctx: BoundContext, subset: tuple[str, ...], p: int) -> tuple[Slots, float, int]:
+def _chosen_slots(ctx: BoundContext, present: list[list[str]], p: int) -> tuple[Slots, float, int]:
     """The p stage slots subset_bounds_us counts, grouped by speed, fastest first: every group's sure stages
     (sure_stages), then the fastest of the other slots; and the sure stages' seconds per layer in all and their
     count. Interchangeable groups have the same speed, slots and sure stages, so each class is counted once (a
-    64-group set in four classes: four entries, not 64 stages)."""
+    64-group set in four classes: four entries, not 64 stages). `present`: the set class by class."""
     chosen: dict[float, int] = {}
     spare: dict[float, int] = {}
-    present = ctx.members(subset)
-    total = sum(ctx.groups[members[0]].slots * len(members) for members in present)
     sure_s, sure_n = 0.0, 0
-    for members in present:
-        gb = ctx.groups[members[0]]
-        sure = _sure(p, total, gb.slots)
-        chosen[gb.layer_s] = chosen.get(gb.layer_s, 0) + sure * len(members)
-        spare[gb.layer_s] = spare.get(gb.layer_s, 0) + (gb.slots - sure) * len(members)
-        sure_s += sure * len(members) * gb.layer_s
-        sure_n += sure * len(members)
+    for gb, n, sure in _class_stages(ctx, present, p):
+        chosen[gb.layer_s] = chosen.get(gb.layer_s, 0) + sure * n
+        spare[gb.layer_s] = spare.get(gb.layer_s, 0) + (gb.slots - sure) * n
+        sure_s += sure * n * gb.layer_s
+        sure_n += sure * n
     need = p - sum(chosen.values())
     for tau in sorted(spare):
         take = min(need, spare[tau])
