@@ -8,7 +8,8 @@ import pytest
 
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import activation_bytes_per_layer, inflight_layers, state_bytes_per_param
-from hgplan.costmodel.pipeline import closed_form, longest_phase_path, simulate
+from hgplan.costmodel.pipeline import closed_form, simulate
+from hgplan.costmodel.schedule import longest_phase_path
 from hgplan.domain import ModelArch, Precision
 from hgplan.plan import Recompute
 

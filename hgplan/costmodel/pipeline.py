@@ -11,6 +11,8 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hgplan.costmodel.schedule import longest_interleaved_path, schedule_order
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineResult:
@@ -64,64 +66,14 @@ def segment_loops(fwd: list, bwd: list, xf: list, xb: list, lat: list, *,
             yield s, t - s + 1, loop + (xf[t] if t < p - 1 else 0)
 
 
-@functools.lru_cache(maxsize=256)
-def _phase_counts(p: int, m: int, v: int) -> tuple[tuple[int, int, int, int, int], ...]:
-    """Per stage, in Megatron's interleaved order (schedule_order): (forwards that send, backwards up to its last
-    forward, those of them that send, backwards after it, those of them that send)."""
-    out = []
-    for s in range(p):
-        seq = schedule_order(s, p, m, v)
-        last = max(i for i, op in enumerate(seq) if op[0] == "F")
-        f_send = sum(1 for kind, _, c in seq if kind == "F" and (s < p - 1 or c < v - 1))
-        pre = [c for kind, _, c in seq[:last] if kind == "B"]
-        post = [c for kind, _, c in seq[last + 1:] if kind == "B"]
-        out.append((f_send, len(pre), sum(1 for c in pre if s > 0 or c > 0),
-                    len(post), sum(1 for c in post if s > 0 or c > 0)))
-    return tuple(out)
-
-
-def phase_paths(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int,
-                vpp: int) -> tuple[list, list]:
-    """Interleaved 1F1B's two-stage paths, times v, as (start, end) per stage: for stages s <= t the simulator's
-    pipeline takes at least (start[s] + end[t]) / v. Values may be numbers or CP-SAT linear expressions.
-
-    With interleaving a stage runs (v - 1) p + 2 (p - s - 1) forwards before its first backward and as many
-    backwards after its last forward (of (m v) each), so a stage that sends forward over a slow link and one after it
-    that sends backward over it cannot hide each other's sends in a shared cycle, as the closed form assumes. The
-    path: micro-batch 0's first chunk comes down to s (head); s runs every op up to its last forward, each with its
-    send; that forward (the last micro-batch's last chunk) goes down to t, which runs it and every op after it; t's
-    last backward (chunk 0) climbs back to stage 0 (chain). Each step waits on the one before in the simulator, so
-    the sum is a path of its event graph: start[s] holds what depends on s (all but s's last forward and its send),
-    end[t] the rest. With s = t it is the stage's whole busy time between head and chain."""
-    p, m, v = len(fwd), microbatches, vpp
-    counts = _phase_counts(p, m, v)
-    starts, ends = [], []
-    head, chain = 0, 0  # v x the way down to stage t, and back up from it
-    for s in range(p):
-        f_send, b_pre, bs_pre, b_post, bs_post = counts[s]
-        up = xb[s - 1] if s > 0 else xb[p - 1]  # a backward's send (stage 0: the wrap, chunks > 0 only)
-        last_send = xf[s] if s < p - 1 else 0
-        starts.append((m * v - 1) * fwd[s] + v * (f_send - (1 if s < p - 1 else 0)) * xf[s]
-                      + b_pre * bwd[s] + v * bs_pre * up)
-        ends.append(head + fwd[s] + v * last_send + b_post * bwd[s] + v * bs_post * up + chain)
-        head = head + fwd[s] + v * (xf[s] + lat[s])
-        chain = chain + bwd[s] + v * lat[s] + (v * xb[s - 1] if s > 0 else 0)
-    return starts, ends
-
-
-def longest_phase_path(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int, vpp: int):
-    """v x the longest of phase_paths' two-stage paths (numbers only)."""
-    starts, ends = phase_paths(fwd, bwd, xf, xb, lat, microbatches=microbatches, vpp=vpp)
-    return max(max(starts[:t + 1]) + ends[t] for t in range(len(fwd)))
-
-
 def closed_form(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],
                 *, microbatches: int, vpp: int = 1) -> PipelineResult:
     """T = (m - 1/v) * C + fill / v, C = max over stages of (F + B + sends), fill = sum(F + B) + boundary transfers.
 
     For uniform stages without communication this is Megatron's (m + (p - 1) / v) (F + B), i.e. bubble (p-1)/(v m).
     With slow links, 1F1B also cannot cycle faster than any of its loops (segment_loops): C includes them. With
-    interleaving, T is also at least each of phase_paths' two-stage paths.
+    interleaving, T is also at least each of costmodel/schedule.py's two-stage (phase_paths) and three-stage
+    (steady_paths) paths.
     """
     p, m, v = len(fwd), microbatches, vpp
     sends = _sends(p, v, xf, xb)
@@ -136,7 +88,7 @@ def closed_form(fwd: list[float], bwd: list[float], xf: list[float], xb: list[fl
                 cycle, bottleneck = loop / n, s
     total = (m - 1.0 / v) * cycle + fill / v
     if v > 1:
-        total = max(total, longest_phase_path(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v) / v)
+        total = max(total, longest_interleaved_path(fwd, bwd, xf, xb, lat, microbatches=m, vpp=v) / v)
     finish = []
     for s in range(p):
         slack = sum(bwd[k] / v + xb[k] + lat[k] for k in range(s))
@@ -211,37 +163,6 @@ class Op:
     end_s: float
     send_s: float = 0.0
     """How long the stage is then busy sending the result to its neighbour (0 when nothing is sent)."""
-
-
-def schedule_order(stage: int, p: int, m: int, v: int) -> list[tuple[str, int, int]]:
-    """Megatron's (interleaved) 1F1B order for one stage: (kind, micro-batch, chunk)."""
-    if v == 1:
-        warm = min(p - stage - 1, m)
-        seq = [("F", i, 0) for i in range(warm)]
-        for j in range(m - warm):
-            seq.append(("F", warm + j, 0))
-            seq.append(("B", j, 0))
-        seq += [("B", i, 0) for i in range(m - warm, m)]
-        return seq
-    total = m * v
-
-    def fwd_id(k: int) -> tuple[int, int]:
-        """(micro-batch, chunk) of the k-th forward in interleaved order."""
-        chunk = (k // p) % v
-        return (k // (p * v)) * p + k % p, chunk
-
-    def bwd_id(k: int) -> tuple[int, int]:
-        """(micro-batch, chunk) of the k-th backward (chunks in reverse)."""
-        mb, chunk = fwd_id(k)
-        return mb, v - 1 - chunk
-
-    warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
-    seq = [("F", *fwd_id(k)) for k in range(warm)]
-    for j in range(total - warm):
-        seq.append(("F", *fwd_id(warm + j)))
-        seq.append(("B", *bwd_id(j)))
-    seq += [("B", *bwd_id(k)) for k in range(total - warm, total)]
-    return seq
 
 
 @functools.lru_cache(maxsize=64)

@@ -12,8 +12,8 @@ It is a relaxation: every plan of the item maps to a solution of this model whos
 (CostTables.objective), because the model keeps every term of that objective exactly and drops only constraints:
 1F1B's loops of three or more micro-batches and the loops inside a block (only each crossing's two-stage loop is
 kept), the per-stage memory of interior stages (their largest holds at most the roomiest interior position's
-room, and their total at most the positions' total), and with interleaving the phase paths (the objective is at
-least each of them; they weigh each stage by its position). So its optimum is a lower bound of the item, and its
+room, and their total at most the positions' total), and with interleaving the two- and three-stage paths (the objective
+is at least each of them; they weigh each stage by its position). So its optimum is a lower bound of the item, and its
 solution, expanded to stages, is a plan whose real objective is checked: when the two are equal the item is solved.
 Interchangeable groups' blocks come in index order (the same symmetry model.py breaks), which keeps the optimum.
 

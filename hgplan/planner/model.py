@@ -12,8 +12,8 @@ z[b,k,k'] the two ends of boundary b sit on k and k'; cycle and tail as in the o
     (v m - 1) cycle + sum_s work_s + sum_b (2 send_b + 2 lat_b) + v tail
 with cycle >= work_s + v x sends touching s, and without interleaving n x cycle >= each loop of n micro-batches
 through the 1F1B steady state (costmodel/pipeline.py, segment_loops); tail >= DP tail of each stage. With
-interleaving the first two terms are max'ed with each two-stage phase path (costmodel/pipeline.py, phase_paths).
-Mirrors CostTables.objective.
+interleaving the first two terms are max'ed with each two-stage phase path and each three-stage steady path
+(costmodel/schedule.py, phase_paths and steady_paths). Mirrors CostTables.objective.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Callable
 
 from ortools.sat.python import cp_model
 
-from hgplan.costmodel.pipeline import phase_paths
+from hgplan.costmodel.schedule import longest_steady_path, phase_paths, steady_paths
 from hgplan.planner.costs import tail_class
 from hgplan.planner.symmetry import canonical_assign, table_classes
 from hgplan.planner.tables import CostTables
@@ -242,11 +242,11 @@ def _cycle_and_fill(md: cp_model.CpModel, t: CostTables, xv: PlacementVars) -> t
 
 
 def _phase_pipe(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: list, send_of: dict, pipe):
-    """v x the pipeline time when interleaved: at least the closed form `pipe` and every two-stage path of
-    costmodel/pipeline.py's phase_paths (start[s] + end[t], s <= t), over a running maximum of the starts so the
-    p (p + 1) / 2 paths are 2 p constraints. Why: a stage that sends forward over a slow link and a later one that
-    sends backward over it cannot share one cycle in interleaving's long warm-up and cool-down (CostTables.objective
-    mirrors it)."""
+    """v x the pipeline time when interleaved: at least the closed form `pipe`, every two-stage path of
+    costmodel/schedule.py's phase_paths (start[s] + end[t], s <= t), over a running maximum of the starts so the
+    p (p + 1) / 2 paths are 2 p constraints, and every three-stage path of its steady_paths (_steady_paths). Why: a
+    stage that sends forward over a slow link and a later one that sends backward over it cannot share one cycle in
+    interleaving's long warm-up and cool-down (CostTables.objective mirrors it)."""
     p = t.pp
     fwd = _stage_time(t, xv, t.fwd_layer_us, t.first_fwd_us, t.last_fwd_us)
     bwd = [w - f for w, f in zip(work, fwd)]
@@ -257,7 +257,9 @@ def _phase_pipe(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: li
     most = [t.max_stage_us, t.most_send_us, max(map(max, t.lat_us))]
     top_s, top_e = phase_paths([most[0]] * p, [most[0]] * p, [most[1]] * p, [most[1]] * p, [most[2]] * p,
                                microbatches=t.microbatches, vpp=t.vpp)
-    top = max(top_s) + max(top_e) + 1
+    steady_top = longest_steady_path([most[0]] * p, [most[0]] * p, [most[1]] * p, [most[1]] * p, [most[2]] * p,
+                                     microbatches=t.microbatches, vpp=t.vpp)
+    top = max(max(top_s) + max(top_e), steady_top) + 1
     out = md.new_int_var(0, top, "pipe")
     md.add(out >= pipe)
     running = None
@@ -268,7 +270,33 @@ def _phase_pipe(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: li
             md.add(nxt >= running)
         running = nxt
         md.add(out >= running + ends[s])
+    _steady_paths(md, out, steady_paths(fwd, bwd, sends, sends, lat, microbatches=t.microbatches, vpp=t.vpp),
+                  most[0] + t.vpp * most[1])
     return out
+
+
+def _steady_paths(md: cp_model.CpModel, out, paths: tuple, top: int) -> None:
+    """out >= every three-stage path of costmodel/schedule.py's steady_paths (base[t] + w[t] x the most ahead[s1] +
+    w[t] x the most behind[s3], s1, s3 <= t; first[t] for s3 = 0), over running maxima of ahead and behind: 4 p
+    constraints for p^3 paths. top: at least every stage's ahead and behind."""
+    base, w, ahead, behind, first = paths
+    top_ahead = top_behind = None
+    for t in range(len(base)):
+        nxt = md.new_int_var(0, top, f"ahead_max{t}")
+        md.add(nxt >= ahead[t])
+        if top_ahead is not None:
+            md.add(nxt >= top_ahead)
+        top_ahead = nxt
+        if t > 0:
+            nxt = md.new_int_var(0, top, f"behind_max{t}")
+            md.add(nxt >= behind[t])
+            if top_behind is not None:
+                md.add(nxt >= top_behind)
+            top_behind = nxt
+        if base[t] is not None:
+            md.add(out >= base[t] + w[t] * top_ahead + first[t])
+            if top_behind is not None:
+                md.add(out >= base[t] + w[t] * top_ahead + w[t] * top_behind)
 
 def _add_segment_loops(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: list, send_of: dict,
                        cycle: cp_model.IntVar, horizon: int) -> None:

@@ -3,10 +3,11 @@ pipeline simulator's time, for one outer candidate over its node groups.
 
 The search objective (planner/model.py) is the closed form, which is neither above nor below the simulator on every
 plan, so its bound proves nothing about the time the planner reports. Here the objective is the largest of the
-simulator's path bounds (costmodel/pipeline.path_terms: head + busy + chain, and 1F1B round trips), each plus the
-data-parallel tail that follows it. Every term is rounded down (or is a line below the cost model's tail), so for
-every plan of the family: objective <= v x simulated iteration time. Its minimum over a candidate is then a proven
-lower bound on any plan of that candidate, as the reported model prices it (docs/planner.md, "What the gap means").
+simulator's path bounds (costmodel/pipeline.path_terms: head + busy + chain, and 1F1B round trips; interleaved, also
+costmodel/schedule.steady_paths), each plus the data-parallel tail that follows it. Every term is rounded down (or is a
+line below the cost model's tail), so for every plan of the family: objective <= v x simulated iteration time. Its
+minimum over a candidate is then a proven lower bound on any plan of that candidate, as the reported model prices it
+(docs/planner.md, "What the gap means").
 
 Legend as in planner/model.py: p stages, v virtual stages per rank, m micro-batches, K node groups (k); the
 objective is in v-scaled integer microseconds.
@@ -20,10 +21,11 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from hgplan.costmodel.pipeline import PathCounts, critical_paths, path_terms
+from hgplan.costmodel.schedule import longest_steady_path, steady_paths
 from hgplan.planner.costs import US, CostSource, tail_class
 from hgplan.planner.model import (PlacementVars, SolverParams, Solution, _add_boundaries, _add_contiguity,
-                                  _add_group_capacity, _add_group_order, _add_stage_placement, _new_vars, run_model,
-                                  tied_expr)
+                                  _add_group_capacity, _add_group_order, _add_stage_placement, _new_vars,
+                                  _steady_paths, run_model, tied_expr)
 from hgplan.planner.symmetry import table_classes
 from hgplan.planner.tables import CostTables
 
@@ -105,6 +107,8 @@ class PathTables:
         tails = self.tails(assign, layers)
         terms = [value + v * tails[0 if whole else s] for s, whole, value in
                  path_terms(fwd, bwd, xs, xs, lat, microbatches=t.microbatches, vpp=v)]
+        if v > 1:  # interleaving's three-stage paths end with stage 0's last backward, as the whole pipeline
+            terms.append(longest_steady_path(fwd, bwd, xs, xs, lat, microbatches=t.microbatches, vpp=v) + v * tails[0])
         return max(terms + [c.weight(fwd, bwd, xs, xs, lat, vpp=v) + v * tails[c.stage] for c in cuts])
 
     def simulated(self, assign: list[int], layers: list[int]) -> tuple[int, list[PathCounts]]:
@@ -223,6 +227,9 @@ def build_path_model(pt: PathTables, *, upper_bound: int | None = None,
     objective = md.new_int_var(0, horizon, "bound")
     for s, whole, value in terms:
         md.add(objective >= value + v * tails[0 if whole else s])
+    if v > 1:
+        _steady_paths(md, objective - v * tails[0],
+                      steady_paths(fwd, bwd, sends, sends, lats, microbatches=t.microbatches, vpp=v), horizon)
     for c in cuts:
         md.add(objective >= c.weight(fwd, bwd, sends, sends, lats, vpp=v) + v * tails[c.stage])
     if upper_bound is not None:

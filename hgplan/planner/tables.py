@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hgplan.costmodel.pipeline import longest_phase_path, segment_loops
+from hgplan.costmodel.pipeline import segment_loops
+from hgplan.costmodel.schedule import longest_interleaved_path
 from hgplan.domain import NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig
 from hgplan.planner.costs import TAIL_CLASSES, CostSource, capacity_mib, layers_that_fit, tail_class
@@ -145,15 +146,15 @@ class CostTables:
         return pipe + v * tail
 
     def phase_path(self, assign: list[int], layers: list[int], stage: list[int]) -> int:
-        """v x the longest of interleaving's two-stage paths (costmodel/pipeline.py, phase_paths) of a placement
+        """v x the longest of interleaving's two- and three-stage paths (costmodel/schedule.py) of a placement
         whose boundaries are all linked; `stage`: each stage's work per micro-batch, edges included."""
         fwd = [n * self.fwd_layer_us[k] for k, n in zip(assign, layers)]
         fwd[0] += self.first_fwd_us[assign[0]]
         fwd[-1] += self.last_fwd_us[assign[-1]]
         send = [self.send_us[assign[a]][assign[b]] for a, b in self.boundaries()]
         lat = [self.lat_us[assign[a]][assign[b]] for a, b in self.boundaries()]
-        return longest_phase_path(fwd, [w - f for w, f in zip(stage, fwd)], send, send, lat,
-                                  microbatches=self.microbatches, vpp=self.vpp)
+        return longest_interleaved_path(fwd, [w - f for w, f in zip(stage, fwd)], send, send, lat,
+                                        microbatches=self.microbatches, vpp=self.vpp)
 
 
 def eligible(group: NodeGroup, cfg: ParallelConfig, train: TrainingSettings) -> bool:
