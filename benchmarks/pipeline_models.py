@@ -68,8 +68,8 @@ def random_pipelines(n: int) -> None:
               f"{len(above) / len(rows):.0%} (up to {max(above, default=0):+.1%}), below on "
               f"{len(below) / len(rows):.0%} (down to {min(below, default=0):+.1%}), median |difference| "
               f"{statistics.median(map(abs, rows)):.1%}, "
-              f"10th percentile {sorted(rows)[len(rows) // 10]:+.1%}; more than 5% below on {len(far_below[interleaved])} "
-              f"({sum(p == 2 for p in far_below[interleaved])} of two stages)")
+              f"10th percentile {sorted(rows)[len(rows) // 10]:+.1%}; more than 5% below on "
+              f"{len(far_below[interleaved])} ({sum(p == 2 for p in far_below[interleaved])} of two stages)")
 
 
 def main() -> None:
