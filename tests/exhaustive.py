@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from hgplan.costmodel.pipeline import segment_loops
-from hgplan.costmodel.schedule import phase_paths, steady_paths
+from hgplan.costmodel.schedule import longest_interleaved_path
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource, tail_class
@@ -53,18 +53,8 @@ def _phase_path(t: CostTables, assign: list[int], splits: np.ndarray, work: np.n
     bwd = work - fwd
     send = [t.send_us[assign[a]][assign[b]] for a, b in t.boundaries()]
     lat = [t.lat_us[assign[a]][assign[b]] for a, b in t.boundaries()]
-    fwds, bwds = [fwd[:, s] for s in range(p)], [bwd[:, s] for s in range(p)]
-    starts, ends = phase_paths(fwds, bwds, send, send, lat, microbatches=t.microbatches, vpp=t.vpp)
-    running = np.maximum.accumulate(np.stack(starts), axis=0)
-    longest = (running + np.stack(ends)).max(axis=0)
-    base, w, ahead, behind, first = steady_paths(fwds, bwds, send, send, lat, microbatches=t.microbatches, vpp=t.vpp)
-    top_ahead = np.maximum.accumulate(np.stack(ahead), axis=0)
-    top_behind = np.maximum.accumulate(np.stack(behind[1:]), axis=0) if p > 1 else None
-    for s in range(p):
-        if base[s] is not None:
-            tail = first[s] if s == 0 else np.maximum(first[s], w[s] * top_behind[s - 1])
-            longest = np.maximum(longest, base[s] + w[s] * top_ahead[s] + tail)
-    return longest
+    return longest_interleaved_path([fwd[:, s] for s in range(p)], [bwd[:, s] for s in range(p)], send, send, lat,
+                                    microbatches=t.microbatches, vpp=t.vpp, maximum=np.maximum)
 
 
 def best_for_tables(t: CostTables) -> tuple[float, list[int], list[int]] | None:

@@ -11,6 +11,7 @@ boundary k (stage k -> k + 1, index p - 1 the wrap-around) xf[k], xb[k] the send
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 
 def schedule_order(stage: int, p: int, m: int, v: int) -> list[tuple[str, int, int]]:
@@ -90,10 +91,16 @@ def phase_paths(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbat
     return starts, ends
 
 
-def longest_phase_path(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int, vpp: int):
-    """v x the longest of phase_paths' two-stage paths (numbers only)."""
+def longest_phase_path(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int, vpp: int,
+                       maximum: Callable = max):
+    """v x the longest of phase_paths' two-stage paths: the starts' running maximum plus each end. `maximum`: the
+    elementwise maximum of the values (numpy.maximum for arrays of them)."""
     starts, ends = phase_paths(fwd, bwd, xf, xb, lat, microbatches=microbatches, vpp=vpp)
-    return max(max(starts[:t + 1]) + ends[t] for t in range(len(fwd)))
+    best = running = None
+    for start, end in zip(starts, ends):
+        running = start if running is None else maximum(running, start)
+        best = running + end if best is None else maximum(best, running + end)
+    return best
 
 
 
@@ -153,21 +160,25 @@ def steady_paths(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microba
     return base, [c[0] for c in counts], ahead, behind, first
 
 
-def longest_steady_path(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int, vpp: int):
-    """v x the longest of steady_paths' three-stage paths (numbers only; 0 where no stage has a steady state)."""
+def longest_steady_path(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int, vpp: int,
+                        maximum: Callable = max):
+    """v x the longest of steady_paths' three-stage paths (0 where no stage has a steady state), over running maxima
+    of ahead and behind. `maximum`: as longest_phase_path's."""
     base, w, ahead, behind, first = steady_paths(fwd, bwd, xf, xb, lat, microbatches=microbatches, vpp=vpp)
-    best, top_ahead, top_behind = 0, 0, None
+    best, top_ahead, top_behind = 0, None, None
     for t in range(len(fwd)):
-        top_ahead = max(top_ahead, ahead[t])
+        top_ahead = ahead[t] if top_ahead is None else maximum(top_ahead, ahead[t])
         if t > 0:
-            top_behind = behind[t] if top_behind is None else max(top_behind, behind[t])
+            top_behind = behind[t] if top_behind is None else maximum(top_behind, behind[t])
         if base[t] is not None:
-            tail = first[t] if top_behind is None else max(first[t], w[t] * top_behind)
-            best = max(best, base[t] + w[t] * top_ahead + tail)
+            tail = first[t] if top_behind is None else maximum(first[t], w[t] * top_behind)
+            best = maximum(best, base[t] + w[t] * top_ahead + tail)
     return best
 
 
-def longest_interleaved_path(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int, vpp: int):
-    """v x the longest two- or three-stage path of an interleaved pipeline (phase_paths, steady_paths)."""
-    return max(longest_phase_path(fwd, bwd, xf, xb, lat, microbatches=microbatches, vpp=vpp),
-               longest_steady_path(fwd, bwd, xf, xb, lat, microbatches=microbatches, vpp=vpp))
+def longest_interleaved_path(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int, vpp: int,
+                             maximum: Callable = max):
+    """v x the longest two- or three-stage path of an interleaved pipeline (phase_paths, steady_paths); `maximum`: as
+    longest_phase_path's."""
+    kw = dict(microbatches=microbatches, vpp=vpp, maximum=maximum)
+    return maximum(longest_phase_path(fwd, bwd, xf, xb, lat, **kw), longest_steady_path(fwd, bwd, xf, xb, lat, **kw))
