@@ -13,7 +13,8 @@ Objective (us): (m - 1) cycle + sum_s work_s + sum_b 2 (send_b + lat_b) + tail, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ortools.sat.python import cp_model
@@ -22,12 +23,22 @@ from hgplan.planner.costs import tail_class
 from hgplan.planner.mesh_tables import MeshTables
 from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
 
-MESH_MODEL_PARAMS = "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false"
+SPLIT_HOSTS = 3
+"""Candidates over this many hosts are solved one (first host, last host) pair at a time (solve_mesh). Measured
+2026-11-27 on the solves of `benchmarks/mesh_search.py` (2-core machine), the whole model against the pairs:
+v100-a100-t4 (three hosts), its 31 solves 31.2 -> 10.0 deterministic and 39.4 -> 23.8 wall seconds (the ten
+hardest proofs 15.5 -> 4.3 deterministic seconds); with two hosts (mixed-nic's 28 solves) 3.2 -> 2.2 deterministic
+but 4.9 -> 7.9 wall seconds, the four models' set-up costing more than the search saves; with four hosts (the
+1024-GPU three-site fleet) the sixteen pairs proved nothing the whole model did not."""
+
+MESH_MODEL_PARAMS = "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false symmetry_level: 0"
 """CP-SAT parameters every mesh solve gets before --solver-params (which win): most mesh solves prove that nothing
 beats the incumbent, and presolve's probing took two thirds of that work (measured 2026-11-24 on six candidates
 each of mixed-nic and mixed-vendor: 3.11 -> 1.01 and 2.62 -> 0.77 deterministic seconds, the same statuses); MIR
 and Chvatal-Gomory cuts cost more than they prove on these models (five hard candidates of v100-a100-t4: 15.4 ->
-9.1 deterministic seconds to prove; the same settings as path_model.PATH_MODEL_PARAMS)."""
+9.1 deterministic seconds to prove; the same settings as path_model.PATH_MODEL_PARAMS). Symmetry detection is off
+(2026-11-27): the one-worker search does not use what it finds; replaying the solves of v100-a100-t4, mixed-nic,
+the 504-GPU and the three-site fleet gave the same statuses and deterministic time, and 3-10% less wall time."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,8 +213,19 @@ def build_mesh_model(t: MeshTables, *, upper_bound: int | None = None) -> tuple[
 
 def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None = None,
                log: Callable[[str], None] | None = None) -> MeshSolution:
-    """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists."""
-    md, v = build_mesh_model(t, upper_bound=upper_bound)
+    """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists. With at most
+    SPLIT_HOSTS hosts the candidate is solved as one model per (first host, last host) pair (_solve_by_ends)."""
+    H = len(t.hosts)
+    if H != SPLIT_HOSTS:
+        md, v = build_mesh_model(t, upper_bound=upper_bound)
+        return _solve_one(md, v, t, params, log)
+    ends = [(a, b) for a in range(H) for b in range(H) if t.pp > 1 or a == b]
+    return _solve_by_ends(t, params, upper_bound, ends, log)
+
+
+def _solve_one(md: cp_model.CpModel, v: _Vars, t: MeshTables, params: SolverParams,
+               log: Callable[[str], None] | None) -> MeshSolution:
+    """One CP-SAT solve of a built model (the whole candidate's or one pair's) and the plan it found, if any."""
     solver = cp_model.CpSolver()
     configure_solver(solver, params.under(MESH_MODEL_PARAMS), log)
     status = solver.solve(md)
@@ -219,3 +241,37 @@ def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None =
                             wall_time_s=solver.wall_time)
     return MeshSolution(status=name, objective=None, bound=unsolved_bound(solver, status), assign=(), choice=(),
                         layers=(), deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time)
+
+
+def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None, ends: list[tuple[int, int]],
+                   log: Callable[[str], None] | None) -> MeshSolution:
+    """One solve per (first host, last host) pair, in turn, under the best objective found so far (the pairs
+    partition the plans); each gets an equal share of what the earlier ones left of the deterministic limit. The
+    result is the best plan found, proven (OPTIMAL, or INFEASIBLE without one) when every pair is, and its bound
+    the least of the pairs' bounds. Why: CP-SAT proves the pairs of a three-host candidate several times faster
+    in deterministic time than the whole model (SPLIT_HOSTS; docs/planner.md, "Asymmetric plans")."""
+    ub, used, wall, best, bounds, proven = upper_bound, 0.0, 0.0, None, [], True
+    base = None
+    for i, (a, b) in enumerate(ends):
+        share = replace(params, max_deterministic_time=max(0.0, params.max_deterministic_time - used)
+                        / (len(ends) - i))
+        if base is None:  # built again only when a pair found a better plan (a lower upper bound)
+            base = build_mesh_model(t, upper_bound=ub)
+        md, v = base[0].clone(), base[1]
+        md.add(md.get_bool_var_from_proto_index(v.x[0][a].index) == 1)
+        md.add(md.get_bool_var_from_proto_index(v.x[t.pp - 1][b].index) == 1)
+        sol = _solve_one(md, v, t, share, log)
+        used, wall = used + sol.deterministic_time, wall + sol.wall_time_s
+        # what the pair proves of its plans: nothing below its upper bound (INFEASIBLE), else CP-SAT's bound
+        above = math.inf if ub is None else ub
+        bounds.append(above if sol.status == "INFEASIBLE" else min(sol.bound, above))
+        proven &= sol.status in ("OPTIMAL", "INFEASIBLE")
+        if sol.objective is not None and (best is None or sol.objective < best.objective):
+            best, ub, base = sol, sol.objective, None
+    bound = min(bounds)
+    if best is None:
+        return MeshSolution(status="INFEASIBLE" if proven else "UNKNOWN", objective=None,
+                            bound=math.inf if proven else bound, assign=(), choice=(), layers=(),
+                            deterministic_time=used, wall_time_s=wall)
+    return replace(best, status="OPTIMAL" if proven else "FEASIBLE", bound=float(bound), deterministic_time=used,
+                   wall_time_s=wall)

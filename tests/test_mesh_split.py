@@ -1,0 +1,90 @@
+"""The mesh solve one (first host, last host) pair at a time (planner/mesh_model._solve_by_ends) against the
+whole model on the cross-check's random fleets of three hosts: the same optimum, proofs under an upper
+bound, and a bound that holds when the deterministic limit stops it."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from test_mesh_exhaustive import case
+
+from hgplan.planner import mesh_first, mesh_model
+from hgplan.planner.mesh_model import SPLIT_HOSTS, MeshSolution, build_mesh_model, solve_mesh
+from hgplan.planner.mesh_tables import build_mesh_tables
+from hgplan.planner.model import SolverParams
+
+SEEDS = range(0, 24, 3)
+LONG = SolverParams(max_deterministic_time=60.0, max_time_in_seconds=120.0)
+
+
+@functools.cache
+def candidates(seed: int):
+    """(tables, whole model's proven optimum) of every candidate of 2 or 3 stages over SPLIT_HOSTS hosts."""
+    fleet, model, train, opts, costs, _, _ = case(seed)
+    groups = list(fleet.groups)
+    _, fills, _ = mesh_first.first_bounds(costs, groups, opts)
+    out = []
+    for B in fills:
+        for P in (2, 3):
+            t = build_mesh_tables(costs, B, P, groups, opts)
+            if t is None or len(t.hosts) != SPLIT_HOSTS:
+                continue
+            md, v = build_mesh_model(t)
+            whole = mesh_model._solve_one(md, v, t, LONG, None)
+            assert whole.status in ("OPTIMAL", "INFEASIBLE")
+            out.append((t, whole.objective))
+    return out
+
+
+def test_the_seeds_have_candidates_of_three_hosts():
+    assert SPLIT_HOSTS == 3
+    assert sum(len(t.hosts) == 3 for s in SEEDS for t, _ in candidates(s)) >= 10
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_pairs_prove_the_whole_models_optimum(seed):
+    """Each candidate: the same optimum (objective) as the whole model; nothing below it (INFEASIBLE under it as
+    the upper bound); found again under one more than it."""
+    for t, best in candidates(seed):
+        sol = solve_mesh(t, LONG)
+        if best is None:
+            assert sol.status == "INFEASIBLE"
+            continue
+        assert (sol.status, sol.objective) == ("OPTIMAL", best)
+        assert t.objective(list(sol.assign), dict(sol.choice), list(sol.layers)) == best
+        assert solve_mesh(t, LONG, upper_bound=best).status == "INFEASIBLE"
+        again = solve_mesh(t, LONG, upper_bound=best + 1)
+        assert (again.status, again.objective) == ("OPTIMAL", best)
+
+
+@pytest.mark.parametrize("stopped", [0, 4, 8])
+def test_a_pair_stopped_by_its_limit_leaves_the_candidate_open_at_its_bound(stopped, monkeypatch):
+    """One pair ends at its limit with CP-SAT's bound only (UNKNOWN): the candidate is not proven, its bound is at
+    most that pair's, and a plan found by the other pairs is still returned (FEASIBLE)."""
+    t, best = next((t, b) for s in SEEDS for t, b in candidates(s) if b is not None and t.pp > 1)
+    real, calls = mesh_model._solve_one, []
+
+    def one_stops(md, v, t, params, log):
+        calls.append(1)
+        if len(calls) - 1 == stopped:
+            return MeshSolution(status="UNKNOWN", objective=None, bound=best / 2, assign=(), choice=(), layers=(),
+                                deterministic_time=0.0, wall_time_s=0.0)
+        return real(md, v, t, params, log)
+
+    monkeypatch.setattr(mesh_model, "_solve_one", one_stops)
+    sol = solve_mesh(t, LONG)
+    assert sol.bound <= best / 2
+    assert sol.status in ("FEASIBLE", "UNKNOWN")
+    if sol.objective is not None:
+        assert sol.status == "FEASIBLE" and sol.objective >= best
+        assert t.objective(list(sol.assign), dict(sol.choice), list(sol.layers)) == sol.objective
+
+
+def test_a_candidate_of_h_hosts_is_solved_as_h_squared_pairs(monkeypatch):
+    t = next(t for s in SEEDS for t, _ in candidates(s) if len(t.hosts) == 3 and t.pp > 1)
+    calls = []
+    real = mesh_model._solve_one
+    monkeypatch.setattr(mesh_model, "_solve_one", lambda *a: (calls.append(1), real(*a))[1])
+    solve_mesh(t, LONG)
+    assert len(calls) == 9
