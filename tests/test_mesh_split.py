@@ -1,6 +1,6 @@
 """The mesh solve one (first host, last host) pair at a time (planner/mesh_model._solve_by_ends) against the
-whole model on the cross-check's random fleets of three hosts: the same optimum, proofs under an upper
-bound, and a bound that holds when the deterministic limit stops it."""
+whole model on the cross-check's random fleets of three hosts: the same optimum, proofs under an upper bound, and
+a candidate left open, at no more than that pair's bound, when one pair stops at its limit."""
 
 from __future__ import annotations
 
@@ -81,10 +81,10 @@ def test_a_pair_stopped_by_its_limit_leaves_the_candidate_open_at_its_bound(stop
         assert t.objective(list(sol.assign), dict(sol.choice), list(sol.layers)) == sol.objective
 
 
-def test_a_candidate_of_h_hosts_is_solved_as_h_squared_pairs(monkeypatch):
-    t = next(t for s in SEEDS for t, _ in candidates(s) if len(t.hosts) == 3 and t.pp > 1)
-    calls = []
-    real = mesh_model._solve_one
+def test_a_three_host_candidate_is_solved_pair_by_pair(monkeypatch):
+    """Three hosts and more than one stage: one solve per ordered (first, last) pair, the diagonal included."""
+    t = next(t for s in SEEDS for t, _ in candidates(s) if t.pp > 1)
+    calls, real = [], mesh_model._solve_one
     monkeypatch.setattr(mesh_model, "_solve_one", lambda *a: (calls.append(1), real(*a))[1])
     solve_mesh(t, LONG)
     assert len(calls) == 9

@@ -213,8 +213,8 @@ def build_mesh_model(t: MeshTables, *, upper_bound: int | None = None) -> tuple[
 
 def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None = None,
                log: Callable[[str], None] | None = None) -> MeshSolution:
-    """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists. With at most
-    SPLIT_HOSTS hosts the candidate is solved as one model per (first host, last host) pair (_solve_by_ends)."""
+    """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists. A candidate
+    over SPLIT_HOSTS hosts is solved as one model per (first host, last host) pair (_solve_by_ends)."""
     H = len(t.hosts)
     if H != SPLIT_HOSTS:
         md, v = build_mesh_model(t, upper_bound=upper_bound)
