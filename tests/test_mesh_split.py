@@ -58,27 +58,50 @@ def test_pairs_prove_the_whole_models_optimum(seed):
         assert (again.status, again.objective) == ("OPTIMAL", best)
 
 
-@pytest.mark.parametrize("stopped", [0, 4, 8])
-def test_a_pair_stopped_by_its_limit_leaves_the_candidate_open_at_its_bound(stopped, monkeypatch):
-    """One pair ends at its limit with CP-SAT's bound only (UNKNOWN): the candidate is not proven, its bound is at
-    most that pair's, and a plan found by the other pairs is still returned (FEASIBLE)."""
-    t, best = next((t, b) for s in SEEDS for t, b in candidates(s) if b is not None and t.pp > 1)
+def _stopping(monkeypatch, calls_stopped: set[int], bound: float) -> list:
+    """_solve_one stopped at its limit with CP-SAT's bound only (UNKNOWN) on the calls numbered in calls_stopped."""
     real, calls = mesh_model._solve_one, []
 
-    def one_stops(md, v, t, params, log):
+    def solve_one(md, v, t, params, log):
         calls.append(1)
-        if len(calls) - 1 == stopped:
-            return MeshSolution(status="UNKNOWN", objective=None, bound=best / 2, assign=(), choice=(), layers=(),
+        if len(calls) - 1 in calls_stopped:
+            return MeshSolution(status="UNKNOWN", objective=None, bound=bound, assign=(), choice=(), layers=(),
                                 deterministic_time=0.0, wall_time_s=0.0)
         return real(md, v, t, params, log)
 
-    monkeypatch.setattr(mesh_model, "_solve_one", one_stops)
+    monkeypatch.setattr(mesh_model, "_solve_one", solve_one)
+    return calls
+
+
+def _open_candidate():
+    return next((t, b) for s in SEEDS for t, b in candidates(s) if b is not None and t.pp > 1)
+
+
+@pytest.mark.parametrize("stopped", [0, 4, 8])
+def test_a_pair_stopped_twice_leaves_the_candidate_open_at_its_bound(stopped, monkeypatch):
+    """One pair ends at its limit in both turns (its first, and its second with what the others left): the
+    candidate is not proven, its bound is at most that pair's, and a plan found by the other pairs is still returned
+    (FEASIBLE)."""
+    t, best = _open_candidate()
+    calls = _stopping(monkeypatch, {stopped, 9}, best / 2)
     sol = solve_mesh(t, LONG)
+    assert len(calls) == 10
     assert sol.bound <= best / 2
     assert sol.status in ("FEASIBLE", "UNKNOWN")
     if sol.objective is not None:
         assert sol.status == "FEASIBLE" and sol.objective >= best
         assert t.objective(list(sol.assign), dict(sol.choice), list(sol.layers)) == sol.objective
+
+
+@pytest.mark.parametrize("stopped", [0, 8])
+def test_a_pair_stopped_once_is_proven_in_its_second_turn(stopped, monkeypatch):
+    """A pair that ends at its limit in its first turn gets a second with what the others left over, and when that
+    proves it the candidate is proven (its optimum, OPTIMAL)."""
+    t, best = _open_candidate()
+    calls = _stopping(monkeypatch, {stopped}, best / 2)
+    sol = solve_mesh(t, LONG)
+    assert len(calls) == 10
+    assert (sol.status, sol.objective) == ("OPTIMAL", best)
 
 
 def test_a_three_host_candidate_is_solved_pair_by_pair(monkeypatch):
@@ -88,3 +111,13 @@ def test_a_three_host_candidate_is_solved_pair_by_pair(monkeypatch):
     monkeypatch.setattr(mesh_model, "_solve_one", lambda *a: (calls.append(1), real(*a))[1])
     solve_mesh(t, LONG)
     assert len(calls) == 9
+
+
+def test_the_pairs_keep_to_the_wall_clock_limit_together(monkeypatch):
+    """The pairs share params' wall-clock limit (the search's deadline): with none left no pair is solved and the
+    candidate stays open, its bound no more than any plan's."""
+    t, best = _open_candidate()
+    calls = _stopping(monkeypatch, set(), 0.0)
+    sol = solve_mesh(t, SolverParams(max_deterministic_time=60.0, max_time_in_seconds=0.0))
+    assert calls == []
+    assert sol.status == "UNKNOWN" and sol.objective is None and sol.bound <= best

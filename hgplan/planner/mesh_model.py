@@ -14,6 +14,7 @@ Objective (us): (m - 1) cycle + sum_s work_s + sum_b 2 (send_b + lat_b) + tail, 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -26,10 +27,10 @@ from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
 SPLIT_HOSTS = 3
 """Candidates over this many hosts are solved one (first host, last host) pair at a time (solve_mesh). Measured
 2026-11-27 on the solves of `benchmarks/mesh_search.py` (2-core machine), the whole model against the pairs:
-v100-a100-t4 (three hosts), its 31 solves 31.2 -> 10.0 deterministic and 39.4 -> 23.8 wall seconds (the ten
-hardest proofs 15.5 -> 4.3 deterministic seconds); with two hosts (mixed-nic's 28 solves) 3.2 -> 2.2 deterministic
-but 4.9 -> 7.9 wall seconds, the four models' set-up costing more than the search saves; with four hosts (the
-1024-GPU three-site fleet) the sixteen pairs proved nothing the whole model did not."""
+v100-a100-t4 (three hosts), its 31 solves 31.2 -> 10.2 deterministic and 39.4 -> 23.3 wall seconds, all of them
+proven instead of 21 (the ten hardest proofs 15.5 -> 4.3 deterministic seconds); with two hosts (mixed-nic's 28
+solves) 3.2 -> 2.2 deterministic but 4.9 -> 7.9 wall seconds, the four models' set-up costing more than the search
+saves; with four hosts (the 1024-GPU three-site fleet) the sixteen pairs proved nothing the whole model did not."""
 
 MESH_MODEL_PARAMS = "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false symmetry_level: 0"
 """CP-SAT parameters every mesh solve gets before --solver-params (which win): most mesh solves prove that nothing
@@ -246,29 +247,40 @@ def _solve_one(md: cp_model.CpModel, v: _Vars, t: MeshTables, params: SolverPara
 def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None, ends: list[tuple[int, int]],
                    log: Callable[[str], None] | None) -> MeshSolution:
     """One solve per (first host, last host) pair, in turn, under the best objective found so far (the pairs
-    partition the plans); each gets an equal share of what the earlier ones left of the deterministic limit. The
-    result is the best plan found, proven (OPTIMAL, or INFEASIBLE without one) when every pair is, and its bound
-    the least of the pairs' bounds. Why: CP-SAT proves the pairs of a three-host candidate several times faster
-    in deterministic time than the whole model (SPLIT_HOSTS; docs/planner.md, "Asymmetric plans")."""
-    ub, used, wall, best, bounds, proven = upper_bound, 0.0, 0.0, None, [], True
-    base = None
-    for i, (a, b) in enumerate(ends):
-        share = replace(params, max_deterministic_time=max(0.0, params.max_deterministic_time - used)
-                        / (len(ends) - i))
-        if base is None:  # built again only when a pair found a better plan (a lower upper bound)
-            base = build_mesh_model(t, upper_bound=ub)
-        md, v = base[0].clone(), base[1]
-        md.add(md.get_bool_var_from_proto_index(v.x[0][a].index) == 1)
-        md.add(md.get_bool_var_from_proto_index(v.x[t.pp - 1][b].index) == 1)
-        sol = _solve_one(md, v, t, share, log)
-        used, wall = used + sol.deterministic_time, wall + sol.wall_time_s
-        # what the pair proves of its plans: nothing below its upper bound (INFEASIBLE), else CP-SAT's bound
-        above = math.inf if ub is None else ub
-        bounds.append(above if sol.status == "INFEASIBLE" else min(sol.bound, above))
-        proven &= sol.status in ("OPTIMAL", "INFEASIBLE")
-        if sol.objective is not None and (best is None or sol.objective < best.objective):
-            best, ub, base = sol, sol.objective, None
-    bound = min(bounds)
+    partition the plans); each gets an equal share of what the earlier ones left of the deterministic limit, and the
+    pairs left unproven get a second turn with what the first left over. The result is the best plan found, proven
+    (OPTIMAL, or INFEASIBLE without one) when every pair is, and its bound the least of the pairs' bounds. Why:
+    CP-SAT proves the pairs of a three-host candidate several times faster in deterministic time than the whole model
+    (SPLIT_HOSTS; docs/planner.md, "Asymmetric plans")."""
+    ub, used, wall, best, base = upper_bound, 0.0, 0.0, None, None
+    began = time.perf_counter()  # the pairs together keep to params' wall-clock limit (within the search's deadline)
+    # what each pair proves of its plans: nothing below its upper bound (INFEASIBLE), else CP-SAT's bound
+    bounds = {e: -math.inf for e in ends}
+    todo, left = list(ends), []
+    for _ in range(2):
+        for i, (a, b) in enumerate(todo):
+            share = max(0.0, params.max_deterministic_time - used) / (len(todo) - i)
+            clock = params.max_time_in_seconds - (time.perf_counter() - began)
+            if clock <= 0:
+                left += todo[i:]
+                break
+            if base is None:  # built again only when a pair found a better plan (a lower upper bound)
+                base = build_mesh_model(t, upper_bound=ub)
+            md, v = base[0].clone(), base[1]
+            md.add(md.get_bool_var_from_proto_index(v.x[0][a].index) == 1)
+            md.add(md.get_bool_var_from_proto_index(v.x[t.pp - 1][b].index) == 1)
+            sol = _solve_one(md, v, t, replace(params, max_deterministic_time=share, max_time_in_seconds=clock), log)
+            used, wall = used + sol.deterministic_time, wall + sol.wall_time_s
+            above = math.inf if ub is None else ub
+            bounds[(a, b)] = max(bounds[(a, b)], above if sol.status == "INFEASIBLE" else min(sol.bound, above))
+            if sol.status not in ("OPTIMAL", "INFEASIBLE"):
+                left.append((a, b))
+            if sol.objective is not None and (best is None or sol.objective < best.objective):
+                best, ub, base = sol, sol.objective, None
+        todo, left = left, []
+        if not todo or used >= params.max_deterministic_time:
+            break
+    proven, bound = not todo, min(bounds.values())
     if best is None:
         return MeshSolution(status="INFEASIBLE" if proven else "UNKNOWN", objective=None,
                             bound=math.inf if proven else bound, assign=(), choice=(), layers=(),
