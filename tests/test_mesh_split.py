@@ -121,3 +121,22 @@ def test_the_pairs_keep_to_the_wall_clock_limit_together(monkeypatch):
     sol = solve_mesh(t, SolverParams(max_deterministic_time=60.0, max_time_in_seconds=0.0))
     assert calls == []
     assert sol.status == "UNKNOWN" and sol.objective is None and sol.bound <= best
+
+
+def test_a_retry_solves_only_the_pairs_left_open(monkeypatch):
+    """A try that leaves pairs unproven reports them (open_pairs); the next try, under an upper bound no higher,
+    solves only those: here the one pair (0, 0), whose plans are then all known (its optimum, or nothing below the
+    others' best)."""
+    t, best = _open_candidate()
+    _stopping(monkeypatch, {0, 9}, best / 2)
+    first = solve_mesh(t, LONG)
+    assert first.status in ("FEASIBLE", "UNKNOWN") and first.open_pairs == ((0, 0),)
+    monkeypatch.undo()
+    calls = _stopping(monkeypatch, set(), 0.0)
+    upper = first.objective if first.objective is not None else None
+    again = solve_mesh(t, LONG, upper_bound=upper, pairs=first.open_pairs)
+    assert len(calls) == 1 and again.open_pairs == ()
+    if upper is None or best < upper:
+        assert (again.status, again.objective) == ("OPTIMAL", best)
+    else:
+        assert again.status == "INFEASIBLE"

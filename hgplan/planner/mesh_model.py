@@ -55,6 +55,9 @@ class MeshSolution:
     layers: tuple[int, ...]
     deterministic_time: float
     wall_time_s: float
+    open_pairs: tuple[tuple[int, int], ...] | None = None
+    """Of a candidate solved per pair of end hosts (_solve_by_ends), the pairs left unproven: its next try need
+    solve only these (None: solved as one model)."""
 
 
 @dataclass(slots=True)
@@ -213,15 +216,18 @@ def build_mesh_model(t: MeshTables, *, upper_bound: int | None = None) -> tuple[
 
 
 def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None = None,
-               log: Callable[[str], None] | None = None) -> MeshSolution:
+               log: Callable[[str], None] | None = None,
+               pairs: tuple[tuple[int, int], ...] | None = None) -> MeshSolution:
     """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists. A candidate
-    over SPLIT_HOSTS hosts is solved as one model per (first host, last host) pair (_solve_by_ends)."""
+    over SPLIT_HOSTS hosts is solved as one model per (first host, last host) pair (_solve_by_ends); `pairs`: only
+    these (an earlier try's open_pairs), the others having been proven under an upper bound at least this one."""
     H = len(t.hosts)
     if H != SPLIT_HOSTS:
         md, v = build_mesh_model(t, upper_bound=upper_bound)
         return _solve_one(md, v, t, params, log)
+    assert pairs is None or pairs, "a candidate whose pairs are all proven is not solved again"
     ends = [(a, b) for a in range(H) for b in range(H) if t.pp > 1 or a == b]
-    return _solve_by_ends(t, params, upper_bound, ends, log)
+    return _solve_by_ends(t, params, upper_bound, ends if pairs is None else list(pairs), log)
 
 
 def _solve_one(md: cp_model.CpModel, v: _Vars, t: MeshTables, params: SolverParams,
@@ -284,6 +290,6 @@ def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None,
     if best is None:
         return MeshSolution(status="INFEASIBLE" if proven else "UNKNOWN", objective=None,
                             bound=math.inf if proven else bound, assign=(), choice=(), layers=(),
-                            deterministic_time=used, wall_time_s=wall)
+                            deterministic_time=used, wall_time_s=wall, open_pairs=tuple(todo))
     return replace(best, status="OPTIMAL" if proven else "FEASIBLE", bound=float(bound), deterministic_time=used,
-                   wall_time_s=wall)
+                   wall_time_s=wall, open_pairs=tuple(todo))

@@ -122,6 +122,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
         # a refined candidate is often taken right after its refinement: its tables are kept for that case (and a
         # retry carries its own)
         t = kept[0] if kept else last[1] if last[0] == (B, P) else build_mesh_tables(costs, B, P, groups, opts)
+        pairs = kept[1] if kept else None  # a retry of a candidate solved per pair: the pairs still open
         last = ((B, P), t)
         if t is None:
             continue
@@ -132,11 +133,11 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
                 heapq.heappush(heap, (max(lb, better.bound_us), B, P, STAGE_BOUND, better.cycle_us))
             continue
         params = within(solve_params(opts, level - STAGE_BOUND, remaining), stop_at)
-        bound, again = _solve(t, params, lb, best, level - STAGE_BOUND, res, log)
+        bound, again, pairs = _solve(t, params, lb, best, level - STAGE_BOUND, res, log, pairs)
         if res.found:  # a solve's plan is below the incumbent it was given
             best = min(best, res.found[-1].time_us)
         if again:
-            heapq.heappush(retries, (bound, B, P, level + 1, cycle, t))
+            heapq.heappush(retries, (bound, B, P, level + 1, cycle, t, pairs))
         else:
             closed.append(bound)
     res.found.sort(key=lambda f: f.time_us)
@@ -146,23 +147,24 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
 
 
 def _solve(t: MeshTables, params: SolverParams, lb: float, best: float, attempt: int, res: MeshResult,
-           log: Callable[[str], None] | None) -> tuple[float, bool]:
+           log: Callable[[str], None] | None, pairs: tuple | None = None) -> tuple[float, bool, tuple | None]:
     """Solve one candidate against the incumbent `best` (its plan, if any, goes to res.found); returns (its bound,
-    whether to try it again with twice the time): every solve that ends unproven is tried again, up to MAX_RETRIES
-    times, since a candidate whose 1 s solve proved nothing often proves in 1.4 s that nothing beats the incumbent
-    (before, a third or fourth try came only after a try that found a plan or raised the bound, and v100-a100-t4's
-    candidates that stopped there unproven needed about 2 deterministic seconds each)."""
+    whether to try it again with twice the time, the pairs of end hosts that try needs to solve again when the candidate
+    is solved per pair, else None; `pairs` is that of the try before): every solve that ends unproven is tried again, up
+    to MAX_RETRIES times, since a candidate whose 1 s solve proved nothing often proves in 1.4 s that nothing beats the
+    incumbent (before, a third or fourth try came only after a try that found a plan or raised the bound, and
+    v100-a100-t4's candidates that stopped there unproven needed about 2 deterministic seconds each)."""
     upper = math.ceil(best) if math.isfinite(best) else None
-    sol = solve_mesh(t, params, upper_bound=upper, log=log)
+    sol = solve_mesh(t, params, upper_bound=upper, log=log, pairs=pairs)
     res.candidates_solved += attempt == 0
     res.deterministic_time += sol.deterministic_time
     res.statuses[sol.status] = res.statuses.get(sol.status, 0) + 1
     if sol.objective is not None:
         res.found.append(MeshFound(tables=t, solution=sol))
     if sol.status == "INFEASIBLE":
-        return (upper if upper is not None else math.inf), False
+        return (upper if upper is not None else math.inf), False, None
     if sol.status == "OPTIMAL":
-        return max(lb, sol.objective), False
+        return max(lb, sol.objective), False, None
     bound = max(lb, min(sol.bound, upper if upper is not None else math.inf))
     again = attempt < MAX_RETRIES
-    return bound, again
+    return bound, again, sol.open_pairs
