@@ -71,6 +71,16 @@ def _two_sites_of_h100(wan_gbps: int) -> Fleet:
     return Fleet(name="two-sites-of-h100", groups=tuple(groups), links=tuple(links), transports=cat.transports)
 
 
+def _four_interleaved_stages():
+    """(fleet, model, training, configuration, costs) of the candidate both tests below take: four H100 stages of a
+    16-layer model over the two sites, 10 Gbit/s apart, two virtual stages each."""
+    fleet = _two_sites_of_h100(wan_gbps=10)
+    model = small_model(16, hidden=4096, heads=32)
+    train = TrainingSettings(seq_length=2048, global_batch_size=32)
+    cfg = ParallelConfig(tp=4, pp=4, dp=1, vpp=2, recompute=Recompute.NONE)
+    return fleet, model, train, cfg, CostSource(fleet, model, train)
+
+
 def test_model_tables_and_exhaustive_charge_the_steady_paths(monkeypatch):
     """Four H100 stages over two sites, interleaved: at the optimum a three-stage path sets the pipeline time (the
     tables' objective is above what they give with the two-stage paths alone), and the CP-SAT model, the tables and
@@ -79,11 +89,8 @@ def test_model_tables_and_exhaustive_charge_the_steady_paths(monkeypatch):
 
     import hgplan.planner.tables as tables_mod
 
-    fleet = _two_sites_of_h100(wan_gbps=10)
-    model = small_model(16, hidden=4096, heads=32)
-    train = TrainingSettings(seq_length=2048, global_batch_size=32)
-    cfg = ParallelConfig(tp=4, pp=4, dp=1, vpp=2, recompute=Recompute.NONE)
-    t = build_tables(CostSource(fleet, model, train), cfg, list(fleet.groups))
+    _, _, _, cfg, costs = _four_interleaved_stages()
+    t = build_tables(costs, cfg, list(costs.fleet.groups))
     best = best_for_tables(t)
     sol = solve(t, SolverParams(max_deterministic_time=10))
     assert best is not None and sol.status == "OPTIMAL"
@@ -108,11 +115,7 @@ def test_proof_model_charges_the_steady_paths(monkeypatch):
     from hgplan.planner.model import Solution
     from hgplan.planner.path_model import build_path_tables, solve_path
 
-    fleet = _two_sites_of_h100(wan_gbps=10)
-    model = small_model(16, hidden=4096, heads=32)
-    train = TrainingSettings(seq_length=2048, global_batch_size=32)
-    cfg = ParallelConfig(tp=4, pp=4, dp=1, vpp=2, recompute=Recompute.NONE)
-    costs = CostSource(fleet, model, train)
+    fleet, model, train, cfg, costs = _four_interleaved_stages()
     t = build_tables(costs, cfg, list(fleet.groups))
     pt = build_path_tables(costs, t, {g.key: g for g in fleet.groups})
     plans = [(a, [int(x) for x in s]) for a in block_placements(t) for s in compositions(8, 4) * 2]

@@ -14,10 +14,17 @@ import functools
 from collections.abc import Callable
 
 
+def warmup_forwards(stage: int, p: int, m: int, v: int) -> int:
+    """How many forwards a stage runs before its first backward in Megatron's (interleaved) 1F1B order."""
+    if v == 1:
+        return min(p - stage - 1, m)
+    return min((p - stage - 1) * 2 + (v - 1) * p, m * v)
+
+
 def schedule_order(stage: int, p: int, m: int, v: int) -> list[tuple[str, int, int]]:
     """Megatron's (interleaved) 1F1B order for one stage: (kind, micro-batch, chunk)."""
+    warm = warmup_forwards(stage, p, m, v)
     if v == 1:
-        warm = min(p - stage - 1, m)
         seq = [("F", i, 0) for i in range(warm)]
         for j in range(m - warm):
             seq.append(("F", warm + j, 0))
@@ -36,14 +43,12 @@ def schedule_order(stage: int, p: int, m: int, v: int) -> list[tuple[str, int, i
         mb, chunk = fwd_id(k)
         return mb, v - 1 - chunk
 
-    warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
     seq = [("F", *fwd_id(k)) for k in range(warm)]
     for j in range(total - warm):
         seq.append(("F", *fwd_id(warm + j)))
         seq.append(("B", *bwd_id(j)))
     seq += [("B", *bwd_id(k)) for k in range(total - warm, total)]
     return seq
-
 
 
 @functools.lru_cache(maxsize=256)
@@ -62,6 +67,18 @@ def _phase_counts(p: int, m: int, v: int) -> tuple[tuple[int, int, int, int, int
     return tuple(out)
 
 
+def _head_and_chain(fwd: list, bwd: list, xf: list, xb: list, lat: list, v: int) -> tuple[list, list]:
+    """Per stage s, v x the way of micro-batch 0's first chunk down to s (head) and v x the way of a backward from s
+    back up to stage 0 (chain), the stages before s only: what every path below starts and ends with."""
+    heads, chains, head, chain = [], [], 0, 0
+    for s in range(len(fwd)):
+        heads.append(head)
+        chains.append(chain)
+        head = head + fwd[s] + v * (xf[s] + lat[s])
+        chain = chain + bwd[s] + v * lat[s] + (v * xb[s - 1] if s > 0 else 0)
+    return heads, chains
+
+
 def phase_paths(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbatches: int,
                 vpp: int) -> tuple[list, list]:
     """Interleaved 1F1B's two-stage paths, times v, as (start, end) per stage: for stages s <= t the simulator's
@@ -77,17 +94,15 @@ def phase_paths(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microbat
     end[t] the rest. With s = t it is the stage's whole busy time between head and chain."""
     p, m, v = len(fwd), microbatches, vpp
     counts = _phase_counts(p, m, v)
+    heads, chains = _head_and_chain(fwd, bwd, xf, xb, lat, v)
     starts, ends = [], []
-    head, chain = 0, 0  # v x the way down to stage t, and back up from it
     for s in range(p):
         f_send, b_pre, bs_pre, b_post, bs_post = counts[s]
         up = xb[s - 1] if s > 0 else xb[p - 1]  # a backward's send (stage 0: the wrap, chunks > 0 only)
         last_send = xf[s] if s < p - 1 else 0
         starts.append((m * v - 1) * fwd[s] + v * (f_send - (1 if s < p - 1 else 0)) * xf[s]
                       + b_pre * bwd[s] + v * bs_pre * up)
-        ends.append(head + fwd[s] + v * last_send + b_post * bwd[s] + v * bs_post * up + chain)
-        head = head + fwd[s] + v * (xf[s] + lat[s])
-        chain = chain + bwd[s] + v * lat[s] + (v * xb[s - 1] if s > 0 else 0)
+        ends.append(heads[s] + fwd[s] + v * last_send + b_post * bwd[s] + v * bs_post * up + chains[s])
     return starts, ends
 
 
@@ -103,8 +118,6 @@ def longest_phase_path(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, m
     return best
 
 
-
-
 @functools.lru_cache(maxsize=256)
 def _steady_counts(p: int, m: int, v: int) -> tuple[tuple[int, int, int, int], ...]:
     """Per stage t, in Megatron's order (schedule_order): (its warm-up forwards w, the forwards and the backwards of
@@ -114,7 +127,7 @@ def _steady_counts(p: int, m: int, v: int) -> tuple[tuple[int, int, int, int], .
     chunks = [c for kind, _, c in schedule_order(0, p, m, v) if kind == "B"]  # a backward's chunk by its ordinal
     out = []
     for t in range(p):
-        w = min((p - t - 1) * 2 + (v - 1) * p, total)
+        w = warmup_forwards(t, p, m, v)
         steady = schedule_order(t, p, m, v)[w:]
         f_send = sum(1 for kind, _, c in steady if kind == "F" and (t < p - 1 or c < v - 1))
         b_send = sum(1 for kind, _, c in steady[:2 * (total - w)] if kind == "B" and (t > 0 or c > 0))
@@ -145,18 +158,17 @@ def steady_paths(fwd: list, bwd: list, xf: list, xb: list, lat: list, *, microba
     up = [xb[s - 1] if s > 0 else xb[p - 1] for s in range(p)]  # a backward's send (stage 0: the wrap)
     ahead = [fwd[s] + v * xf[s] for s in range(p)]
     behind = [bwd[s] + v * up[s] for s in range(p)]
+    heads, chains = _head_and_chain(fwd, bwd, xf, xb, lat, v)
     base, first = [], []
-    head, chain = 0, 0
     for t in range(p):
         w, f_send, b_send, first_send = counts[t]
         if w < m * v:
-            base.append(head + chain + (m * v - w) * (fwd[t] + bwd[t]) + v * (f_send * xf[t] + b_send * up[t]))
+            base.append(heads[t] + chains[t] + (m * v - w) * (fwd[t] + bwd[t])
+                        + v * (f_send * xf[t] + b_send * up[t]))
             first.append(w * bwd[0] + v * first_send * xb[p - 1])
         else:
             base.append(None)
             first.append(None)
-        head = head + fwd[t] + v * (xf[t] + lat[t])
-        chain = chain + bwd[t] + v * lat[t] + (v * xb[t - 1] if t > 0 else 0)
     return base, [c[0] for c in counts], ahead, behind, first
 
 

@@ -39,7 +39,7 @@ each of mixed-nic and mixed-vendor: 3.11 -> 1.01 and 2.62 -> 0.77 deterministic 
 and Chvatal-Gomory cuts cost more than they prove on these models (five hard candidates of v100-a100-t4: 15.4 ->
 9.1 deterministic seconds to prove; the same settings as path_model.PATH_MODEL_PARAMS). Symmetry detection is off
 (2026-11-27): the one-worker search does not use what it finds; replaying the solves of v100-a100-t4, mixed-nic,
-the 504-GPU and the three-site fleet gave the same statuses and deterministic time, and 3-10% less wall time."""
+the 504-GPU and the three-site fleet gave the same statuses and deterministic time, and 2-10% less wall time."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,7 +258,7 @@ def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None,
     (OPTIMAL, or INFEASIBLE without one) when every pair is, and its bound the least of the pairs' bounds. Why:
     CP-SAT proves the pairs of a three-host candidate several times faster in deterministic time than the whole model
     (SPLIT_HOSTS; docs/planner.md, "Asymmetric plans")."""
-    ub, used, wall, best, base = upper_bound, 0.0, 0.0, None, None
+    ub, used, best, base = upper_bound, 0.0, None, None
     began = time.perf_counter()  # the pairs together keep to params' wall-clock limit (within the search's deadline)
     # what each pair proves of its plans: nothing below its upper bound (INFEASIBLE), else CP-SAT's bound
     bounds = {e: -math.inf for e in ends}
@@ -276,7 +276,7 @@ def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None,
             md.add(md.get_bool_var_from_proto_index(v.x[0][a].index) == 1)
             md.add(md.get_bool_var_from_proto_index(v.x[t.pp - 1][b].index) == 1)
             sol = _solve_one(md, v, t, replace(params, max_deterministic_time=share, max_time_in_seconds=clock), log)
-            used, wall = used + sol.deterministic_time, wall + sol.wall_time_s
+            used += sol.deterministic_time
             above = math.inf if ub is None else ub
             bounds[(a, b)] = max(bounds[(a, b)], above if sol.status == "INFEASIBLE" else min(sol.bound, above))
             if sol.status not in ("OPTIMAL", "INFEASIBLE"):
@@ -286,7 +286,7 @@ def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None,
         todo, left = left, []
         if not todo or used >= params.max_deterministic_time:
             break
-    proven, bound = not todo, min(bounds.values())
+    proven, bound, wall = not todo, min(bounds.values()), time.perf_counter() - began
     if best is None:
         return MeshSolution(status="INFEASIBLE" if proven else "UNKNOWN", objective=None,
                             bound=math.inf if proven else bound, assign=(), choice=(), layers=(),

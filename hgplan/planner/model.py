@@ -298,6 +298,7 @@ def _steady_paths(md: cp_model.CpModel, out, paths: tuple, top: int) -> None:
             if top_behind is not None:
                 md.add(out >= base[t] + w[t] * top_ahead + w[t] * top_behind)
 
+
 def _add_segment_loops(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: list, send_of: dict,
                        cycle: cp_model.IntVar, horizon: int) -> None:
     """n x cycle >= every 1F1B loop of n micro-batches (costmodel/pipeline.py, segment_loops), over prefix sums of
