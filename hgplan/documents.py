@@ -136,7 +136,8 @@ class EntrySolver(Doc):
     objective_s: float
     status: str = Field(description="where the plan came from: CP-SAT's status of the stage-level solve (OPTIMAL, "
                                     "FEASIBLE), BLOCK (the block model's solution, expanded to stages), HINT (the warm "
-                                    "start), SIM_ + a status (polished by the simulator); docs/planner.md")
+                                    "start), SIM_ + a status (polished by the simulator), SEED (a mesh candidate's seed plan, "
+                                    "--target flagscale); docs/planner.md")
 
 
 class PlanEntry(Doc):
@@ -296,7 +297,9 @@ class AsymmetricRecord(Doc):
     bound_s: float
     relative_gap: float
     candidates: CandidateCounts
-    solver_statuses: dict[str, int]
+    solver_statuses: dict[str, int] = Field(description="mesh solves by CP-SAT status, and the seed plans of "
+                                            "candidates of two or more hosts as SEED_FOUND (below the incumbent), "
+                                            "SEED_ABOVE or SEED_NONE (docs/planner.md, 'Asymmetric plans')")
     deterministic_time: float
     stopped_by: Literal["complete", "budget", "wall"]
 

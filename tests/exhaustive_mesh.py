@@ -61,6 +61,12 @@ def _scores(t: MeshTables, assign: list[int], choice: dict[int, int],
     work[:, -1] += t.last_us[assign[-1]][opt[-1]]
     busy = np.array([sum(x for b, (x, _) in enumerate(sends) if s in (b, b + 1)) for s in range(P)])
     cycle = (work + busy).max(axis=1)
+    if t.loops:  # 1F1B's loop from stage s to stage e over e - s + 1 < m micro-batches, written out
+        for s in range(P - 1):
+            for e in range(s + 1, min(P, s + m - 1)):
+                loop = (work[:, s:e + 1].sum(axis=1) + sum(2 * x + 2 * lat for x, lat in sends[s:e])
+                        + (sends[s - 1][0] if s else 0) + (sends[e][0] if e < P - 1 else 0))
+                cycle = np.maximum(cycle, -(-loop // (e - s + 1)))
     fill = work.sum(axis=1) + sum(2 * x + 2 * lat for x, lat in sends)
     tied = t.tied_us[assign[0]][opt[0]][assign[-1]] if P > 1 else 0
     cls = [tail_class(s, P) for s in range(P)]

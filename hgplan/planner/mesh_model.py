@@ -8,7 +8,8 @@ layers; z[b][h][h2] boundary b (stage b -> b+1) joins h and h2; work[s], send[b]
 (lower-bounded by the chosen option's entries, tight at the optimum). Stage work, memory and the tail are linear in
 u and q, not enforced by literals, so the LP relaxation bounds them by the options' own rates (it proves small
 instances in milliseconds where the enforced form took a minute).
-Objective (us): (m - 1) cycle + sum_s work_s + sum_b 2 (send_b + lat_b) + tail, as MeshTables.objective.
+Objective (us): (m - 1) cycle + sum_s work_s + sum_b 2 (send_b + lat_b) + tail, as MeshTables.objective; the cycle
+holds every stage's work and sends and, across sites, every 1F1B loop (costmodel/pipeline.py, segment_loops).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ortools.sat.python import cp_model
 
 from hgplan.planner.costs import tail_class
 from hgplan.planner.mesh_tables import MeshTables
-from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
+from hgplan.planner.model import SolverParams, add_loops, configure_solver, unsolved_bound
 
 SPLIT_HOSTS = 3
 """Candidates over this many hosts are solved one (first host, last host) pair at a time (solve_mesh). Measured
@@ -202,9 +203,13 @@ def build_mesh_model(t: MeshTables, *, upper_bound: int | None = None) -> tuple[
     _add_tied_tp(md, t, v)
     work, send, lat = _costs(md, t, v)
     hz = _horizon(t)
-    cycle = md.new_int_var(0, hz, "cycle")
+    lat_hz = max([x for r in t.intra_lat_us for x in r] + [x for r in t.lat_us for x in r])
+    cycle = md.new_int_var(0, hz + 2 * lat_hz, "cycle")  # a loop of n stages over n is at most that
     for s in range(t.pp):
         md.add(cycle >= work[s] + sum(send[b] for b in (s - 1, s) if 0 <= b < t.pp - 1))
+    if t.loops:  # 1F1B's loops through the boundaries, as in the stock family's model
+        cross = [2 * send[b] + 2 * lat[b] for b in range(t.pp - 1)]
+        add_loops(md, (work, send, cross), cycle, t.microbatches, 5 * t.pp * hz + 1)
     fill = sum(work) + sum(2 * send[b] + 2 * lat[b] for b in range(t.pp - 1))
     tail_hz = (max(max(r) for rows in t.tail_a_us for r in rows) + max(max(r) for rows in t.tail_b_us for r in rows)
                * t.num_layers + max(max(r) for rows in t.tied_us for r in rows) + 1)

@@ -12,8 +12,9 @@ can use), and one from the candidate's tables when it is first taken (planner/me
 planner/mesh_bound.py with stages=True: memory by stage position, boundaries, the embedding and the head, the tail,
 the work the fastest hosts cannot hold at the cycle coupled to the stage count, the hosts' order, the WAN crossings
 of each set of sites);
-a candidate still below the incumbent is solved when it is taken again. A solve that ends at its limit without a
-proof is tried again with twice the time after every candidate has had its first solve.
+a candidate still below the incumbent is solved when it is taken again, after a seed plan built without CP-SAT
+(planner/mesh_seed.py) where it spans two or more hosts. A solve that ends at its limit without a proof is tried
+again with twice the time after every candidate has had its first solve.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_first import first_bounds
 from hgplan.planner.mesh_sites import site_set_bound
 from hgplan.planner.mesh_model import MeshSolution, solve_mesh
+from hgplan.planner.mesh_seed import SEED_HOSTS, seed_plan
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables
 from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
@@ -132,6 +134,8 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             if math.isfinite(better.bound_us):
                 heapq.heappush(heap, (max(lb, better.bound_us), B, P, STAGE_BOUND, better.cycle_us))
             continue
+        if level == STAGE_BOUND and len(t.hosts) >= SEED_HOSTS:
+            best = _seed(t, best, res)
         params = within(solve_params(opts, level - STAGE_BOUND, remaining), stop_at)
         bound, again, pairs = _solve(t, params, lb, best, level - STAGE_BOUND, res, log, pairs)
         if res.found:  # a solve's plan is below the incumbent it was given
@@ -144,6 +148,24 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     res.bound_us = min([best] + closed)
     res.wall_time_s = time.perf_counter() - start
     return res
+
+
+def _seed(t: MeshTables, best: float, res: MeshResult) -> float:
+    """Before a candidate's first solve, planner/mesh_seed.py's plan (statuses SEED_FOUND when it beats the incumbent
+    `best`, SEED_ABOVE when not, SEED_NONE without one); returns the incumbent after it. A plan above the incumbent
+    goes to res.found too: the final ranking simulates the best RERANKED of them, and the simulator can put a plan
+    below one that the closed form's 1F1B loops put above it."""
+    began = time.perf_counter()
+    seed = seed_plan(t)
+    kind = "SEED_NONE" if seed is None else "SEED_FOUND" if seed[0] < best else "SEED_ABOVE"
+    res.statuses[kind] = res.statuses.get(kind, 0) + 1
+    if seed is None:
+        return best
+    objective, assign, choice, layers = seed
+    res.found.append(MeshFound(tables=t, solution=MeshSolution(
+        status="SEED", objective=objective, bound=0.0, assign=assign, choice=choice, layers=layers,
+        deterministic_time=0.0, wall_time_s=time.perf_counter() - began)))
+    return min(best, float(objective))
 
 
 def _solve(t: MeshTables, params: SolverParams, lb: float, best: float, attempt: int, res: MeshResult,

@@ -85,7 +85,19 @@ def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, floa
         part = t if U == sites else t.restricted([h for h in range(len(t.hosts)) if t.sites[h] in U])
         extra = _sends_fill_us(part, wan) - _sends_fill_us(part)
         # fewer hosts, or every site used, hold no more layers at a cycle: the least cycle is at least the whole's
-        bound = candidate_bound(part, fill_us, cycle_us=(whole.cycle_us[0], math.inf), enough_us=enough_us - extra,
+        least = max(whole.cycle_us[0], loop_floor_us(part, U, edges))
+        bound = candidate_bound(part, fill_us, cycle_us=(least, math.inf), enough_us=enough_us - extra,
                                 stages=stages, every_site=len(U) > 1)
         heapq.heappush(heap, (max(value, bound.bound_us + extra), -len(U), U, True))
     return CandidateBound(math.inf)
+
+
+def loop_floor_us(part: MeshTables, U: tuple[str, ...], edges: dict[tuple[str, str], float]) -> float:
+    """A cycle below which no plan over exactly the sites U (two or more, of tables whose cycle holds 1F1B's loops)
+    runs: some boundary crosses between two of them, and the loop of two micro-batches through it
+    (costmodel/pipeline.py, segment_loops) holds its two stages' work (a layer each at least) and its send and latency
+    both ways, so 2 C >= 2 (least tau + the cheapest crossing's send + latency). 0 where it does not apply."""
+    if len(U) < 2 or not part.loops or part.microbatches < 3 or part.pp < 2:
+        return 0.0
+    crossing = min((v for (a, b), v in edges.items() if a in U and b in U), default=math.inf)
+    return 0.0 if not math.isfinite(crossing) else min(min(r) for r in part.layer_us) + crossing / 2

@@ -301,17 +301,22 @@ def _steady_paths(md: cp_model.CpModel, out, paths: tuple, top: int) -> None:
 
 def _add_segment_loops(md: cp_model.CpModel, t: CostTables, xv: PlacementVars, work: list, send_of: dict,
                        cycle: cp_model.IntVar, horizon: int) -> None:
-    """n x cycle >= every 1F1B loop of n micro-batches (costmodel/pipeline.py, segment_loops), over prefix sums of
-    the stages' work and the boundaries' sends and latencies, so each of the p (p - 1) / 2 loops is a constraint of
-    a few terms. Why: a slow link inside the pipeline bounds the cycle as the closed form says (CostTables.objective
-    mirrors it)."""
-    p, m = t.pp, t.microbatches
-    span = p * (3 * horizon + 2 * max(max(row) for row in t.lat_us)) + 1  # work + 2 sends + 2 latencies per stage
+    """The placement's boundary sends and latencies, then add_loops. Why: a slow link inside the pipeline bounds the
+    cycle as the closed form says (CostTables.objective mirrors it)."""
+    p, span = t.pp, t.pp * (3 * horizon + 2 * max(max(row) for row in t.lat_us)) + 1  # work, 2 sends, 2 latencies
     send = [md.new_int_var(0, horizon, f"send{b}") for b in range(p - 1)]
     cross = [md.new_int_var(0, span, f"cross{b}") for b in range(p - 1)]
     for b in range(p - 1):  # boundary b joins stage b and b + 1 (index b among the boundaries)
         md.add(send[b] == send_of[b])
         md.add(cross[b] == 2 * send[b] + sum(2 * t.lat_us[k][k2] * var for k, k2, var in xv.arcs(b)))
+    add_loops(md, (work, send, cross), cycle, t.microbatches, span)
+
+
+def add_loops(md: cp_model.CpModel, terms: tuple[list, list, list], cycle: cp_model.IntVar, m: int, span: int) -> None:
+    """n x cycle >= every 1F1B loop of n micro-batches of m (costmodel/pipeline.py, segment_loops) over prefix sums, so
+    each of the p (p - 1) / 2 loops is a constraint of a few terms; terms = (work of each stage, send of each boundary,
+    its 2 sends + 2 latencies), at most span in all. Shared by the stock and the mesh model."""
+    (work, send, cross), p = terms, len(terms[0])
     prefix = [md.new_int_var(0, span, f"prefix{s}") for s in range(p + 1)]
     md.add(prefix[0] == 0)
     for s in range(p):
