@@ -43,9 +43,10 @@ from hgplan.planner.mesh_tables import MeshTables
 SEED_HOSTS = 2
 """Candidates over this many hosts or more get a seed plan before their first CP-SAT solve (a single host's plans are
 the stock family's)."""
-SEED_HOSTS_MAX = 5
+SEED_HOSTS_MAX = 4
 """The dynamic program runs once per order of every subset of hosts: 64 orders of four hosts, 325 of five (13,699 of
-seven); candidates over more hosts get no seed."""
+seven); candidates over more hosts get no seed. With five (the 1000-GPU four-site fleet of benchmarks/mesh_search.py,
+2026-11-27) a seed took 1.0-5.8 s, nine of them 25 of the search's 60 s, and none was below the incumbent."""
 GRID = 16
 """Cycles per grid (the coarse one over every possible cycle, the fine one around the least)."""
 STRUCTURES_PER_ORDER = 4
