@@ -5,6 +5,7 @@ takes it as its incumbent on candidates of two or more hosts."""
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import random
 
@@ -127,3 +128,22 @@ def test_more_hosts_than_the_limit_get_no_seed(monkeypatch):
     assert seed_plan(t) is not None
     monkeypatch.setattr(mesh_seed, "SEED_HOSTS_MAX", len(t.hosts) - 1)
     assert seed_plan(t) is None
+
+
+def test_shared_blocks_give_each_order_its_own_capacity():
+    """_order_capacity shares blocks between orders (shortest orders first): every order of every subset of hosts
+    gets the same capacities and structures as with nothing shared (checked to fail with the longest orders first)."""
+    t = next(t for t, b, _ in seeded("sites", 2) if math.isfinite(b) and len(t.hosts) == 3 and t.pp == 3)
+    c = _Candidate(t)
+    cycles = np.geomspace(1e3, 1e7, 8)
+    orders = [o for k in range(1, 4) for o in itertools.permutations(range(3), k)]
+    shared: dict = {}
+    for order in orders:
+        held, backs = mesh_seed._order_capacity(c, order, cycles, shared, None)
+        alone, backs_alone = mesh_seed._order_capacity(c, order, cycles, {}, None)
+        assert (held is None) == (alone is None)
+        if held is not None:
+            assert np.array_equal(held, alone)
+            for g in np.nonzero(held >= t.num_layers)[0]:
+                assert (mesh_seed._structure(c, order, backs, int(g))
+                        == mesh_seed._structure(c, order, backs_alone, int(g)))

@@ -216,7 +216,8 @@ def _block_step(c: _Candidate, f: np.ndarray, cycles: np.ndarray, hosts: tuple, 
 def _order_capacity(c: _Candidate, order: tuple, cycles: np.ndarray, memo: dict, tp: int | None):
     """Most layers the hosts in `order` hold at each cycle, and the argmax of each block ((None, None): an order
     with an unreachable boundary); tp as _block_step's. Blocks with the same hosts before them and the same next
-    host are shared."""
+    host are shared: the callers take the orders shortest first, so a shared block was computed for the fewest
+    blocks after it, with the widest ranges of start and end (a superset of what a longer order reads)."""
     P, k = c.t.pp, len(order)
     f = np.full((len(cycles), P + 1), NONE)
     f[:, 0] = 0.0
