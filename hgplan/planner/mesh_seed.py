@@ -74,6 +74,17 @@ class _Candidate:
         H = len(t.hosts)
         self.mem = [np.minimum(t.memory_matrix(h), t.num_layers) for h in range(H)]
         self.classes = [tail_class(s, t.pp) for s in range(t.pp)]
+        self.start = [self._start_option(h) for h in range(H)]
+
+    def _start_option(self, h: int) -> int:
+        """The option a host added by the local search starts with: the most stages per us of a layer among those
+        whose middle stage fits L / P layers (else one)."""
+        t, P, mid = self.t, self.t.pp, self.t.pp // 2
+        room = self.mem[h][mid]
+        options = range(len(t.options[h]))
+        fits = ([o for o in options if room[o] >= max(1, t.num_layers // P)] or [o for o in options if room[o] >= 1]
+                or [0])
+        return max(fits, key=lambda o: (min(t.slots[h][o], P) / t.layer_us[h][o], -o))
 
     def boundary_terms(self, order, opts, sizes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """Per stage its embedding and head (us); per boundary its send and latency; per stage all of those it has
@@ -155,18 +166,13 @@ def _loops(work: np.ndarray, send: np.ndarray, lat: np.ndarray, m: int) -> np.nd
     return np.where((t > s) & (n < m), np.ceil(loop / np.maximum(n, 1) - 1e-9), 0.0).max(axis=(1, 2))
 
 
-def _sends_in(t: MeshTables, before: int, h: int) -> np.ndarray | None:
-    """What a block on h pays for its boundary from `before`, per option of h (None: unreachable)."""
-    if t.snd_us[before][h] is None:
+def _end_term(t: MeshTables, a: int, b: int, receiver: bool) -> np.ndarray | None:
+    """What a block pays for the boundary a -> b, per option of its host (b when `receiver`, else a): the larger of
+    its own term and the least of the other end's (None: unreachable)."""
+    if t.snd_us[a][b] is None:
         return None
-    return np.maximum(np.array(t.rcv_us[before][h], dtype=float), min(t.snd_us[before][h]))
-
-
-def _sends_out(t: MeshTables, h: int, after: int) -> np.ndarray | None:
-    """What a block on h pays for its boundary to `after`, per option of h (None: unreachable)."""
-    if t.snd_us[h][after] is None:
-        return None
-    return np.maximum(np.array(t.snd_us[h][after], dtype=float), min(t.rcv_us[h][after]))
+    own, other = (t.rcv_us[a][b], t.snd_us[a][b]) if receiver else (t.snd_us[a][b], t.rcv_us[a][b])
+    return np.maximum(np.array(own, dtype=float), min(other))
 
 
 def _block_step(c: _Candidate, f: np.ndarray, cycles: np.ndarray, hosts: tuple, i: int, k: int, tp: int | None):
@@ -183,8 +189,8 @@ def _block_step(c: _Candidate, f: np.ndarray, cycles: np.ndarray, hosts: tuple, 
     ends = np.zeros((P, O))
     ends[0] += t.first_us[h]
     ends[P - 1] += t.last_us[h]
-    cin = np.zeros(O) if before is None else _sends_in(t, before, h)
-    cout = np.zeros(O) if after is None else _sends_out(t, h, after)
+    cin = np.zeros(O) if before is None else _end_term(t, before, h, receiver=True)
+    cout = np.zeros(O) if after is None else _end_term(t, h, after, receiver=False)
     if cin is None or cout is None:
         return None, None
     pos = np.arange(P)[:, None]
@@ -245,31 +251,21 @@ def _structure(c: _Candidate, order: tuple, backs: list, g: int) -> tuple:
     return order, tuple(reversed(opts)), tuple(reversed(sizes))
 
 
-def _start_option(t: MeshTables, h: int) -> int:
-    """The option a host added by the local search starts with: the most stages per us of a layer among those whose
-    middle stage fits L / P layers (else one)."""
-    P, mid = t.pp, t.pp // 2
-    options = range(len(t.options[h]))
-    fits = ([o for o in options if t.memory_layers(mid, h, o) >= max(1, t.num_layers // P)]
-            or [o for o in options if t.memory_layers(mid, h, o) >= 1] or [0])
-    return max(fits, key=lambda o: (min(t.slots[h][o], P) / t.layer_us[h][o], -o))
-
-
 def _clipped(t: MeshTables, order: tuple, opts: tuple, sizes: tuple, i: int) -> tuple | None:
     """sizes with block i within its option's slots, what it loses given to the nearest blocks with room."""
     s, room = list(sizes), [t.slots[h][o] for h, o in zip(order, opts)]
     extra = max(0, s[i] - room[i])
     s[i] -= extra
-    for j in sorted(range(len(s)), key=lambda j: (abs(j - i), j)):
-        give = min(extra, room[j] - s[j]) if j != i else 0
-        s[j] += max(0, give)
-        extra -= max(0, give)
+    for j in sorted((j for j in range(len(s)) if j != i), key=lambda j: (abs(j - i), j)):
+        give = max(0, min(extra, room[j] - s[j]))
+        s[j] += give
+        extra -= give
     return None if extra else tuple(s)
 
 
-def _moves(t: MeshTables, order: tuple, opts: tuple, sizes: tuple):
+def _moves(c: _Candidate, order: tuple, opts: tuple, sizes: tuple):
     """The local search's neighbours of a structure (module docstring, step 3), in a fixed order."""
-    k = len(order)
+    t, k = c.t, len(order)
     for i, j in itertools.permutations(range(k), 2):
         if sizes[i] > 1:
             s = list(sizes)
@@ -295,7 +291,7 @@ def _moves(t: MeshTables, order: tuple, opts: tuple, sizes: tuple):
         s = list(sizes)
         s[fullest] -= 1
         for at in range(k + 1):
-            yield (order[:at] + (h,) + order[at:], opts[:at] + (_start_option(t, h),) + opts[at:],
+            yield (order[:at] + (h,) + order[at:], opts[:at] + (c.start[h],) + opts[at:],
                    tuple(s[:at]) + (1,) + tuple(s[at:]))
 
 
@@ -304,7 +300,7 @@ def _polish(c: _Candidate, start: tuple, value: float) -> tuple[float, tuple]:
     best, spent, better = (value, start), 0, True
     while better and spent < POLISH_EVALUATIONS:
         better = False
-        for move in _moves(c.t, *best[1]):
+        for move in _moves(c, *best[1]):
             spent += 1
             found = c.best_layers(*move)
             if found is not None and found[0] < best[0] - 0.5:
