@@ -19,7 +19,7 @@ from hgplan.inputs import load_model
 from hgplan.io import catalog
 from hgplan.plan import Recompute
 from hgplan.planner.costs import CostSource
-from hgplan.planner import mesh_bound, mesh_first, mesh_order
+from hgplan.planner import mesh_bound, mesh_first, mesh_knapsack, mesh_order
 from hgplan.planner import mesh_search as mesh_search_module
 from hgplan.planner.mesh_model import MeshSolution
 from hgplan.planner.mesh_search import mesh_search
@@ -271,9 +271,10 @@ def test_a_solve_stopped_by_its_limit_is_retried_with_twice_the_time():
 
 
 def test_interchangeable_hosts_share_their_bound_work_and_the_bound_is_unchanged():
-    """mesh_bound computes the per-host terms of interchangeable node groups once (_shared): on a fleet of eight
-    groups in two classes and one more alike but for its size (search_scaling's synthetic rack-by-rack fleet), every
-    candidate's bound, order-free and stage-coupled, is what the same bound gives with every host on its own."""
+    """mesh_bound computes the per-host terms of interchangeable node groups once (mesh_knapsack.shared): on a fleet
+    of eight groups in two classes and one more alike but for its size (search_scaling's synthetic rack-by-rack
+    fleet), every candidate's bound, order-free and stage-coupled, is what the same bound gives with every host on its
+    own."""
     from search_scaling import synthetic
 
     from test_planner import small_model
@@ -290,11 +291,11 @@ def test_interchangeable_hosts_share_their_bound_work_and_the_bound_is_unchanged
             t = build_mesh_tables(costs, B, P, groups, opts)
             if t is None:
                 continue
-            hosts = mesh_bound._shared([a for h in range(len(t.hosts)) if (a := mesh_bound._host_arrays(t, h))])
+            hosts = mesh_knapsack.shared([a for h in range(len(t.hosts)) if (a := mesh_bound._host_arrays(t, h))])
             shared += len(hosts) - len({id(a) for a in hosts})
             for stages in (False, True):
                 fast = mesh_bound.candidate_bound(t, 0.0, stages=stages)
-                with mock.patch.object(mesh_bound, "_shared", lambda hosts: hosts):
+                with mock.patch.object(mesh_bound, "shared", lambda hosts: hosts):
                     assert mesh_bound.candidate_bound(t, 0.0, stages=stages) == fast, (B, P, stages)
                 checked += math.isfinite(fast.bound_us)
     assert checked >= 6 and shared > 0, (checked, shared)

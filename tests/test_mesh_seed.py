@@ -57,7 +57,7 @@ def test_a_seed_is_a_plan_of_the_tables_at_its_objective(kind, seed):
 
 def test_seeds_reach_the_optimum_on_most_candidates():
     """The seed is a heuristic, but a good one: measured on the 183 candidates of these fleets that have a plan, at
-    the exhaustive optimum on 169 (asserted: 85%), within 0.5% of it on 173 (asserted: 90%), the worst 19% above."""
+    the exhaustive optimum on 170 (asserted: 85%), within 0.5% of it on 174 (asserted: 90%), the worst 19% above."""
     rows = [(best_us, found[0]) for k, s in CASES for _, best_us, found in seeded(k, s) if math.isfinite(best_us)]
     close = sum(v <= 1.005 * b for b, v in rows)
     exact = sum(v == b for b, v in rows)
@@ -72,8 +72,9 @@ def test_the_multi_site_cases_have_loops():
 
 def test_best_layers_prices_the_split_it_returns():
     """On random structures (order, options, block sizes) of the multi-site fleets, best_layers' objective is
-    MeshTables.objective of the split it returns."""
-    rng, checked = random.Random(7), 0
+    MeshTables.objective of the split it returns, with and without the loops through the crossings in the fill
+    (paired); that fill is better on some of them (measured: 9 of 879)."""
+    rng, checked, better = random.Random(7), 0, 0
     for s in range(0, 10, 2):
         for t, _, _ in seeded("sites", s):
             c = _Candidate(t)
@@ -83,13 +84,16 @@ def test_best_layers_prices_the_split_it_returns():
                 opts = tuple(rng.randrange(len(t.options[h])) for h in order)
                 cuts = sorted(rng.sample(range(1, t.pp), len(order) - 1))
                 sizes = tuple(b - a for a, b in zip([0] + cuts, cuts + [t.pp]))
-                found = c.best_layers(order, opts, sizes)
+                found, paired = (c.best_layers(order, opts, sizes, paired=x) for x in (False, True))
                 if found is None:
+                    assert paired is None
                     continue
                 assign = [h for h, p in zip(order, sizes) for _ in range(p)]
                 assert t.objective(assign, dict(zip(order, opts)), list(found[1])) == found[0]
+                assert t.objective(assign, dict(zip(order, opts)), list(paired[1])) == paired[0]
                 checked += 1
-    assert checked >= 50, checked
+                better += paired[0] < found[0]
+    assert checked >= 50 and better >= 1, (checked, better)
 
 
 def test_loops_are_the_cost_models_segment_loops():

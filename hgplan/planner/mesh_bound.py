@@ -26,17 +26,20 @@ Objective (MeshTables.objective) = (m - 1) cycle + fill + tail, each bounded fro
   ceil(L / P) layers).
 
 planner/mesh_sites.py calls this per set of sites a plan can use; for a set of two or more (every_site) the least
-cycle comes from _site_capacity, where each site's blocks face another site at least once or twice.
+cycle comes from _site_capacity, where each site's blocks face another site at least once or twice, and, where the
+tables' cycle holds 1F1B's loops, the stages next to each crossing leave it twice its latency of slack (a Lagrangian
+dual over LOOP_PRICES prices at once; the least cycle without the loops first, then with them from there up, and
+the larger work term of the two). The knapsacks' arithmetic is planner/mesh_knapsack.py's.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from hgplan.planner.mesh_knapsack import knapsack_before, merged, per_class, shared, step
 from hgplan.planner.mesh_order import LAYER_SLACK, NONE, least_ordered_cycle, order_hosts, whole_layers
 from hgplan.planner.mesh_tables import MeshTables
 
@@ -50,6 +53,8 @@ DUAL_PRICES = 9
 """Prices per layer at which each round of the stage-coupled work bound evaluates its dual."""
 DUAL_ROUNDS = 5
 """Rounds of that price search; each narrows the bracket to 2 / (DUAL_PRICES - 1) of its width."""
+LOOP_PRICES = 24
+"""Prices per microsecond of slack at which the least cycle of plans across sites prices 1F1B's loops (loop_prices)."""
 
 
 def _least(vals: list[float]) -> float:
@@ -58,9 +63,12 @@ def _least(vals: list[float]) -> float:
 
 def _host_arrays(t: MeshTables, h: int) -> dict[str, np.ndarray] | None:
     """Per option of host h: slots, tau, memory limit, least own-mesh send, least send to or from another host (any,
-    one of its own site, one of another site), embedding and head work. None when no option holds a layer."""
+    one of its own site, one of another site), embedding and head work, and the least latency to or from a host of
+    another site (the same for every option). None when no option holds a layer."""
     L, H = t.num_layers, len(t.hosts)
     rows, fits = [], np.minimum(t.memory_matrix(h).max(axis=0), L)
+    wan_lat = min((min(t.lat_us[h][h2], t.lat_us[h2][h]) for h2 in range(H) if t.sites[h2] != t.sites[h]
+                   and (t.snd_us[h][h2] is not None or t.snd_us[h2][h] is not None)), default=0)
     for o in range(len(t.options[h])):
         most = int(fits[o])
         if most < 1:
@@ -71,11 +79,11 @@ def _host_arrays(t: MeshTables, h: int) -> dict[str, np.ndarray] | None:
                                 and (t.sites[h2] == t.sites[h]) == same]) for same in (True, False))
         intra = t.intra_send_us[h][o] if t.slots[h][o] >= 2 else math.inf
         rows.append((t.slots[h][o], t.layer_us[h][o], most, intra, min(local, wan), local, wan, t.first_us[h][o],
-                     t.last_us[h][o]))
+                     t.last_us[h][o], wan_lat))
     if not rows:
         return None
     cols = np.array(rows, dtype=float).T
-    return dict(zip(("slots", "tau", "most", "intra", "cross", "local", "wan", "first", "last"), cols))
+    return dict(zip(("slots", "tau", "most", "intra", "cross", "local", "wan", "first", "last", "wan_lat"), cols))
 
 
 def _held(a: dict[str, np.ndarray], cycle: float, penalty: np.ndarray) -> np.ndarray:
@@ -115,127 +123,95 @@ def _option_gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[
     return out
 
 
-def _shared(hosts: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """The hosts, each equal to an earlier one (interchangeable node groups) replaced by that one, so that the
-    per-host work of one cycle is done once per class (identified by object: id())."""
-    out: list[dict[str, np.ndarray]] = []
-    for a in hosts:
-        out.append(next((b for b in out if b.keys() == a.keys() and all(np.array_equal(a[k], b[k]) for k in a)), a))
-    return out
-
-
-def _per_class(items: list, fn, key=id) -> list:
-    """fn(x) per item, computed once per key(x): the hosts of one class are one object (_shared), and so are what is
-    computed from them."""
-    done: dict = {}
-    for x in items:
-        if key(x) not in done:
-            done[key(x)] = fn(x)
-    return [done[key(x)] for x in items]
-
-
-@functools.lru_cache(maxsize=64)
-def knapsack_before(P: int) -> np.ndarray:
-    """[total, j] -> total - j, the knapsacks' index of what the hosts before hold; P + 1 (a sentinel entry appended
-    to the array indexed, "cannot") where j > total."""
-    total = np.arange(P + 1)
-    diff = total[:, None] - total[None, :]
-    out = np.where(diff >= 0, diff, P + 1)
-    out.setflags(write=False)
-    return out
-
-
-def _merged(state: tuple[int, int], role: tuple[int, int]) -> tuple[int, int] | None:
-    """(first stage placed, last stage placed) after a host (or site) in `role` (its own two flags); None when both
-    would place the same one."""
-    (f, ll), (fh, lh) = state, role
-    return None if (f and fh) or (ll and lh) else (f | fh, ll | lh)
-
-
-def _step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: int, to,
-          optional: bool = True) -> dict[tuple, np.ndarray]:
-    """One host (or site) more in a max-plus knapsack over stage counts: states[s][t] the most layers t stages hold in
-    state s, gains[r][j] what the host holds with j >= 1 stages in role r (or, if optional, it stays unused); to(s, r)
-    the state after, None where role r cannot follow state s."""
-    out = {k: v.copy() if optional else np.full(P + 1, NONE) for k, v in states.items()}
-    live = [s for s, b in states.items() if b.max() > NONE / 2]
-    if not live or not gains:
-        return out
-    roles = list(gains)
-    held = np.stack([states[s] for s in live])
-    # [s, total, j], the sentinel column NONE
-    held = np.concatenate([held, np.full((len(live), 1), NONE)], axis=1)[:, knapsack_before(P)]
-    used = np.stack([gains[r] for r in roles])
-    used[:, 0] = NONE  # a used host takes at least one stage
-    cand = (held[:, None, :, :] + used[None, :, None, :]).max(axis=3)  # [s, r, total], every pair at once
-    cand = np.where(cand > NONE / 2, cand, NONE)
-    for i, s in enumerate(live):
-        for k, r in enumerate(roles):
-            if (key := to(s, r)) is not None:
-                out[key] = np.maximum(out[key], cand[i, k])
-    return out
-
-
 def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float:
     """Most whole layers P stages hold at this cycle: a max-plus knapsack over hosts of (stages taken, first stage
     placed, last stage placed)."""
     best = {(f, ll): np.full(P + 1, NONE) for f in (0, 1) for ll in (0, 1)}
     best[(0, 0)][0] = 0.0
-    for gains in _per_class(hosts, lambda a: _gains(a, cycle, P)):
-        best = _step(best, gains, P, _merged)
+    for gains in per_class(hosts, lambda a: _gains(a, cycle, P)):
+        best = step(best, gains, P, merged)
     return float(best[(1, 1)][P])
 
 
-def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, int, int], np.ndarray]:
+def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int,
+                prices: np.ndarray) -> dict[tuple[int, int, int], np.ndarray]:
     """As _gains for a pipeline over hosts of several sites, by how many of the block's ends face a host of another
     site (e: 0-2, each paying the least send across sites, the others the least send within the host's site):
-    gain[(f, l, e)][j]. No block holds the whole pipeline."""
+    gain[(f, l, e)][i, j] at the loop dual's price prices[i] (_site_capacity; 0: the layers themselves). No block
+    holds the whole pipeline."""
     first, last, intra, loc, wan = a["first"], a["last"], a["intra"], a["local"], a["wan"]
     ends = {"ll": loc + loc, "lw": loc + wan, "ww": wan + wan, "fl": first + loc, "fw": first + wan,
             "lL": loc + last, "wL": wan + last, "fi": first + intra, "li": loc + intra, "wi": wan + intra,
             "Li": last + intra, "ii": 2 * intra}
-    held = dict(zip(ends, _held(a, cycle, np.stack(list(ends.values())))))
-    j, ii = np.arange(P + 1)[:, None], held["ii"]
+    held = {k: v[None, None, :] for k, v in zip(ends, _held(a, cycle, np.stack(list(ends.values()))))}
+    price = prices[:, None, None]
+    for name, e in (("lw", 1), ("ww", 2), ("fw", 1), ("wL", 1), ("wi", 1)):  # stages with e ends across sites
+        k, spare = held[name], cycle - ends[name] - a["wan_lat"]
+        with np.errstate(invalid="ignore"):  # an end no option can take (inf) is NONE whatever the price
+            value = np.where(price * e * a["tau"] < 1, k + price * e * (spare - k * a["tau"]),
+                             1 + price * e * (spare - a["tau"]))
+        held[name] = np.where(k >= 1, value, NONE)
+    j, ii = np.arange(P + 1)[None, :, None], held["ii"]
 
     def block(single: str, head: str, tail: str) -> np.ndarray:
         cap = np.where(j == 1, held[single], held[head] + held[tail] + (j - 2) * np.where(j >= 3, ii, 0.0))
-        ok = (j >= 1) & (j <= a["slots"]) & (cap > 0) & ((j < 3) | (ii > 0))
-        return np.where(ok, cap, NONE).max(axis=1)
+        ok = (j >= 1) & (j <= a["slots"]) & (cap > NONE / 2) & ((j < 3) | (ii > 0))
+        return np.broadcast_to(np.where(ok, cap, NONE).max(axis=2), (prices.size, P + 1))
 
     return {(0, 0, 0): block("ll", "li", "li"), (0, 0, 1): block("lw", "li", "wi"), (0, 0, 2): block("ww", "wi", "wi"),
             (1, 0, 0): block("fl", "fi", "li"), (1, 0, 1): block("fw", "fi", "wi"),
             (0, 1, 0): block("lL", "li", "Li"), (0, 1, 1): block("wL", "wi", "Li")}
 
 
-def _site_capacity(hosts: list[dict[str, np.ndarray]], sites: list[str], cycle: float, P: int) -> float:
+def _site_capacity(hosts: list[dict[str, np.ndarray]], sites: list[str], cycle: float, P: int,
+                   prices: np.ndarray = np.zeros(1)) -> float:
     """_capacity of plans that use every site of the hosts (at least two): each site's hosts first form a table of
     (stages, first stage placed, last stage placed, block ends facing another site: 0, 1, 2 or more), a site keeps
     only the states with enough such ends (the pipeline enters and leaves a site, or leaves and comes back to the
     site of both its first and last stage: two; one where the site holds one of them), and the sites' tables are
-    then combined as _capacity combines hosts. So a site's hosts cannot all pay their cheap local sends."""
+    then combined as _capacity combines hosts. So a site's hosts cannot all pay their cheap local sends.
+
+    With prices above 0 (tables whose cycle holds 1F1B's loops, three micro-batches or more), the loops through each
+    crossing: the two stages next to it leave slack x (the cycle less their busy time) of at least twice its latency
+    together (costmodel/pipeline.py, segment_loops, n = 2), and each crossing's latency is at least the least latency
+    from either end's host to another site (wan_lat), so the stages' slack, each counted once per end across sites,
+    sums to at least the sum of their ends' wan_lat. At a price mu >= 0 per microsecond of slack the layers held are
+    at most the sum over stages of k + mu e (x - wan_lat), e its ends across sites (Lagrangian relaxation: the
+    added term is >= 0 on every plan); with x <= cycle - penalty - k tau, each stage's best is k = the most it holds
+    where mu e tau < 1 and one layer where not, so the knapsack runs on those values, at every price at once, and
+    any price's value bounds the layers (the least is taken)."""
 
     def within(state: tuple[int, int, int], role: tuple[int, int, int]) -> tuple[int, int, int] | None:
-        merged = _merged(state[:2], role[:2])
-        return None if merged is None else (*merged, min(2, state[2] + role[2]))
+        joined = merged(state[:2], role[:2])
+        return None if joined is None else (*joined, min(2, state[2] + role[2]))
 
-    best = {(f, ll): np.full(P + 1, NONE) for f in (0, 1) for ll in (0, 1)}
-    best[(0, 0)][0] = 0.0
-    gains = _per_class(hosts, lambda a: _site_gains(a, cycle, P))
+    shape = (prices.size, P + 1)
+    best = {(f, ll): np.full(shape, NONE) for f in (0, 1) for ll in (0, 1)}
+    best[(0, 0)][:, 0] = 0.0
+    gains = per_class(hosts, lambda a: _site_gains(a, cycle, P, prices))
     for site in dict.fromkeys(sites):
-        cur = {(f, ll, w): np.full(P + 1, NONE) for f in (0, 1) for ll in (0, 1) for w in (0, 1, 2)}
-        cur[(0, 0, 0)][0] = 0.0
+        cur = {(f, ll, w): np.full(shape, NONE) for f in (0, 1) for ll in (0, 1) for w in (0, 1, 2)}
+        cur[(0, 0, 0)][:, 0] = 0.0
         for host_gains in (g for g, s in zip(gains, sites) if s == site):
-            cur = _step(cur, host_gains, P, within)
+            cur = step(cur, host_gains, P, within)
         table = {(f, ll): np.max([cur[(f, ll, w)] for w in (1, 2) if w >= (1 if f + ll == 1 else 2)], axis=0)
                  for f in (0, 1) for ll in (0, 1)}
-        best = _step(best, table, P, _merged, optional=False)  # every site is used
-    return float(best[(1, 1)][P])
+        best = step(best, table, P, merged, optional=False)  # every site is used
+    return float(best[(1, 1)][:, P].min())
+
+
+def loop_prices(hosts: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """The prices per microsecond of slack at which _site_capacity evaluates its loop dual: 0 and LOOP_PRICES
+    geometric steps from a twentieth of the slowest host's fastest per-layer time to twice the fastest (measured on
+    the three-site benchmark fleet, the best prices lie between 0.15 and 0.65 of the fastest's inverse)."""
+    fastest = [float(a["tau"].min()) for a in hosts]
+    return np.concatenate([[0.0], np.geomspace(0.05 / max(fastest), 2.0 / min(fastest), LOOP_PRICES)])
 
 
 def _caps(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> list[np.ndarray]:
     """Per host, cap[j, o]: most layers j stages of option o hold at this cycle in the role that holds most (below
     one: it cannot take j stages)."""
-    return _per_class(hosts, lambda a: np.max(list(_option_gains(a, cycle, P).values()), axis=0))
+    return per_class(hosts, lambda a: np.max(list(_option_gains(a, cycle, P).values()), axis=0))
 
 
 def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], L: int) -> float:
@@ -277,7 +253,7 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
         val[:, 0] = np.inf  # a used host takes at least one stage
         return val
 
-    for val in _per_class(list(zip(caps, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1]))):
+    for val in per_class(list(zip(caps, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1]))):
         ext = np.concatenate([best, np.full((prices.size, 1), np.inf)], axis=1)
         best = np.minimum(best, (ext[:, before] + val[:, None, :]).min(axis=2))
     return best[:, P] + prices * L
@@ -407,20 +383,22 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     planner/mesh_sites.py), whose least cycle then comes from _site_capacity."""
     P, L, m = t.pp, t.num_layers, t.microbatches
     kept = [(a, t.sites[h]) for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None]
-    hosts = _shared([a for a, _ in kept])
+    hosts = shared([a for a, _ in kept])
     if not hosts:
         return CandidateBound(math.inf)
-    if every_site:
-        sites = [s for _, s in kept]
+    sites = [s for _, s in kept]
+    prices = loop_prices(hosts) if every_site and t.loops and m >= 3 else np.zeros(1)
 
-        def capacity(hs: list[dict[str, np.ndarray]], cycle: float, P: int) -> float:
-            return _site_capacity(hs, sites, cycle, P)
-    else:
-        capacity = _capacity
+    def capacity(hs: list[dict[str, np.ndarray]], cycle: float, P: int, loops: bool = True) -> float:
+        """With the loops, a cycle at which no plan holds the layers; without, one at which none ever does (a larger
+        cycle leaves the loops more slack)."""
+        if every_site:
+            return _site_capacity(hs, sites, cycle, P, prices if loops else prices[:1])
+        return _capacity(hs, cycle, P)
     sends = [float(v) for a in hosts for key in ("intra", "cross") for v in a[key] if math.isfinite(v)]
     # at this cycle every stage holds all that its memory fits, so if it holds fewer than L layers nothing does
     top = max(float((a["tau"] * L + a["first"] + a["last"]).max()) for a in hosts) + 2 * max(sends, default=0.0)
-    if not math.isfinite(cycle_us[1]) and capacity(hosts, top, P) < L:
+    if not math.isfinite(cycle_us[1]) and capacity(hosts, top, P, loops=False) < L:
         return CandidateBound(math.inf)
     boundaries_and_tail = _sends_fill_us(t) + _tail_us(t)
     rest = fill_us + boundaries_and_tail
@@ -433,10 +411,15 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
             hi = cut
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
     fixed = edges + boundaries_and_tail
-    while (m - 1) * (hi - lo) > max(BOUND_RESOLUTION_US, BOUND_RESOLUTION * ((m - 1) * lo + rest)):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if capacity(hosts, mid, P) >= L else (mid, hi)
+    lo, hi = _bisect(lambda c: capacity(hosts, c, P, loops=False) >= L, lo, hi, m, rest)
     work = _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed
+    # the loops' least cycle, where they apply and the candidate is still open; the work term again from there (a
+    # bound of the plans whose cycle is above it: the larger of the two holds)
+    if prices.size > 1 and max((m - 1) * lo + rest, work) < enough_us:
+        looped = _bisect_up(lambda c: capacity(hosts, c, P) >= L, lo, top, m, rest)
+        if looped[0] > lo:
+            lo, hi = looped
+            work = max(work, _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed)
     # only a candidate the order-free bound leaves open pays for the ordered cycle, and then the work term again
     if stages and m > 1 and max((m - 1) * lo + rest, work) < enough_us and (order := order_hosts(t)) is not None:
         early = _ordered_cycle(order, t, lo, hi, top, rest, enough_us)
@@ -444,5 +427,23 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
             return early
         if early[0] > lo:
             lo, hi = early
-            work = _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed
+            work = max(work, _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed)
     return CandidateBound(max((m - 1) * lo + rest, work), (lo, hi))
+
+
+def _bisect(holds, lo: float, hi: float, m: int, rest: float) -> tuple[float, float]:
+    """[lo, hi] narrowed until (m - 1) (hi - lo) is within the bound's resolution: holds(c) is false below the least
+    cycle and true from it on (at hi, or the least cycle is above hi and lo ends next to it)."""
+    while (m - 1) * (hi - lo) > max(BOUND_RESOLUTION_US, BOUND_RESOLUTION * ((m - 1) * lo + rest)):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
+    return lo, hi
+
+
+def _bisect_up(holds, lo: float, top: float, m: int, rest: float) -> tuple[float, float]:
+    """_bisect from a cycle lo known to be at most the least, whose upper end is not known: steps of 1%, 2%, 4% ...
+    of lo up to top find one first."""
+    step = 0.01 * lo
+    while lo + step < top and not holds(lo + step):
+        lo, step = lo + step, 2 * step
+    return _bisect(holds, lo, min(lo + step, top), m, rest)

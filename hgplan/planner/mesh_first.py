@@ -41,7 +41,7 @@ import numpy as np
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
 from hgplan.planner.costs import CostSource, capacity_mib, layers_that_fit, to_us
-from hgplan.planner.mesh_bound import knapsack_before
+from hgplan.planner.mesh_knapsack import knapsack_before
 from hgplan.planner.mesh_order import whole_layers
 from hgplan.planner.mesh_sites import MAX_SITES, cheapest_crossings
 from hgplan.planner.mesh_tables import host_options

@@ -1,0 +1,73 @@
+"""The max-plus knapsacks over stage counts that planner/mesh_bound.py's and planner/mesh_first.py's bounds run over
+hosts (or sites): a state per (first stage placed, last stage placed, ...), an array per state of the most layers t
+stages hold. Arrays may carry leading batch axes (one knapsack per price of planner/mesh_bound.py's loop dual, run
+at once); the stage count is always the last axis."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from hgplan.planner.mesh_order import NONE
+
+
+def shared(hosts: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """The hosts, each equal to an earlier one (interchangeable node groups) replaced by that one, so that the
+    per-host work of one cycle is done once per class (identified by object: id())."""
+    out: list[dict[str, np.ndarray]] = []
+    for a in hosts:
+        out.append(next((b for b in out if b.keys() == a.keys() and all(np.array_equal(a[k], b[k]) for k in a)), a))
+    return out
+
+
+def per_class(items: list, fn, key=id) -> list:
+    """fn(x) per item, computed once per key(x): the hosts of one class are one object (shared), and so are what is
+    computed from them."""
+    done: dict = {}
+    for x in items:
+        if key(x) not in done:
+            done[key(x)] = fn(x)
+    return [done[key(x)] for x in items]
+
+
+@functools.lru_cache(maxsize=64)
+def knapsack_before(P: int) -> np.ndarray:
+    """[total, j] -> total - j, the knapsacks' index of what the hosts before hold; P + 1 (a sentinel entry appended
+    to the array indexed, "cannot") where j > total."""
+    total = np.arange(P + 1)
+    diff = total[:, None] - total[None, :]
+    out = np.where(diff >= 0, diff, P + 1)
+    out.setflags(write=False)
+    return out
+
+
+def merged(state: tuple[int, int], role: tuple[int, int]) -> tuple[int, int] | None:
+    """(first stage placed, last stage placed) after a host (or site) in `role` (its own two flags); None when both
+    would place the same one."""
+    (f, ll), (fh, lh) = state, role
+    return None if (f and fh) or (ll and lh) else (f | fh, ll | lh)
+
+
+def step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: int, to,
+         optional: bool = True) -> dict[tuple, np.ndarray]:
+    """One host (or site) more in a max-plus knapsack over stage counts: states[s][..., t] the most layers t stages
+    hold in state s, gains[r][..., j] what the host holds with j >= 1 stages in role r (or, if optional, it stays
+    unused), both with the same leading axes; to(s, r) the state after, None where role r cannot follow state s."""
+    out = {k: v.copy() if optional else np.full_like(v, NONE) for k, v in states.items()}
+    live = [s for s, b in states.items() if b.max() > NONE / 2]
+    if not live or not gains:
+        return out
+    roles = list(gains)
+    held = np.stack([states[s] for s in live])
+    # [s, ..., total, j], the sentinel column NONE
+    held = np.concatenate([held, np.full(held.shape[:-1] + (1,), NONE)], axis=-1)[..., knapsack_before(P)]
+    used = np.stack([gains[r] for r in roles])
+    used[..., 0] = NONE  # a used host takes at least one stage
+    cand = (held[:, None] + used[None, ..., None, :]).max(axis=-1)  # [s, r, ..., total], every pair at once
+    cand = np.where(cand > NONE / 2, cand, NONE)
+    for i, s in enumerate(live):
+        for k, r in enumerate(roles):
+            if (key := to(s, r)) is not None:
+                out[key] = np.maximum(out[key], cand[i, k])
+    return out
