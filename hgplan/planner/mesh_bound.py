@@ -26,10 +26,10 @@ Objective (MeshTables.objective) = (m - 1) cycle + fill + tail, each bounded fro
   ceil(L / P) layers).
 
 planner/mesh_sites.py calls this per set of sites a plan can use; for a set of two or more (every_site) the least
-cycle comes from _site_capacity, where each site's blocks face another site at least once or twice, and, where the
-tables' cycle holds 1F1B's loops, the stages next to each crossing leave it twice its latency of slack (a Lagrangian
-dual over LOOP_PRICES prices at once; the least cycle without the loops first, then with them from there up, and
-the larger work term of the two). The knapsacks' arithmetic is planner/mesh_knapsack.py's.
+cycle comes from planner/mesh_wan.py, where each site's blocks face another site at least once or twice, and, where
+the tables' cycle holds 1F1B's loops (loops=True), the stages next to each crossing leave it twice its latency of
+slack (a Lagrangian dual; the least cycle without the loops first, then with them from there up, and the larger
+work term of the two). The knapsacks' arithmetic is planner/mesh_knapsack.py's.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hgplan.planner.mesh_knapsack import knapsack_before, merged, per_class, shared, step
+from hgplan.planner.mesh_wan import loop_prices, prices_loops, site_capacity
 from hgplan.planner.mesh_order import LAYER_SLACK, NONE, least_ordered_cycle, order_hosts, whole_layers
 from hgplan.planner.mesh_tables import MeshTables
 
@@ -53,8 +54,6 @@ DUAL_PRICES = 9
 """Prices per layer at which each round of the stage-coupled work bound evaluates its dual."""
 DUAL_ROUNDS = 5
 """Rounds of that price search; each narrows the bracket to 2 / (DUAL_PRICES - 1) of its width."""
-LOOP_PRICES = 24
-"""Prices per microsecond of slack at which the least cycle of plans across sites prices 1F1B's loops (loop_prices)."""
 
 
 def _least(vals: list[float]) -> float:
@@ -131,81 +130,6 @@ def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float
     for gains in per_class(hosts, lambda a: _gains(a, cycle, P)):
         best = step(best, gains, P, merged)
     return float(best[(1, 1)][P])
-
-
-def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int,
-                prices: np.ndarray) -> dict[tuple[int, int, int], np.ndarray]:
-    """As _gains for a pipeline over hosts of several sites, by how many of the block's ends face a host of another
-    site (e: 0-2, each paying the least send across sites, the others the least send within the host's site):
-    gain[(f, l, e)][i, j] at the loop dual's price prices[i] (_site_capacity; 0: the layers themselves). No block
-    holds the whole pipeline."""
-    first, last, intra, loc, wan = a["first"], a["last"], a["intra"], a["local"], a["wan"]
-    ends = {"ll": loc + loc, "lw": loc + wan, "ww": wan + wan, "fl": first + loc, "fw": first + wan,
-            "lL": loc + last, "wL": wan + last, "fi": first + intra, "li": loc + intra, "wi": wan + intra,
-            "Li": last + intra, "ii": 2 * intra}
-    held = {k: v[None, None, :] for k, v in zip(ends, _held(a, cycle, np.stack(list(ends.values()))))}
-    price = prices[:, None, None]
-    for name, e in (("lw", 1), ("ww", 2), ("fw", 1), ("wL", 1), ("wi", 1)):  # stages with e ends across sites
-        k, spare = held[name], cycle - ends[name] - a["wan_lat"]
-        with np.errstate(invalid="ignore"):  # an end no option can take (inf) is NONE whatever the price
-            value = np.where(price * e * a["tau"] < 1, k + price * e * (spare - k * a["tau"]),
-                             1 + price * e * (spare - a["tau"]))
-        held[name] = np.where(k >= 1, value, NONE)
-    j, ii = np.arange(P + 1)[None, :, None], held["ii"]
-
-    def block(single: str, head: str, tail: str) -> np.ndarray:
-        cap = np.where(j == 1, held[single], held[head] + held[tail] + (j - 2) * np.where(j >= 3, ii, 0.0))
-        ok = (j >= 1) & (j <= a["slots"]) & (cap > NONE / 2) & ((j < 3) | (ii > 0))
-        return np.broadcast_to(np.where(ok, cap, NONE).max(axis=2), (prices.size, P + 1))
-
-    return {(0, 0, 0): block("ll", "li", "li"), (0, 0, 1): block("lw", "li", "wi"), (0, 0, 2): block("ww", "wi", "wi"),
-            (1, 0, 0): block("fl", "fi", "li"), (1, 0, 1): block("fw", "fi", "wi"),
-            (0, 1, 0): block("lL", "li", "Li"), (0, 1, 1): block("wL", "wi", "Li")}
-
-
-def _site_capacity(hosts: list[dict[str, np.ndarray]], sites: list[str], cycle: float, P: int,
-                   prices: np.ndarray = np.zeros(1)) -> float:
-    """_capacity of plans that use every site of the hosts (at least two): each site's hosts first form a table of
-    (stages, first stage placed, last stage placed, block ends facing another site: 0, 1, 2 or more), a site keeps
-    only the states with enough such ends (the pipeline enters and leaves a site, or leaves and comes back to the
-    site of both its first and last stage: two; one where the site holds one of them), and the sites' tables are
-    then combined as _capacity combines hosts. So a site's hosts cannot all pay their cheap local sends.
-
-    With prices above 0 (tables whose cycle holds 1F1B's loops, three micro-batches or more), the loops through each
-    crossing: the two stages next to it leave slack x (the cycle less their busy time) of at least twice its latency
-    together (costmodel/pipeline.py, segment_loops, n = 2), and each crossing's latency is at least the least latency
-    from either end's host to another site (wan_lat), so the stages' slack, each counted once per end across sites,
-    sums to at least the sum of their ends' wan_lat. At a price mu >= 0 per microsecond of slack the layers held are
-    at most the sum over stages of k + mu e (x - wan_lat), e its ends across sites (Lagrangian relaxation: the
-    added term is >= 0 on every plan); with x <= cycle - penalty - k tau, each stage's best is k = the most it holds
-    where mu e tau < 1 and one layer where not, so the knapsack runs on those values, at every price at once, and
-    any price's value bounds the layers (the least is taken)."""
-
-    def within(state: tuple[int, int, int], role: tuple[int, int, int]) -> tuple[int, int, int] | None:
-        joined = merged(state[:2], role[:2])
-        return None if joined is None else (*joined, min(2, state[2] + role[2]))
-
-    shape = (prices.size, P + 1)
-    best = {(f, ll): np.full(shape, NONE) for f in (0, 1) for ll in (0, 1)}
-    best[(0, 0)][:, 0] = 0.0
-    gains = per_class(hosts, lambda a: _site_gains(a, cycle, P, prices))
-    for site in dict.fromkeys(sites):
-        cur = {(f, ll, w): np.full(shape, NONE) for f in (0, 1) for ll in (0, 1) for w in (0, 1, 2)}
-        cur[(0, 0, 0)][:, 0] = 0.0
-        for host_gains in (g for g, s in zip(gains, sites) if s == site):
-            cur = step(cur, host_gains, P, within)
-        table = {(f, ll): np.max([cur[(f, ll, w)] for w in (1, 2) if w >= (1 if f + ll == 1 else 2)], axis=0)
-                 for f in (0, 1) for ll in (0, 1)}
-        best = step(best, table, P, merged, optional=False)  # every site is used
-    return float(best[(1, 1)][:, P].min())
-
-
-def loop_prices(hosts: list[dict[str, np.ndarray]]) -> np.ndarray:
-    """The prices per microsecond of slack at which _site_capacity evaluates its loop dual: 0 and LOOP_PRICES
-    geometric steps from a twentieth of the slowest host's fastest per-layer time to twice the fastest (measured on
-    the three-site benchmark fleet, the best prices lie between 0.15 and 0.65 of the fastest's inverse)."""
-    fastest = [float(a["tau"].min()) for a in hosts]
-    return np.concatenate([[0.0], np.geomspace(0.05 / max(fastest), 2.0 / min(fastest), LOOP_PRICES)])
 
 
 def _caps(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> list[np.ndarray]:
@@ -374,26 +298,28 @@ def _ordered_cycle(order: list, t: MeshTables, lo: float, hi: float, top: float,
 
 
 def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
-                    enough_us: float = math.inf, stages: bool = False, every_site: bool = False) -> CandidateBound:
+                    enough_us: float = math.inf, stages: bool = False, every_site: bool = False,
+                    loops: bool = True) -> CandidateBound:
     """Lower bound (us) of every plan of the candidate. fill_us: the work of L layers, the embedding and the head at
     the fastest options (mesh_search computes it per B); cycle_us: what a cheaper bound knows of the least cycle
     (as CandidateBound.cycle_us); enough_us: a bound at which the caller stops caring (its incumbent), so the
     bisection and the work term stop there too; stages: couple the work term to the stage count (tighter, and
     several times the cost); every_site: bound only the plans that use every site of the tables' hosts (two or more:
-    planner/mesh_sites.py), whose least cycle then comes from _site_capacity."""
+    planner/mesh_sites.py), whose least cycle then comes from mesh_wan.site_capacity; loops: with those, the
+    loops through the crossings too (mesh_wan.prices_loops)."""
     P, L, m = t.pp, t.num_layers, t.microbatches
     kept = [(a, t.sites[h]) for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None]
     hosts = shared([a for a, _ in kept])
     if not hosts:
         return CandidateBound(math.inf)
     sites = [s for _, s in kept]
-    prices = loop_prices(hosts) if every_site and t.loops and m >= 3 else np.zeros(1)
+    prices = loop_prices(hosts) if loops and every_site and prices_loops(t) else np.zeros(1)
 
     def capacity(hs: list[dict[str, np.ndarray]], cycle: float, P: int, loops: bool = True) -> float:
         """With the loops, a cycle at which no plan holds the layers; without, one at which none ever does (a larger
         cycle leaves the loops more slack)."""
         if every_site:
-            return _site_capacity(hs, sites, cycle, P, prices if loops else prices[:1])
+            return site_capacity(hs, sites, cycle, P, prices if loops else prices[:1])
         return _capacity(hs, cycle, P)
     sends = [float(v) for a in hosts for key in ("intra", "cross") for v in a[key] if math.isfinite(v)]
     # at this cycle every stage holds all that its memory fits, so if it holds fewer than L layers nothing does
@@ -413,10 +339,10 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     fixed = edges + boundaries_and_tail
     lo, hi = _bisect(lambda c: capacity(hosts, c, P, loops=False) >= L, lo, hi, m, rest)
     work = _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed
-    # the loops' least cycle, where they apply and the candidate is still open; the work term again from there (a
-    # bound of the plans whose cycle is above it: the larger of the two holds)
-    if prices.size > 1 and max((m - 1) * lo + rest, work) < enough_us:
-        looped = _bisect_up(lambda c: capacity(hosts, c, P) >= L, lo, top, m, rest)
+    # the loops' least cycle, where they apply, the candidate is still open and they leave too few layers at hi; the
+    # work term again from there (a bound of the plans whose cycle is above it: the larger of the two holds)
+    if prices.size > 1 and max((m - 1) * lo + rest, work) < enough_us and capacity(hosts, hi, P) < L:
+        looped = _bisect_up(lambda c: capacity(hosts, c, P) >= L, hi, top, m, rest)
         if looped[0] > lo:
             lo, hi = looped
             work = max(work, _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed)

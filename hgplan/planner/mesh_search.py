@@ -11,10 +11,10 @@ with each stage holding a layer, the boundaries' sends and the WAN crossings, le
 can use), and one from the candidate's tables when it is first taken (planner/mesh_sites.py over
 planner/mesh_bound.py with stages=True: memory by stage position, boundaries, the embedding and the head, the tail,
 the work the fastest hosts cannot hold at the cycle coupled to the stage count, the hosts' order, the WAN crossings
-of each set of sites);
-a candidate still below the incumbent is solved when it is taken again, after a seed plan built without CP-SAT
-(planner/mesh_seed.py) where it spans two or more hosts. A solve that ends at its limit without a proof is tried
-again with twice the time after every candidate has had its first solve.
+of each set of sites), and, for plans over several sites, when it is taken again, the same with 1F1B's loops through
+the crossings (LOOP_BOUND); a candidate still below the incumbent is solved when it is taken again, after a seed
+plan built without CP-SAT (planner/mesh_seed.py) where it spans two or more hosts. A solve that ends at its limit
+without a proof is tried again with twice the time after every candidate has had its first solve.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from hgplan.plan import Plan, StageAssignment
 from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_first import first_bounds
 from hgplan.planner.mesh_sites import site_set_bound
+from hgplan.planner.mesh_wan import prices_loops
 from hgplan.planner.mesh_model import MeshSolution, solve_mesh
 from hgplan.planner.mesh_seed import SEED_HOSTS, seed_plan
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables
@@ -37,12 +38,18 @@ from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
 from hgplan.planner.limits import MAX_RETRIES, solve_params, within
 
-STAGE_BOUND = 1
-"""A candidate's level on the heap: 0 with the capacity bound, STAGE_BOUND with its tables' stage-coupled bound,
-STAGE_BOUND + k when its next solve is its (k + 1)-th. The tables' bound without the stage coupling is not a level of
-its own: it cost 6 ms per candidate on two-site against 7 ms for the coupled one, and the candidates it left open
-(238 of 631) had their tables built again for the coupled one (measured 2026-11-24: two-site's search 12.9 -> 10.0 s,
-256 GPUs 12.3 -> 9.4 s, the same plans)."""
+LOOP_BOUND = 1
+STAGE_BOUND = 2
+"""A candidate's level on the heap: 0 with the capacity bound, LOOP_BOUND with its tables' stage-coupled bound where
+1F1B's loops through the crossings are still to be priced (mesh_wan.prices_loops: plans over several sites),
+STAGE_BOUND with its tables' whole bound, STAGE_BOUND + k when its next solve is its (k + 1)-th. The loops are a
+level of their own because they cost: the bound with them took 4.3 s on the first eight candidates of the eight-group
+four-site fleet of benchmarks/search_scaling.py --beyond, 3.1 s without, and raised none of them to the incumbent
+(0.909-0.964 of it), and computed for every candidate at once that fleet's mesh search ended at 24.5% instead of
+14.2% (2026-11-27); taken best-first, only candidates that are the least left get them. The tables' bound without
+the stage coupling is not a level of its own: it cost 6 ms per candidate on two-site against 7 ms for the coupled
+one, and the candidates it left open (238 of 631) had their tables built again for the coupled one (measured
+2026-11-24: two-site's search 12.9 -> 10.0 s, 256 GPUs 12.3 -> 9.4 s, the same plans)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,10 +136,12 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
         if t is None:
             continue
         if level < STAGE_BOUND:
+            looped = level == LOOP_BOUND
             better = site_set_bound(t, fills[B], cycle_us=cycle, enough_us=best, stages=True,
-                                    floors_us=floors.get((B, P)))
+                                    floors_us=floors.get((B, P)), loops=looped)
+            after = STAGE_BOUND if looped or not prices_loops(t) else LOOP_BOUND
             if math.isfinite(better.bound_us):
-                heapq.heappush(heap, (max(lb, better.bound_us), B, P, STAGE_BOUND, better.cycle_us))
+                heapq.heappush(heap, (max(lb, better.bound_us), B, P, after, better.cycle_us))
             continue
         if level == STAGE_BOUND and len(t.hosts) >= SEED_HOSTS:
             best = _seed(t, best, res)

@@ -16,7 +16,7 @@ receive term) + latency): both ways, as in the fill). The other boundaries keep 
 (mesh_bound._sends_fill_us). Every value candidate_bound returns holds that boundary term once, so the bound of
 plans over exactly U is the bound of U's hosts plus the difference. With two or more sites the restricted bound is
 also told that every site of U is used (every_site): the pipeline enters or leaves each of them, so in each some
-block's end faces another site and pays a crossing's send in the cycle (mesh_bound._site_capacity), which the bound
+block's end faces another site and pays a crossing's send in the cycle (mesh_wan.site_capacity), which the bound
 over all hosts prices at the cheapest send to any host.
 
 The sets are evaluated lazily, least lower bound first: the bound over all hosts without crossings, b0, is below the
@@ -59,10 +59,12 @@ def site_edges_us(t: MeshTables) -> dict[tuple[str, str], float]:
 
 def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
                    enough_us: float = math.inf, stages: bool = False,
-                   floors_us: dict[frozenset[str], float] | None = None) -> CandidateBound:
+                   floors_us: dict[frozenset[str], float] | None = None, loops: bool = True) -> CandidateBound:
     """candidate_bound (same arguments) with the WAN crossings of every set of sites a plan can use (module
     docstring); its cycle_us is the whole candidate's. floors_us: a lower bound already known of the plans over
-    each set of sites (planner/mesh_first.py's), which orders the sets and is kept where it is the higher."""
+    each set of sites (planner/mesh_first.py's), which orders the sets and is kept where it is the higher; loops:
+    a set of two or more sites' least cycle prices 1F1B's loops through its crossings where they apply
+    (mesh_wan.prices_loops)."""
     whole = candidate_bound(t, fill_us, cycle_us=cycle_us, enough_us=enough_us, stages=stages)
     sites = tuple(sorted(set(t.sites)))
     if len(sites) == 1 or len(sites) > MAX_SITES or whole.bound_us >= enough_us:
@@ -87,7 +89,7 @@ def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, floa
         # fewer hosts, or every site used, hold no more layers at a cycle: the least cycle is at least the whole's
         least = max(whole.cycle_us[0], loop_floor_us(part, U, edges))
         bound = candidate_bound(part, fill_us, cycle_us=(least, math.inf), enough_us=enough_us - extra,
-                                stages=stages, every_site=len(U) > 1)
+                                stages=stages, every_site=len(U) > 1, loops=loops)
         heapq.heappush(heap, (max(value, bound.bound_us + extra), -len(U), U, True))
     return CandidateBound(math.inf)
 

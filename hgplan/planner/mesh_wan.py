@@ -1,0 +1,101 @@
+"""The least cycle of a mesh candidate's plans over hosts of two or more sites (planner/mesh_bound.py's
+candidate_bound with every_site, per set of sites of planner/mesh_sites.py): a knapsack site by site in which some
+block of every site faces another site, and, where the tables' cycle holds 1F1B's loops, the stages next to each
+crossing leave twice its latency of slack (a Lagrangian dual, site_capacity's docstring)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hgplan.planner.mesh_knapsack import merged, per_class, step
+from hgplan.planner.mesh_order import NONE, whole_layers
+from hgplan.planner.mesh_tables import MeshTables
+
+LOOP_PRICES = 8
+"""Prices above 0 per microsecond of slack at which the least cycle of plans across sites prices 1F1B's loops
+(loop_prices)."""
+
+
+def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int,
+                prices: np.ndarray) -> dict[tuple[int, int, int], np.ndarray]:
+    """As mesh_bound._gains for a pipeline over hosts of several sites, by how many of the block's ends face a host of
+    another site (e: 0-2, each paying the least send across sites, the others the least send within the host's
+    site): gain[(f, l, e)][i, j] at the loop dual's price prices[i] (site_capacity; 0: the layers themselves). No
+    block holds the whole pipeline."""
+    first, last, intra, loc, wan = a["first"], a["last"], a["intra"], a["local"], a["wan"]
+    ends = {"ll": loc + loc, "lw": loc + wan, "ww": wan + wan, "fl": first + loc, "fw": first + wan,
+            "lL": loc + last, "wL": wan + last, "fi": first + intra, "li": loc + intra, "wi": wan + intra,
+            "Li": last + intra, "ii": 2 * intra}
+    layers = whole_layers(cycle, np.stack(list(ends.values())), a["tau"], a["most"])
+    held = {k: v[None, None, :] for k, v in zip(ends, layers)}
+    price = prices[:, None, None]
+    # stages with e ends across sites (at the price 0 alone, the layers as they are)
+    for name, e in (("lw", 1), ("ww", 2), ("fw", 1), ("wL", 1), ("wi", 1)) if prices.any() else ():
+        k, spare = held[name], cycle - ends[name] - a["wan_lat"]
+        with np.errstate(invalid="ignore"):  # an end no option can take (inf) is NONE whatever the price
+            value = np.where(price * e * a["tau"] < 1, k + price * e * (spare - k * a["tau"]),
+                             1 + price * e * (spare - a["tau"]))
+        held[name] = np.where(k >= 1, value, NONE)
+    j, ii = np.arange(P + 1)[None, :, None], held["ii"]
+
+    def block(single: str, head: str, tail: str) -> np.ndarray:
+        cap = np.where(j == 1, held[single], held[head] + held[tail] + (j - 2) * np.where(j >= 3, ii, 0.0))
+        ok = (j >= 1) & (j <= a["slots"]) & (cap > NONE / 2) & ((j < 3) | (ii > 0))
+        return np.broadcast_to(np.where(ok, cap, NONE).max(axis=2), (prices.size, P + 1))
+
+    return {(0, 0, 0): block("ll", "li", "li"), (0, 0, 1): block("lw", "li", "wi"), (0, 0, 2): block("ww", "wi", "wi"),
+            (1, 0, 0): block("fl", "fi", "li"), (1, 0, 1): block("fw", "fi", "wi"),
+            (0, 1, 0): block("lL", "li", "Li"), (0, 1, 1): block("wL", "wi", "Li")}
+
+
+def site_capacity(hosts: list[dict[str, np.ndarray]], sites: list[str], cycle: float, P: int,
+                   prices: np.ndarray = np.zeros(1)) -> float:
+    """mesh_bound._capacity of plans that use every site of the hosts (at least two): each site's hosts first form a
+    table of (stages, first stage placed, last stage placed, block ends facing another site: 0, 1, 2 or more), a site
+    keeps only the states with enough such ends (the pipeline enters and leaves a site, or leaves and comes back to
+    the site of both its first and last stage: two; one where the site holds one of them), and the sites' tables are
+    then combined as mesh_bound._capacity combines hosts. So a site's hosts cannot all pay their cheap local sends.
+
+    With prices above 0 (tables whose cycle holds 1F1B's loops, three micro-batches or more), the loops through each
+    crossing: the two stages next to it leave slack x (the cycle less their busy time) of at least twice its latency
+    together (costmodel/pipeline.py, segment_loops, n = 2), and each crossing's latency is at least the least latency
+    from either end's host to another site (wan_lat), so the stages' slack, each counted once per end across sites,
+    sums to at least the sum of their ends' wan_lat. At a price mu >= 0 per microsecond of slack the layers held are
+    at most the sum over stages of k + mu e (x - wan_lat), e its ends across sites (Lagrangian relaxation: the
+    added term is >= 0 on every plan); with x <= cycle - penalty - k tau, each stage's best is k = the most it holds
+    where mu e tau < 1 and one layer where not, so the knapsack runs on those values, at every price at once, and
+    any price's value bounds the layers (the least is taken)."""
+
+    def within(state: tuple[int, int, int], role: tuple[int, int, int]) -> tuple[int, int, int] | None:
+        joined = merged(state[:2], role[:2])
+        return None if joined is None else (*joined, min(2, state[2] + role[2]))
+
+    shape = (prices.size, P + 1)
+    best = {(f, ll): np.full(shape, NONE) for f in (0, 1) for ll in (0, 1)}
+    best[(0, 0)][:, 0] = 0.0
+    gains = per_class(hosts, lambda a: _site_gains(a, cycle, P, prices))
+    for site in dict.fromkeys(sites):
+        cur = {(f, ll, w): np.full(shape, NONE) for f in (0, 1) for ll in (0, 1) for w in (0, 1, 2)}
+        cur[(0, 0, 0)][:, 0] = 0.0
+        for host_gains in (g for g, s in zip(gains, sites) if s == site):
+            cur = step(cur, host_gains, P, within)
+        table = {(f, ll): np.max([cur[(f, ll, w)] for w in (1, 2) if w >= (1 if f + ll == 1 else 2)], axis=0)
+                 for f in (0, 1) for ll in (0, 1)}
+        best = step(best, table, P, merged, optional=False)  # every site is used
+    return float(best[(1, 1)][:, P].min())
+
+
+def prices_loops(t: MeshTables) -> bool:
+    """Whether candidate_bound's least cycle of plans over two or more sites prices 1F1B's loops (loops=True): where
+    the tables' cycle holds them (hosts in two or more sites) and a loop of two micro-batches fits (three or more)."""
+    return t.loops and t.microbatches >= 3 and t.pp > 1
+
+
+def loop_prices(hosts: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """The prices per microsecond of slack at which site_capacity evaluates its loop dual: 0, LOOP_PRICES - 1
+    geometric steps from 0.1 to 0.8 of the inverse of the fastest per-layer time, and twice it. Measured with 24
+    prices from a twentieth of the slowest host's inverse to twice the fastest's: on the 40 first candidates of the
+    three-site benchmark fleet and the 10 first of the eight-group one, the least capacity came at 0.13-0.62 of the
+    fastest's inverse in 482 of 485 bisection steps where a price lowered it, and at 1.35-2.0 in 3."""
+    fastest = min(float(a["tau"].min()) for a in hosts)
+    return np.concatenate([[0.0], np.geomspace(0.1, 0.8, LOOP_PRICES - 1) / fastest, [2.0 / fastest]])
