@@ -40,9 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hgplan.planner.mesh_knapsack import knapsack_before, merged, per_class, shared, step
-from hgplan.planner.mesh_wan import loop_prices, prices_loops, site_capacity
 from hgplan.planner.mesh_order import LAYER_SLACK, NONE, least_ordered_cycle, order_hosts, whole_layers
 from hgplan.planner.mesh_tables import MeshTables
+from hgplan.planner.mesh_wan import loop_prices, prices_loops, site_capacity
 
 BOUND_RESOLUTION_US = 1.0
 """The bisection stops when the bound is known to within this (the tables' resolution) or BOUND_RESOLUTION of it."""

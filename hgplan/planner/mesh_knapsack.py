@@ -1,7 +1,7 @@
 """The max-plus knapsacks over stage counts that planner/mesh_bound.py's and planner/mesh_first.py's bounds run over
 hosts (or sites): a state per (first stage placed, last stage placed, ...), an array per state of the most layers t
-stages hold. Arrays may carry leading batch axes (one knapsack per price of planner/mesh_bound.py's loop dual, run
-at once); the stage count is always the last axis."""
+stages hold. Arrays may carry leading batch axes (one knapsack per price of planner/mesh_wan.py's loop dual, run at
+once); the stage count is always the last axis."""
 
 from __future__ import annotations
 
