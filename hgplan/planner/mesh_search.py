@@ -36,7 +36,7 @@ from hgplan.planner.mesh_seed import SEED_HOSTS, seed_plan
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables
 from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
-from hgplan.planner.limits import MAX_RETRIES, solve_params, within
+from hgplan.planner.limits import solve_params, within
 
 LOOP_BOUND = 1
 STAGE_BOUND = 2
@@ -50,6 +50,15 @@ four-site fleet of benchmarks/search_scaling.py --beyond, 3.1 s without, and rai
 the stage coupling is not a level of its own: it cost 6 ms per candidate on two-site against 7 ms for the coupled
 one, and the candidates it left open (238 of 631) had their tables built again for the coupled one (measured
 2026-11-24: two-site's search 12.9 -> 10.0 s, 256 GPUs 12.3 -> 9.4 s, the same plans)."""
+
+MESH_RETRIES = 5
+"""A mesh solve that stops at its limit is tried again at most this many times, each with twice the deterministic time
+(1, 2, 4, 8, 16 and 32 times the first try's), while the budget lasts: retries come only once every candidate has had
+its first solve, so they spend what the search would leave unused. On the 504-GPU two-site fleet of
+benchmarks/mesh_search.py (2026-11-27) B = 4, P = 25 ended its fourth try (8 deterministic s) unproven, the search
+complete after 33 s of its 60 at a gap of 1.10% (that candidate's tables' bound), while a fifth proves in 9.4
+deterministic seconds that no plan of it beats the 8.328 s the third found (the stock family keeps limits.MAX_RETRIES,
+3)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,7 +191,7 @@ def _solve(t: MeshTables, params: SolverParams, lb: float, best: float, attempt:
     """Solve one candidate against the incumbent `best` (its plan, if any, goes to res.found); returns (its bound,
     whether to try it again with twice the time, the pairs of end hosts that try needs to solve again when the candidate
     is solved per pair, else None; `pairs` is that of the try before): every solve that ends unproven is tried again, up
-    to MAX_RETRIES times, since a candidate whose 1 s solve proved nothing often proves in 1.4 s that nothing beats the
+    to MESH_RETRIES times, since a candidate whose 1 s solve proved nothing often proves in 1.4 s that nothing beats the
     incumbent (before, a third or fourth try came only after a try that found a plan or raised the bound, and
     v100-a100-t4's candidates that stopped there unproven needed about 2 deterministic seconds each)."""
     upper = math.ceil(best) if math.isfinite(best) else None
@@ -197,5 +206,5 @@ def _solve(t: MeshTables, params: SolverParams, lb: float, best: float, attempt:
     if sol.status == "OPTIMAL":
         return max(lb, sol.objective), False, None
     bound = max(lb, min(sol.bound, upper if upper is not None else math.inf))
-    again = attempt < MAX_RETRIES
+    again = attempt < MESH_RETRIES
     return bound, again, sol.open_pairs
