@@ -138,6 +138,19 @@ def _caps(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> list[np.n
     return per_class(hosts, lambda a: np.max(list(_option_gains(a, cycle, P).values()), axis=0))
 
 
+def _wan_caps(a: dict[str, np.ndarray], cycle: float, P: int) -> np.ndarray:
+    """As _caps' cap[j, o], of a block with at least one end facing a host of another site (its send the least across
+    sites, the other end's the least of any): one stage, or a head and a tail of which one faces it."""
+    fw, wl, wc, wi, ci, fi, li, ii = _held(a, cycle, np.stack([
+        a["first"] + a["wan"], a["wan"] + a["last"], a["wan"] + a["cross"], a["wan"] + a["intra"],
+        a["cross"] + a["intra"], a["first"] + a["intra"], a["last"] + a["intra"], 2 * a["intra"]]))
+    j = np.arange(P + 1)[:, None]
+    cap = np.where(j == 1, np.maximum.reduce([fw, wl, wc]),
+                   wi + np.maximum.reduce([ci, fi, li]) + (j - 2) * np.where(j >= 3, ii, 0.0))
+    ok = (j >= 1) & (j <= a["slots"]) & (cap > 0) & ((j < 3) | (ii > 0))
+    return np.where(ok, cap, NONE)
+
+
 def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], L: int) -> float:
     """W(cycle), caps = _caps at that cycle: least work (us) of the L layers on stages no longer than the cycle. Host
     h holds at most its best block's layers under any option and role, each at no less than the per-layer time of
@@ -158,17 +171,18 @@ def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], L: int)
     return math.inf
 
 
-def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, prices: np.ndarray) -> np.ndarray:
+def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, prices: np.ndarray,
+               across: tuple[list[str], list[np.ndarray]] | None = None) -> np.ndarray:
     """At each price per layer: a lower bound of the least work of L layers on exactly P stages, where a used host
     takes j stages under one option o and j <= x <= cap[j, o] layers at x tau_o. Pricing the layer count instead of
     requiring it (Lagrangian relaxation), a host's best is x = j when tau_o >= price and x = cap[j, o] below; a
     min-plus knapsack over stage counts gives the least sum of x (tau_o - price) over P stages, and that plus
-    price x L is below the least work at every price (weak duality)."""
+    price x L is below the least work at every price (weak duality). across = (the hosts' sites, their caps with a
+    block end facing another site, _wan_caps): plans over every one of those sites (two or more), where some block
+    of each site faces another (the knapsack runs site by site with a flag for it, and every site is used)."""
     price = prices[:, None, None]
     j = np.arange(P + 1)[None, :, None]
     before = knapsack_before(P)
-    best = np.full((prices.size, P + 1), np.inf)
-    best[:, 0] = 0.0
 
     def host_values(cap_tau: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         cap, tau = cap_tau
@@ -177,23 +191,43 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
         val[:, 0] = np.inf  # a used host takes at least one stage
         return val
 
-    for val in per_class(list(zip(caps, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1]))):
+    def added(best: np.ndarray, val: np.ndarray) -> np.ndarray:
         ext = np.concatenate([best, np.full((prices.size, 1), np.inf)], axis=1)
-        best = np.minimum(best, (ext[:, before] + val[:, None, :]).min(axis=2))
+        return (ext[:, before] + val[:, None, :]).min(axis=2)
+
+    def start() -> np.ndarray:
+        out = np.full((prices.size, P + 1), np.inf)
+        out[:, 0] = 0.0
+        return out
+
+    vals = per_class(list(zip(caps, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1])))
+    best = start()
+    if across is None:
+        for val in vals:
+            best = np.minimum(best, added(best, val))
+        return best[:, P] + prices * L
+    sites, wcaps = across
+    wan = per_class(list(zip(wcaps, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1])))
+    for site in dict.fromkeys(sites):
+        free, faced = start(), np.full((prices.size, P + 1), np.inf)  # no block facing another site yet / one
+        for val, wval in ((v, w) for v, w, x in zip(vals, wan, sites) if x == site):
+            free, faced = (np.minimum(free, added(free, val)),
+                           np.minimum.reduce([faced, added(faced, val), added(faced, wval), added(free, wval)]))
+        best = added(best, faced)  # every site is used, and faces another
     return best[:, P] + prices * L
 
 
 def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], P: int, L: int,
-                   enough: float = math.inf) -> float:
+                   enough: float = math.inf, across: tuple[list[str], list[np.ndarray]] | None = None) -> float:
     """W(cycle) with the stage count coupled (the greedy W of _work_at lets every host hold its most layers however
     few stages are left for it), caps = _caps at that cycle: the best price of _dual_work found. The dual is concave
     in the price and peaks between the least and the largest tau; each round narrows the bracket to the best price's
-    neighbours. The rounds stop once the value reaches `enough` (all the caller needs)."""
+    neighbours. The rounds stop once the value reaches `enough` (all the caller needs); across as _dual_work's."""
     taus = [a["tau"] for a in hosts]
     prices = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), DUAL_PRICES)
     best = -math.inf
     for _ in range(DUAL_ROUNDS):
-        vals = _dual_work(caps, taus, P, L, prices)
+        vals = _dual_work(caps, taus, P, L, prices, across)
         i = int(np.argmax(vals))
         best = max(best, float(vals[i]))
         if best >= enough:
@@ -203,7 +237,7 @@ def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], P
 
 
 def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, lo: float, hi: float,
-                   top: float, need: float, stages: bool) -> float:
+                   top: float, need: float, stages: bool, sites: list[str] | None = None) -> float:
     """Least (m - 1) c + W(c) over the cycles c a plan can have: above lo (too short) and at most top. W does not
     increase, so on [c_i, c_i+1) the value is at least (m - 1) c_i + W(c_i+1) (and W(hi) below hi, the least
     cycle known to hold the layers); past lo + span, span = (W(hi) - W(top)) / (m - 1), nothing beats the value
@@ -211,7 +245,8 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
     (W(top) at the least), so only the interval that is lowest gets its greedy W and then, with stages, its
     stage-coupled W, until the lowest has all of them or is at or above need (a value the caller needs no more
     than; the stage-coupled W stops its price search once the interval reaches it). With stages W(hi) is
-    stage-coupled too, which widens the span. Both Ws of one cycle share its caps."""
+    stage-coupled too, which widens the span. Both Ws of one cycle share its caps. sites: the hosts' sites, for
+    plans over every one of them (the stage-coupled W then has some block of each site face another, _dual_work)."""
     caps_of: dict[float, list[np.ndarray]] = {}
 
     def caps(cycle: float) -> list[np.ndarray]:
@@ -223,7 +258,8 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
         return _work_at(hosts, caps(cycle), L)
 
     def stage_work(cycle: float, enough: float = math.inf) -> float:
-        return _stage_work_at(hosts, caps(cycle), P, L, enough)
+        across = None if sites is None else (sites, per_class(hosts, lambda a: _wan_caps(a, cycle, P)))
+        return _stage_work_at(hosts, caps(cycle), P, L, enough, across)
 
     if m == 1:
         return max(work(top), stage_work(top) if stages else -math.inf)
@@ -314,6 +350,7 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
         return CandidateBound(math.inf)
     sites = [s for _, s in kept]
     prices = loop_prices(hosts) if loops and every_site and prices_loops(t) else np.zeros(1)
+    facing = sites if loops and every_site and prices_loops(t) else None
 
     def capacity(hs: list[dict[str, np.ndarray]], cycle: float, P: int, loops: bool = True) -> float:
         """With the loops, a cycle at which no plan holds the layers; without, one at which none ever does (a larger
@@ -338,14 +375,14 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
     fixed = edges + boundaries_and_tail
     lo, hi = _bisect(lambda c: capacity(hosts, c, P, loops=False) >= L, lo, hi, m, rest)
-    work = _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed
+    work = _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, facing) + fixed
     # the loops' least cycle, where they apply, the candidate is still open and they leave too few layers at hi; the
     # work term again from there (a bound of the plans whose cycle is above it: the larger of the two holds)
     if prices.size > 1 and max((m - 1) * lo + rest, work) < enough_us and capacity(hosts, hi, P) < L:
         looped = _bisect_up(lambda c: capacity(hosts, c, P) >= L, hi, top, m, rest)
         if looped[0] > lo:
             lo, hi = looped
-            work = max(work, _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed)
+            work = max(work, _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, facing) + fixed)
     # only a candidate the order-free bound leaves open pays for the ordered cycle, and then the work term again
     if stages and m > 1 and max((m - 1) * lo + rest, work) < enough_us and (order := order_hosts(t)) is not None:
         early = _ordered_cycle(order, t, lo, hi, top, rest, enough_us)
@@ -353,7 +390,7 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
             return early
         if early[0] > lo:
             lo, hi = early
-            work = max(work, _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages) + fixed)
+            work = max(work, _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, facing) + fixed)
     return CandidateBound(max((m - 1) * lo + rest, work), (lo, hi))
 
 
