@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hgplan.planner.mesh_knapsack import knapsack_before, merged, per_class, shared, step
+from hgplan.planner.mesh_knapsack import block_layers, knapsack_before, merged, per_class, shared, step
 from hgplan.planner.mesh_order import LAYER_SLACK, NONE, least_ordered_cycle, order_hosts, whole_layers
 from hgplan.planner.mesh_tables import MeshTables
 from hgplan.planner.mesh_wan import loop_prices, prices_loops, site_capacity
@@ -110,9 +110,7 @@ def _option_gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[
     j = np.arange(P + 1)[:, None]
     out = {}
     for key, single, head, tail in (((0, 0), cc, ci, ci), ((1, 0), fc, fi, ci), ((0, 1), cl, ci, li)):
-        cap = np.where(j == 1, single, head + tail + (j - 2) * np.where(j >= 3, ii, 0.0))
-        ok = (j >= 1) & (j <= a["slots"]) & (cap > 0) & ((j < 3) | (ii > 0))
-        out[key] = np.where(ok, cap, NONE)
+        out[key] = block_layers(j, single, head, tail, ii, a["slots"])
     # one host holds the whole pipeline (the (1, 1) role of a multi-stage pipeline): no boundary to another host
     cap = fi + li + (P - 2) * (ii if P >= 3 else 0.0)
     ok = (P <= a["slots"]) & (fi > 0) & (li > 0) & ((P < 3) | (ii > 0))
@@ -145,10 +143,7 @@ def _wan_caps(a: dict[str, np.ndarray], cycle: float, P: int) -> np.ndarray:
         a["first"] + a["wan"], a["wan"] + a["last"], a["wan"] + a["cross"], a["wan"] + a["intra"],
         a["cross"] + a["intra"], a["first"] + a["intra"], a["last"] + a["intra"], 2 * a["intra"]]))
     j = np.arange(P + 1)[:, None]
-    cap = np.where(j == 1, np.maximum.reduce([fw, wl, wc]),
-                   wi + np.maximum.reduce([ci, fi, li]) + (j - 2) * np.where(j >= 3, ii, 0.0))
-    ok = (j >= 1) & (j <= a["slots"]) & (cap > 0) & ((j < 3) | (ii > 0))
-    return np.where(ok, cap, NONE)
+    return block_layers(j, np.maximum.reduce([fw, wl, wc]), wi, np.maximum.reduce([ci, fi, li]), ii, a["slots"])
 
 
 def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], L: int) -> float:
@@ -341,16 +336,17 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     (as CandidateBound.cycle_us); enough_us: a bound at which the caller stops caring (its incumbent), so the
     bisection and the work term stop there too; stages: couple the work term to the stage count (tighter, and
     several times the cost); every_site: bound only the plans that use every site of the tables' hosts (two or more:
-    planner/mesh_sites.py), whose least cycle then comes from mesh_wan.site_capacity; loops: with those, the
-    loops through the crossings too (mesh_wan.prices_loops)."""
+    planner/mesh_sites.py), whose least cycle then comes from mesh_wan.site_capacity; loops: with those, where the
+    tables hold 1F1B's loops (mesh_wan.prices_loops), the loops through the crossings in the least cycle and the
+    crossings' sends in the stage-coupled work (_wan_caps) too."""
     P, L, m = t.pp, t.num_layers, t.microbatches
     kept = [(a, t.sites[h]) for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None]
     hosts = shared([a for a, _ in kept])
     if not hosts:
         return CandidateBound(math.inf)
     sites = [s for _, s in kept]
-    prices = loop_prices(hosts) if loops and every_site and prices_loops(t) else np.zeros(1)
-    facing = sites if loops and every_site and prices_loops(t) else None
+    across = loops and every_site and prices_loops(t)  # the loops' dual and the work across sites
+    prices = loop_prices(hosts) if across else np.zeros(1)
 
     def capacity(hs: list[dict[str, np.ndarray]], cycle: float, P: int, loops: bool = True) -> float:
         """With the loops, a cycle at which no plan holds the layers; without, one at which none ever does (a larger
@@ -374,15 +370,19 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
             hi = cut
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
     fixed = edges + boundaries_and_tail
+
+    def least_work(lo: float, hi: float) -> float:
+        return _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, sites if across else None) + fixed
+
     lo, hi = _bisect(lambda c: capacity(hosts, c, P, loops=False) >= L, lo, hi, m, rest)
-    work = _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, facing) + fixed
+    work = least_work(lo, hi)
     # the loops' least cycle, where they apply, the candidate is still open and they leave too few layers at hi; the
     # work term again from there (a bound of the plans whose cycle is above it: the larger of the two holds)
     if prices.size > 1 and max((m - 1) * lo + rest, work) < enough_us and capacity(hosts, hi, P) < L:
         looped = _bisect_up(lambda c: capacity(hosts, c, P) >= L, hi, top, m, rest)
         if looped[0] > lo:
             lo, hi = looped
-            work = max(work, _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, facing) + fixed)
+            work = max(work, least_work(lo, hi))
     # only a candidate the order-free bound leaves open pays for the ordered cycle, and then the work term again
     if stages and m > 1 and max((m - 1) * lo + rest, work) < enough_us and (order := order_hosts(t)) is not None:
         early = _ordered_cycle(order, t, lo, hi, top, rest, enough_us)
@@ -390,7 +390,7 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
             return early
         if early[0] > lo:
             lo, hi = early
-            work = max(work, _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, facing) + fixed)
+            work = max(work, least_work(lo, hi))
     return CandidateBound(max((m - 1) * lo + rest, work), (lo, hi))
 
 

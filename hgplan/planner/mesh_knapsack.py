@@ -71,3 +71,13 @@ def step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: int
             if (key := to(s, r)) is not None:
                 out[key] = np.maximum(out[key], cand[i, k])
     return out
+
+
+def block_layers(j: np.ndarray, single, head, tail, middle, slots) -> np.ndarray:
+    """Most layers a host's block of j stages holds under each option (j broadcast against the options' arrays): one
+    stage holds `single`, more stages their head and tail stage's and j - 2 middle stages'; NONE where it cannot
+    (more stages than the option's slots, or a stage that holds none). Shared by the bounds' gains (planner/
+    mesh_bound.py, planner/mesh_wan.py), whose values may be below one (the loop dual's) but are NONE for "cannot"."""
+    cap = np.where(j == 1, single, head + tail + (j - 2) * np.where(j >= 3, middle, 0.0))
+    ok = (j >= 1) & (j <= slots) & (cap > NONE / 2) & ((j < 3) | (middle > 0))
+    return np.where(ok, cap, NONE)

@@ -63,8 +63,8 @@ def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, floa
     """candidate_bound (same arguments) with the WAN crossings of every set of sites a plan can use (module
     docstring); its cycle_us is the whole candidate's. floors_us: a lower bound already known of the plans over
     each set of sites (planner/mesh_first.py's), which orders the sets and is kept where it is the higher; loops:
-    a set of two or more sites' least cycle prices 1F1B's loops through its crossings where they apply
-    (mesh_wan.prices_loops)."""
+    a set of two or more sites' bound prices 1F1B's loops through its crossings and their sends in the work where
+    they apply (candidate_bound's loops)."""
     whole = candidate_bound(t, fill_us, cycle_us=cycle_us, enough_us=enough_us, stages=stages)
     sites = tuple(sorted(set(t.sites)))
     if len(sites) == 1 or len(sites) > MAX_SITES or whole.bound_us >= enough_us:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgplan.planner.mesh_knapsack import merged, per_class, step
+from hgplan.planner.mesh_knapsack import block_layers, merged, per_class, step
 from hgplan.planner.mesh_order import NONE, whole_layers
 from hgplan.planner.mesh_tables import MeshTables
 
@@ -39,9 +39,8 @@ def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int,
     j, ii = np.arange(P + 1)[None, :, None], held["ii"]
 
     def block(single: str, head: str, tail: str) -> np.ndarray:
-        cap = np.where(j == 1, held[single], held[head] + held[tail] + (j - 2) * np.where(j >= 3, ii, 0.0))
-        ok = (j >= 1) & (j <= a["slots"]) & (cap > NONE / 2) & ((j < 3) | (ii > 0))
-        return np.broadcast_to(np.where(ok, cap, NONE).max(axis=2), (prices.size, P + 1))
+        cap = block_layers(j, held[single], held[head], held[tail], ii, a["slots"])
+        return np.broadcast_to(cap.max(axis=2), (prices.size, P + 1))
 
     return {(0, 0, 0): block("ll", "li", "li"), (0, 0, 1): block("lw", "li", "wi"), (0, 0, 2): block("ww", "wi", "wi"),
             (1, 0, 0): block("fl", "fi", "li"), (1, 0, 1): block("fw", "fi", "wi"),
@@ -96,6 +95,6 @@ def loop_prices(hosts: list[dict[str, np.ndarray]]) -> np.ndarray:
     geometric steps from 0.1 to 0.8 of the inverse of the fastest per-layer time, and twice it. Measured with 24
     prices from a twentieth of the slowest host's inverse to twice the fastest's: on the 40 first candidates of the
     three-site benchmark fleet and the 10 first of the eight-group one, the least capacity came at 0.13-0.62 of the
-    fastest's inverse in 482 of 485 bisection steps where a price lowered it, and at 1.35-2.0 in 3."""
+    fastest's inverse in 398 of the 401 bisection steps where a price lowered it, and at 1.35-2.0 in 3."""
     fastest = min(float(a["tau"].min()) for a in hosts)
     return np.concatenate([[0.0], np.geomspace(0.1, 0.8, LOOP_PRICES - 1) / fastest, [2.0 / fastest]])
