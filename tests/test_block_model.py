@@ -57,6 +57,11 @@ def _check(t) -> tuple[bool, bool, float]:
         return False, False, 0.0
     assert sol.status in ("OPTIMAL", "FEASIBLE"), (t.cfg, t.groups, sol.status)
     assert sol.bound <= best[0] + 1e-3, (t.cfg, t.groups, sol.bound, best)  # CP-SAT's bound is a float
+    if t.vpp > 1:  # with the steady paths too (planner/block_paths.py): still a relaxation, never below without
+        paths = solve_blocks(t, PARAMS, paths=True)
+        assert paths.bound <= best[0] + 1e-3, (t.cfg, t.groups, paths.bound, best)
+        if paths.status == sol.status == "OPTIMAL":
+            assert paths.relaxed >= sol.relaxed
     return True, sol.status == "OPTIMAL" and real == best[0], sol.bound / best[0]
 
 

@@ -3,7 +3,8 @@ solve the block model again, the first and third without the incumbent as upper 
 retrying only while that gets somewhere, and skip the stage-level model. The solvers are scripted (their answers are
 chosen per attempt) around a real item of a small two-site fleet, so each branch of the retry logic is taken on purpose.
 An item whose block model is open after its first attempt waits with its stage-level solve until the block model's
-retries end (`_State.deferred`)."""
+retries end (`SearchState.deferred`). Where interleaving's steady paths bind, the model with them follows, against the
+incumbent and with more time (`limits.PATH_DOUBLINGS`)."""
 
 from __future__ import annotations
 
@@ -60,8 +61,8 @@ def scripted(monkeypatch, case):
     limits: list[float] = []  # each block solve's deterministic limit
     answers: list[tuple[str, float, bool]] = []
 
-    def blocks(tables, params, *, hint=None, upper_bound=None, log=None, keep_model=False):
-        calls.append(("block", upper_bound))
+    def blocks(tables, params, *, hint=None, upper_bound=None, log=None, keep_model=False, paths=False):
+        calls.append(("paths" if paths else "block", upper_bound))
         limits.append(params.max_deterministic_time)
         status, bound, with_plan = answers.pop(0)
         plan = (real.assign, real.layers) if with_plan else ((), ())
@@ -75,7 +76,7 @@ def scripted(monkeypatch, case):
 
     monkeypatch.setattr(search, "solve_blocks", blocks)
     monkeypatch.setattr(search, "solve", stage)
-    st = search._State(found={}, open_items=[1])
+    st = search.SearchState(found={}, open_items=[1])
     by_key = {g.key: g for g in fleet.groups}
     order = [g.key for g in fleet.groups]
 
@@ -206,3 +207,32 @@ def test_the_first_block_solve_gets_a_share_of_the_time_and_its_retries_the_full
     first, retry = attempt.block_limits[-2:]
     assert first == pytest.approx(OPTS.per_solve_s * search.FIRST_BLOCK_SHARE) and 0 < search.FIRST_BLOCK_SHARE < 1
     assert retry == pytest.approx(2 * OPTS.per_solve_s)
+
+
+def test_where_the_steady_paths_bind_the_model_with_them_is_solved_against_the_incumbent(scripted, monkeypatch):
+    """An optimal block solve whose plan is above its value (block_model.paths_bind, scripted here) is followed by the
+    model with the steady paths: against the incumbent even when the first solve had none, with 2^PATH_DOUBLINGS times
+    the attempt's time (not the first solve's share of it). Infeasible: nothing in the item beats the incumbent."""
+    st, item, attempt = scripted
+    monkeypatch.setattr(search, "paths_bind", lambda tables, sol: sol.status == "OPTIMAL")
+    out, _ = attempt(0, 100.0, ("FEASIBLE", 100.0, True))  # the item gets a plan, the incumbent
+    incumbent = search._upper_bound(st, st.tables_of[item].vpp)
+    closed = len(st.closed_bounds)
+    out, calls = attempt(1, out, ("OPTIMAL", 120.0, False), ("INFEASIBLE", float("inf"), False))
+    assert calls == [("block", None), ("paths", incumbent)] and out is None and item not in st.block_open
+    assert st.closed_bounds[closed:] == [pytest.approx(incumbent / st.tables_of[item].vpp)]
+    first, paths = attempt.block_limits[-2:]
+    assert paths == pytest.approx(first * 2 ** search.PATH_DOUBLINGS)
+
+
+def test_a_path_solve_left_open_keeps_the_higher_bound_and_the_block_model_open(scripted, monkeypatch):
+    """The model with the paths stopped at its limit below the first solve's bound: the item keeps the higher of the
+    two, and its block model counts as open (the retries go on with it, the stage-level solve waits)."""
+    st, item, attempt = scripted
+    monkeypatch.setattr(search, "paths_bind", lambda tables, sol: sol.status == "OPTIMAL")
+    out, calls = attempt(0, 100.0, ("OPTIMAL", 150.0, True), ("FEASIBLE", 140.0, False))
+    v = st.tables_of[item].vpp
+    assert [c[0] for c in calls] == ["block", "paths"] and item in st.block_open and item in st.deferred
+    assert out == pytest.approx(max(100.0, 150.0 / v))  # the path-free optimum's bound, the open solve's being lower
+    first, paths = attempt.block_limits[-2:]
+    assert paths == pytest.approx(first / search.FIRST_BLOCK_SHARE * 2 ** search.PATH_DOUBLINGS)

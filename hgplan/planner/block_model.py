@@ -13,8 +13,10 @@ It is a relaxation: every plan of the item maps to a solution of this model whos
 1F1B's loops of three or more micro-batches and the loops inside a block (only each crossing's two-stage loop is
 kept), the per-stage memory of interior stages (their largest holds at most the roomiest interior position's
 room, and their total at most the positions' total), and with interleaving the two- and three-stage paths (the objective
-is at least each of them; they weigh each stage by its position). So its optimum is a lower bound of the item, and its
-solution, expanded to stages, is a plan whose real objective is checked: when the two are equal the item is solved.
+is at least each of them; they weigh each stage by its position). With `paths` it also keeps a relaxation of the
+three-stage steady paths through each block's last stage (planner/block_paths.py), still a relaxation. So its optimum is
+a lower bound of the item, and its solution, expanded to stages, is a plan whose real objective is checked: when the
+two are equal the item is solved.
 Interchangeable groups' blocks come in index order (the same symmetry model.py breaks), which keeps the optimum.
 
 Legend: p stages, v virtual stages per rank, m micro-batches, L layers; K node groups of the table (k); units of v
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from hgplan.planner.block_paths import add_steady_paths, paths_top
 from hgplan.planner.heuristic import blocks_of
 from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
 from hgplan.planner.symmetry import canonical_assign, table_classes
@@ -35,6 +38,11 @@ from hgplan.planner.tables import CostTables
 
 FIRST, MIDDLE, LAST = 0, 1, 2
 """Indices into TAIL_CLASSES (planner/costs.py)."""
+PATHS_PARAMS = "linearization_level:0"
+"""CP-SAT's defaults for the model with the steady paths: its constraints are mostly enforced by Booleans (the blocks'
+order and positions), whose linear relaxation costs more than it prunes. On the 16-group benchmark fleet's pp 16 item
+(2026-11-27, single runs): to its optimum 2.2 deterministic seconds instead of 6.4 at the default level (2 took 20
+without closing), to prove nothing beats the 4.461 s incumbent 1.4 instead of 1.8."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -248,10 +256,11 @@ def _add_group_order(md: cp_model.CpModel, xv: _Vars, classes: tuple[tuple[int, 
 
 
 def build_block_model(t: CostTables, *, upper_bound: int | None = None,
-                      classes: tuple[tuple[int, ...], ...] | None = None) -> tuple[cp_model.CpModel, _Vars]:
+                      classes: tuple[tuple[int, ...], ...] | None = None,
+                      paths: bool = False) -> tuple[cp_model.CpModel, _Vars]:
     """The block model of one item (t.require_all: every group of the table hosts a block). With upper_bound, only
     solutions strictly below it are feasible. `classes`: the table's interchangeable groups, when the caller has
-    them."""
+    them. `paths`: with interleaving, also the relaxed steady paths (planner/block_paths.py)."""
     assert t.require_all and t.pp > 1 and len(t.groups) > 1, "the block model is for multi-group items"
     md = cp_model.CpModel()
     xv = _new_vars(md, t)
@@ -261,8 +270,14 @@ def build_block_model(t: CostTables, *, upper_bound: int | None = None,
     v = t.vpp
     horizon = t.max_stage_us + 4 * v * t.most_send_us + 1
     cycle = md.new_int_var(0, horizon, "cycle")
-    _add_cycle(md, t, xv, cycle, horizon)
-    objective = (v * t.microbatches - 1) * cycle + _fill(t, xv) + v * _tail(md, t, xv)
+    _, last = _add_cycle(md, t, xv, cycle, horizon)
+    pipe = (v * t.microbatches - 1) * cycle + _fill(t, xv)
+    if v > 1 and paths:
+        longest = md.new_int_var(0, paths_top(t, horizon), "pipe")
+        if add_steady_paths(md, t, xv, longest, last, horizon):
+            md.add(longest >= pipe)
+            pipe = longest
+    objective = pipe + v * _tail(md, t, xv)
     if upper_bound is not None:
         md.add(objective <= upper_bound - 1)
     md.minimize(objective)
@@ -271,27 +286,26 @@ def build_block_model(t: CostTables, *, upper_bound: int | None = None,
 
 def add_block_hint(md: cp_model.CpModel, t: CostTables, xv: _Vars, assign: list[int], layers: list[int]) -> None:
     """Warm start from a stage-level plan of the item."""
+    for var, value in block_values(t, xv, assign, layers):
+        md.add_hint(var, value)
+
+
+def block_values(t: CostTables, xv: _Vars, assign: list[int], layers: list[int]) -> list[tuple]:
+    """(variable, value) of the block model's order and layer variables for a stage-level plan of the item."""
     v = t.vpp
     blocks = blocks_of(assign)
+    out: list[tuple] = []
     s0 = 0
     for bi, (k, n) in enumerate(blocks):
         units = [layers[s] // v for s in range(s0, s0 + n)]
-        md.add_hint(xv.n[k], n)
-        md.add_hint(xv.lone[k], n == 1)
-        md.add_hint(xv.three[k], n >= 3)
-        md.add_hint(xv.idx[k], s0)
-        md.add_hint(xv.a[k], units[0])
-        md.add_hint(xv.b[k], units[-1] if n > 1 else 0)
-        md.add_hint(xv.i[k], sum(units[1:-1]))
-        md.add_hint(xv.q[k], max(units[1:-1], default=0))
-        md.add_hint(xv.start[k], bi == 0)
-        md.add_hint(xv.end[k], bi == len(blocks) - 1)
+        out += [(xv.n[k], n), (xv.lone[k], n == 1), (xv.three[k], n >= 3), (xv.idx[k], s0), (xv.a[k], units[0]),
+                (xv.b[k], units[-1] if n > 1 else 0), (xv.i[k], sum(units[1:-1])),
+                (xv.q[k], max(units[1:-1], default=0)), (xv.start[k], bi == 0), (xv.end[k], bi == len(blocks) - 1)]
         s0 += n
     nxt = {k: blocks[bi + 1][0] for bi, (k, _) in enumerate(blocks[:-1])}
-    for (k, k2), var in xv.z.items():
-        md.add_hint(var, nxt.get(k) == k2)
-    for (k, k2), var in xv.w.items():
-        md.add_hint(var, (k, k2) == (blocks[0][0], blocks[-1][0]))
+    out += [(var, nxt.get(k) == k2) for (k, k2), var in xv.z.items()]
+    out += [(var, (k, k2) == (blocks[0][0], blocks[-1][0])) for (k, k2), var in xv.w.items()]
+    return out
 
 
 def expand(t: CostTables, solver: cp_model.CpSolver, xv: _Vars) -> tuple[list[int], list[int]]:
@@ -323,15 +337,16 @@ def expand(t: CostTables, solver: cp_model.CpSolver, xv: _Vars) -> tuple[list[in
 
 def solve_blocks(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[int]] | None = None,
                  upper_bound: int | None = None, log: Callable[[str], None] | None = None,
-                 keep_model: bool = False) -> BlockSolution:
+                 keep_model: bool = False, paths: bool = False) -> BlockSolution:
     """Solve the block model of one item. The bound holds for every plan of the item (below upper_bound when one is
-    given); the expanded plan is to be checked with CostTables.objective (it may break a dropped constraint)."""
+    given); the expanded plan is to be checked with CostTables.objective (it may break a dropped constraint).
+    `paths`: with interleaving's relaxed steady paths (planner/block_paths.py), under PATHS_PARAMS."""
     classes = table_classes(t)
-    md, xv = build_block_model(t, upper_bound=upper_bound, classes=classes)
+    md, xv = build_block_model(t, upper_bound=upper_bound, classes=classes, paths=paths)
     if hint is not None:
         add_block_hint(md, t, xv, canonical_assign(classes, hint[0]), list(hint[1]))
     solver = cp_model.CpSolver()
-    configure_solver(solver, params, log)
+    configure_solver(solver, params.under(PATHS_PARAMS) if paths and t.vpp > 1 else params, log)
     status = solver.solve(md)
     name, text = solver.status_name(status), str(md.proto) if keep_model else None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -341,3 +356,13 @@ def solve_blocks(t: CostTables, params: SolverParams, *, hint: tuple[list[int], 
                              model_text=text)
     return BlockSolution(status=name, bound=unsolved_bound(solver, status), relaxed=None, assign=(), layers=(),
                          deterministic_time=solver.deterministic_time, model_text=text)
+
+
+def paths_bind(t: CostTables, sol: BlockSolution) -> bool:
+    """Whether an optimal solution of the block model without the steady paths expands to a plan whose objective is
+    above the model's value because of them (interleaved, and its own objective above the relaxed one): then the
+    model with the paths may raise the item's bound."""
+    if t.vpp == 1 or sol.status != "OPTIMAL" or sol.relaxed is None:
+        return False
+    real = t.objective(list(sol.assign), list(sol.layers))
+    return real is not None and real > sol.relaxed

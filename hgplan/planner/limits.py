@@ -36,6 +36,13 @@ benchmark fleet's three first solves over all ten groups: 2.3-2.9 s each, then s
 s). With a quarter: the same plans and gaps on every `--quick` fleet (2026-11-26), the 10-group fleet 28.2 -> 23.6 s,
 the 1000-GPU five-type fleet 11.6 -> 9.6 s."""
 
+PATH_DOUBLINGS = 2
+"""The block model with interleaving's steady paths (block_model.paths_bind) gets 2^this times its attempt's
+deterministic time (the first attempt's full time, not FIRST_BLOCK_SHARE of it): on the 16-group benchmark fleet its
+two solves took 3.3 and 2.3 deterministic seconds (an optimum against a 4.703 s incumbent, then infeasible against
+4.662 s), where the attempt has 1; one left open goes on with the block model's retries (docs/planner.md, "Block
+model")."""
+
 
 def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf) -> SolverParams:
     """CP-SAT parameters of a solve: attempt n gets 2^n times the per-solve deterministic time (at most what the

@@ -13,8 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field, replace
-from enum import IntEnum
+from dataclasses import replace
 from typing import Callable
 
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
@@ -25,73 +24,19 @@ from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
 from hgplan.planner.classes import interchangeable_classes
 from hgplan.planner.costs import US, CostSource
 from hgplan.planner.found import Found, SearchResult
-from hgplan.planner.block_model import solve_blocks
+from hgplan.planner.block_model import BlockSolution, paths_bind, solve_blocks
 from hgplan.planner.heuristic import best_layers, greedy_hint, improve
-from hgplan.planner.limits import FIRST_BLOCK_SHARE, MAX_RETRIES, SOLVE_EVERY_SUBSETS, solve_params, within
+from hgplan.planner.limits import (FIRST_BLOCK_SHARE, MAX_RETRIES, PATH_DOUBLINGS, SOLVE_EVERY_SUBSETS, solve_params,
+                                  within)
 from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
+from hgplan.planner.search_state import SearchState, Stage
 from hgplan.planner.tables import CostTables, build_tables
 
 
-class Stage(IntEnum):
-    """Where an item stands on the heap; its bound only grows from one stage to the next."""
-
-    CANDIDATE = 0
-    """A whole candidate: split it into one item per set of node groups."""
-    SUBSET = 1
-    """A (candidate, group set) item with its subset bound: refine with the block bound, ends unknown."""
-    BLOCK = 2
-    """Refine with the block bound over every choice of end groups."""
-    SOLVE = 3
-    """Solve with CP-SAT (first attempt); SOLVE + n is the n-th retry."""
-
-    @staticmethod
-    def attempt(stage: int) -> int:
-        """Which solve attempt (0 first) an item at this stage is due for."""
-        return stage - Stage.SOLVE
-
-
-@dataclass(slots=True)
-class _State:
-    """The search's mutable bookkeeping."""
-
-    found: dict[tuple, Found]
-    tables_of: dict[tuple, CostTables] = field(default_factory=dict)
-    solved: int = 0
-    infeasible: int = 0
-    closed_bounds: list[float] = field(default_factory=list)
-    dtime: float = 0.0
-    statuses: dict[str, int] = field(default_factory=dict)
-    limits: dict[str, float] = field(default_factory=dict)
-    last_model: str | None = None
-    log: Callable[[str], None] | None = None
-    block_open: set[tuple] = field(default_factory=set)
-    """Items whose block model stopped at its limit (neither OPTIMAL nor INFEASIBLE): their retries solve it again."""
-    deferred: set[tuple] = field(default_factory=set)
-    """Items whose block model was open after their first attempt: their stage-level solve waits until the block
-    model's retries end (one that gets nowhere, or the last); the retries mostly settle them (docs/planner.md)."""
-    futile: set[tuple[int, int, int]] = field(default_factory=set)
-    """(v, node groups, stages) of stage-level solves that got nowhere: no plan, no bound above their item's."""
-    open_items: list[int] = field(default_factory=list)
-    """Per candidate, its items on the heap; a candidate with none left is settled (progress only)."""
-    settled: int = 0
-    listed: int = 0
-    """Items listed since the last solve (SOLVE_EVERY_SUBSETS)."""
-
-    def best_us(self) -> float:
-        """The best plan's time so far (inf before any)."""
-        return min((f.time_us for f in self.found.values()), default=math.inf)
-
-    def status(self, heap: list) -> Progress:
-        """Where the search stands: candidates settled, the best plan and the bound so far (seconds)."""
-        best = self.best_us()
-        bound = min([best, min(self.closed_bounds, default=best)] + ([heap[0][0]] if heap else []))
-        return Progress("search", self.settled, len(self.open_items), "configurations settled", best / US, bound / US)
-
-
 def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, ...]], stage: int, lb: float,
-                st: _State, opts: SearchOptions, remaining: float, order: list[str], by_key: dict) -> float | None:
+                st: SearchState, opts: SearchOptions, remaining: float, order: list[str], by_key: dict) -> float | None:
     """Solve one item; returns its new bound if it should go back on the heap for a retry, else None."""
     subset = item[1]
     if item not in st.tables_of:
@@ -115,7 +60,8 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     if hint_obj is not None:  # the warm start is itself a valid plan: keep it
         _keep(st, item, cand.cfg, tables, "HINT", hint_obj, hint)
     if tables.pp > 1 and len(tables.groups) > 1 and (attempt == 0 or item in st.block_open):
-        settled, step = _block_phase(tables, cand.cfg, item, lb, st, params, opts, attempt)
+        path_params = within(solve_params(opts, attempt + PATH_DOUBLINGS, remaining), opts.wall_deadline_s)
+        settled, step = _block_phase(tables, cand.cfg, item, lb, st, (params, path_params), opts, attempt)
         if settled:
             return step
         lb = step
@@ -150,15 +96,16 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     return None
 
 
-def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: _State, params: SolverParams,
-                 opts: SearchOptions, attempt: int) -> tuple[bool, float | None]:
+def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: SearchState,
+                 both: tuple[SolverParams, SolverParams], opts: SearchOptions,
+                 attempt: int) -> tuple[bool, float | None]:
     """An attempt's block-model step: (True, what _solve_item returns) when it ends the attempt, else (False, the
     item's raised bound) for the stage-level solve. The first block solve gets FIRST_BLOCK_SHARE of the time; an open
-    block model defers the stage-level solve until its retries end (_State.deferred)."""
-    before, began = st.found.get(item), time.perf_counter()
+    block model defers the stage-level solve until its retries end (SearchState.deferred)."""
+    (params, path_params), before, began = both, st.found.get(item), time.perf_counter()
     block_params = params if attempt else replace(
         params, max_deterministic_time=params.max_deterministic_time * FIRST_BLOCK_SHARE)
-    step = _block_step(tables, cfg, item, lb, st, block_params, opts, free=attempt % 2 == 1)
+    step = _block_step(tables, cfg, item, lb, st, block_params, opts, free=attempt % 2 == 1, path_params=path_params)
     if step is not None and item in st.block_open and attempt == 0:
         st.deferred.add(item)
         return True, step
@@ -175,14 +122,14 @@ def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float
     return False, step
 
 
-def _futile(st: _State, cfg: ParallelConfig, groups: int) -> bool:
+def _futile(st: SearchState, cfg: ParallelConfig, groups: int) -> bool:
     """Whether a stage-level solve of the same interleaving, no more node groups and no more stages got nowhere
-    (_State.futile): then an item whose block model is closed (optimal) closes at its bound without its own, a larger
-    model given the same time doing no better (docs/planner.md, "Block model first")."""
+    (SearchState.futile): then an item whose block model is closed (optimal) closes at its bound without its own, a
+    larger model given the same time doing no better (docs/planner.md, "Block model first")."""
     return any(v == cfg.vpp and g <= groups and p <= cfg.pp for v, g, p in st.futile)
 
 
-def _keep(st: _State, item: tuple, cfg: ParallelConfig, tables: CostTables, status: str, objective: int,
+def _keep(st: SearchState, item: tuple, cfg: ParallelConfig, tables: CostTables, status: str, objective: int,
           plan: tuple, bound: float = 0.0) -> None:
     """Keep a valid plan found for an item without CP-SAT (the warm start, the block model's) if it is the item's
     best so far."""
@@ -193,30 +140,30 @@ def _keep(st: _State, item: tuple, cfg: ParallelConfig, tables: CostTables, stat
             deterministic_time=0.0, wall_time_s=0.0))
 
 
-def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: _State, params: SolverParams,
-                opts: SearchOptions, *, free: bool = False) -> float | None:
+def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: SearchState, params: SolverParams,
+                opts: SearchOptions, *, free: bool = False, path_params: SolverParams | None = None) -> float | None:
     """Solve the item's block model (planner/block_model.py). Its bound holds for every plan of the item (better than
     the incumbent, when there is one); its plan, expanded to stages, is checked by the tables (or its placement gets
     the warm start's best layer split). Returns None when that settles the item (nothing beats the incumbent, or a
     plan within solve_gap of the bound), else the item's raised bound. `free`: without the incumbent as upper bound
     (warm-started from the item's best plan; the first and third retries): CP-SAT often proves an optimum it holds
-    sooner than that nothing beats it, but not always (docs/planner.md, "Block model first")."""
+    sooner than that nothing beats it, but not always (docs/planner.md, "Block model first"). Where interleaving's
+    steady paths bind on the optimum (block_model.paths_bind), the model with them is solved next, against the
+    incumbent, with `path_params` (docs/planner.md, "Block model")."""
     v = cfg.vpp
     upper = None if free else _upper_bound(st, v)
-    bs = solve_blocks(tables, params, hint=_hint_of(st.found.get(item)), upper_bound=upper, log=st.log,
-                      keep_model=opts.keep_model)
-    st.last_model = bs.model_text or st.last_model
-    st.dtime += bs.deterministic_time
-    st.statuses["BLOCK_" + bs.status] = st.statuses.get("BLOCK_" + bs.status, 0) + 1
+    bs = _block_solve(tables, cfg, item, st, params, opts, upper, hint=_hint_of(st.found.get(item)))
+    incumbent = _upper_bound(st, v)
+    if paths_bind(tables, bs) and incumbent is not None and bs.bound < incumbent:
+        first, upper = bs, incumbent
+        bs = _block_solve(tables, cfg, item, st, path_params or params, opts, upper,
+                          hint=(list(first.assign), list(first.layers)), paths=True)
+        if bs.status not in ("OPTIMAL", "INFEASIBLE"):  # open: its bound, if higher, and the block model's retries
+            bs = replace(bs, bound=max(bs.bound, first.bound))
     if bs.status in ("OPTIMAL", "INFEASIBLE"):
         st.block_open.discard(item)
     else:
         st.block_open.add(item)
-    if bs.assign:
-        real = tables.objective(list(bs.assign), list(bs.layers))
-        split = best_layers(tables, list(bs.assign)) if real is None else (real, list(bs.layers))
-        if split is not None:
-            _keep(st, item, cfg, tables, "BLOCK", split[0], (bs.assign, split[1]), bs.bound)
     if bs.status == "INFEASIBLE":
         _close_infeasible(st, upper, v)
         return None
@@ -228,7 +175,24 @@ def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float,
     return bound
 
 
-def _block_retry(st: _State, bound: float | None, more: bool) -> float | None:
+def _block_solve(tables: CostTables, cfg: ParallelConfig, item: tuple, st: SearchState, params: SolverParams,
+                 opts: SearchOptions, upper: int | None, *, hint, paths: bool = False) -> BlockSolution:
+    """One solve of the item's block model, its time and status counted, its plan kept when it is the item's best."""
+    bs = solve_blocks(tables, params, hint=hint, upper_bound=upper, log=st.log, keep_model=opts.keep_model,
+                      paths=paths)
+    st.last_model = bs.model_text or st.last_model
+    st.dtime += bs.deterministic_time
+    name = ("BLOCK_PATHS_" if paths else "BLOCK_") + bs.status
+    st.statuses[name] = st.statuses.get(name, 0) + 1
+    if bs.assign:
+        real = tables.objective(list(bs.assign), list(bs.layers))
+        split = best_layers(tables, list(bs.assign)) if real is None else (real, list(bs.layers))
+        if split is not None:
+            _keep(st, item, cfg, tables, "BLOCK", split[0], (bs.assign, split[1]), bs.bound)
+    return bs
+
+
+def _block_retry(st: SearchState, bound: float | None, more: bool) -> float | None:
     """After a retry's block step: None when it settled the item. Else the block model is still open, and its next
     attempt, not the stage-level model's, gets the doubled time if `more` (this one got somewhere, a better plan for the
     item or a bound above the item's, and attempts are left): without the incumbent as its upper bound the block model
@@ -244,16 +208,16 @@ def _block_retry(st: _State, bound: float | None, more: bool) -> float | None:
 
 
 def _first_heap(cands: list[Candidate], seeds: list[Found] | None,
-                log: Callable[[str], None] | None) -> tuple[list, _State]:
+                log: Callable[[str], None] | None) -> tuple[list, SearchState]:
     """Every candidate on the heap with its own bound, and the search's state with the plans found beforehand (e.g.
     each node group alone) as incumbents from the start."""
     heap = [(c.lower_bound_us, c.key, Stage.CANDIDATE, i, ()) for i, c in enumerate(cands)]
     heapq.heapify(heap)
-    return heap, _State(found={("seed", n): f for n, f in enumerate(seeds or [])}, log=log,
+    return heap, SearchState(found={("seed", n): f for n, f in enumerate(seeds or [])}, log=log,
                         open_items=[1] * len(cands))
 
 
-def _next_item(heap: list, st: _State, below: float, cands: list[Candidate], L: int, m_of: Callable) -> tuple:
+def _next_item(heap: list, st: SearchState, below: float, cands: list[Candidate], L: int, m_of: Callable) -> tuple:
     """The item to work on: the best on the heap, or, after SOLVE_EVERY_SUBSETS items listed without a solve and
     before another split, the best split item with a bound below `below` (the other goes back on the heap)."""
     entry = heapq.heappop(heap)
@@ -302,7 +266,7 @@ def _left_s(opts: SearchOptions) -> float:
     return math.inf if opts.wall_deadline_s is None else opts.wall_deadline_s - time.perf_counter()
 
 
-def _close_infeasible(st: _State, upper: int | None, v: int) -> None:
+def _close_infeasible(st: SearchState, upper: int | None, v: int) -> None:
     """An INFEASIBLE solve closes its item: without an upper bound the item has no plan; with one, nothing in it beats
     the incumbent."""
     if upper is None:
@@ -317,7 +281,7 @@ def _raised_bound(lb: float, solver_bound: float, upper: int | None, v: int) -> 
     return max(lb, (solver_bound if upper is None else min(solver_bound, upper)) / v)
 
 
-def _upper_bound(st: _State, v: int) -> int | None:
+def _upper_bound(st: SearchState, v: int) -> int | None:
     """The incumbent's v-scaled objective, the upper bound of a solve (None before any plan)."""
     best_now = st.best_us()
     return math.ceil(best_now * v) if math.isfinite(best_now) else None
@@ -390,7 +354,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
                    listed_all=listed_all)
 
 
-def _result(st: _State, cands: list[Candidate], opts: SearchOptions, *, pruned: int, skipped: int, stopped: str,
+def _result(st: SearchState, cands: list[Candidate], opts: SearchOptions, *, pruned: int, skipped: int, stopped: str,
             start: float, listed_all: bool = True) -> SearchResult:
     """The best plan per configuration, ranked, with the proven bound."""
     best_per_cand: dict[tuple, Found] = {}

@@ -1,0 +1,70 @@
+"""The best-first search's bookkeeping (planner/search.py): where an item stands on the heap, and the search's mutable
+state (plans found, closed bounds, time spent, items whose block model is open)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Callable
+
+from hgplan.planner.costs import US
+from hgplan.planner.found import Found
+from hgplan.planner.progress import Progress
+from hgplan.planner.tables import CostTables
+
+
+class Stage(IntEnum):
+    """Where an item stands on the heap; its bound only grows from one stage to the next."""
+
+    CANDIDATE = 0
+    """A whole candidate: split it into one item per set of node groups."""
+    SUBSET = 1
+    """A (candidate, group set) item with its subset bound: refine with the block bound, ends unknown."""
+    BLOCK = 2
+    """Refine with the block bound over every choice of end groups."""
+    SOLVE = 3
+    """Solve with CP-SAT (first attempt); SOLVE + n is the n-th retry."""
+
+    @staticmethod
+    def attempt(stage: int) -> int:
+        """Which solve attempt (0 first) an item at this stage is due for."""
+        return stage - Stage.SOLVE
+
+
+@dataclass(slots=True)
+class SearchState:
+    """The search's mutable bookkeeping."""
+
+    found: dict[tuple, Found]
+    tables_of: dict[tuple, CostTables] = field(default_factory=dict)
+    solved: int = 0
+    infeasible: int = 0
+    closed_bounds: list[float] = field(default_factory=list)
+    dtime: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
+    limits: dict[str, float] = field(default_factory=dict)
+    last_model: str | None = None
+    log: Callable[[str], None] | None = None
+    block_open: set[tuple] = field(default_factory=set)
+    """Items whose block model stopped at its limit (neither OPTIMAL nor INFEASIBLE): their retries solve it again."""
+    deferred: set[tuple] = field(default_factory=set)
+    """Items whose block model was open after their first attempt: their stage-level solve waits until the block
+    model's retries end (one that gets nowhere, or the last); the retries mostly settle them (docs/planner.md)."""
+    futile: set[tuple[int, int, int]] = field(default_factory=set)
+    """(v, node groups, stages) of stage-level solves that got nowhere: no plan, no bound above their item's."""
+    open_items: list[int] = field(default_factory=list)
+    """Per candidate, its items on the heap; a candidate with none left is settled (progress only)."""
+    settled: int = 0
+    listed: int = 0
+    """Items listed since the last solve (SOLVE_EVERY_SUBSETS)."""
+
+    def best_us(self) -> float:
+        """The best plan's time so far (inf before any)."""
+        return min((f.time_us for f in self.found.values()), default=math.inf)
+
+    def status(self, heap: list) -> Progress:
+        """Where the search stands: candidates settled, the best plan and the bound so far (seconds)."""
+        best = self.best_us()
+        bound = min([best, min(self.closed_bounds, default=best)] + ([heap[0][0]] if heap else []))
+        return Progress("search", self.settled, len(self.open_items), "configurations settled", best / US, bound / US)
