@@ -52,16 +52,13 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     hint = _hint_of(prev) or improve(tables, greedy_hint(tables, order))
     configured = solve_params(opts, attempt, remaining)
     params = within(configured, opts.wall_deadline_s)
-    # the record keeps the limits as configured: the cut to the time left before the deadline depends on the clock,
-    # and the JSON of two runs must be the same
-    for name in ("max_deterministic_time", "max_time_in_seconds"):
-        st.limits[name] = max(st.limits.get(name, 0.0), getattr(configured, name))
+    _record_limits(st, configured)
     hint_obj = tables.objective(*hint) if prev is None else None
     if hint_obj is not None:  # the warm start is itself a valid plan: keep it
         _keep(st, item, cand.cfg, tables, "HINT", hint_obj, hint)
     if tables.pp > 1 and len(tables.groups) > 1 and (attempt == 0 or item in st.block_open):
-        path_params = within(solve_params(opts, attempt + PATH_DOUBLINGS, remaining), opts.wall_deadline_s)
-        settled, step = _block_phase(tables, cand.cfg, item, lb, st, (params, path_params), opts, attempt)
+        path_configured = solve_params(opts, attempt + PATH_DOUBLINGS, remaining)
+        settled, step = _block_phase(tables, cand.cfg, item, lb, st, (params, path_configured), opts, attempt)
         if settled:
             return step
         lb = step
@@ -122,6 +119,13 @@ def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float
     return False, step
 
 
+def _record_limits(st: SearchState, configured: SolverParams) -> None:
+    """The record keeps a solve's limits as configured: the cut to the time left before the deadline depends on the
+    clock, and the JSON of two runs must be the same."""
+    for name in ("max_deterministic_time", "max_time_in_seconds"):
+        st.limits[name] = max(st.limits.get(name, 0.0), getattr(configured, name))
+
+
 def _futile(st: SearchState, cfg: ParallelConfig, groups: int) -> bool:
     """Whether a stage-level solve of the same interleaving, no more node groups and no more stages got nowhere
     (SearchState.futile): then an item whose block model is closed (optimal) closes at its bound without its own, a
@@ -149,14 +153,16 @@ def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float,
     (warm-started from the item's best plan; the first and third retries): CP-SAT often proves an optimum it holds
     sooner than that nothing beats it, but not always (docs/planner.md, "Block model first"). Where interleaving's
     steady paths bind on the optimum (block_model.paths_bind), the model with them is solved next, against the
-    incumbent, with `path_params` (docs/planner.md, "Block model")."""
+    incumbent, with `path_params` as configured (cut here to the time left; docs/planner.md, "Block model")."""
     v = cfg.vpp
     upper = None if free else _upper_bound(st, v)
     bs = _block_solve(tables, cfg, item, st, params, opts, upper, hint=_hint_of(st.found.get(item)))
     incumbent = _upper_bound(st, v)
     if paths_bind(tables, bs) and incumbent is not None and bs.bound < incumbent:
         first, upper = bs, incumbent
-        bs = _block_solve(tables, cfg, item, st, path_params or params, opts, upper,
+        if path_params is not None:
+            _record_limits(st, path_params)
+        bs = _block_solve(tables, cfg, item, st, within(path_params or params, opts.wall_deadline_s), opts, upper,
                           hint=(list(first.assign), list(first.layers)), paths=True)
         if bs.status not in ("OPTIMAL", "INFEASIBLE"):  # open: its bound, if higher, and the block model's retries
             bs = replace(bs, bound=max(bs.bound, first.bound))
