@@ -264,7 +264,8 @@ class SearchStats(Doc):
     stopped_by: Literal["complete", "budget", "wall"]
     candidates: CandidateCounts
     solver_statuses: dict[str, int] = Field(description="solves by CP-SAT status: the stage-level model's by name, "
-                                                        "the block model's as BLOCK_ + the status (docs/planner.md)")
+                                                        "the block model's as BLOCK_ + the status, with the steady "
+                                                        "paths as BLOCK_PATHS_ + the status (docs/planner.md)")
     iteration_time_s: float
     gap_on_reported: float
     gap_proven: bool
