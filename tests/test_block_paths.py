@@ -62,7 +62,7 @@ def _interleaved_items(seed: int):
     rng = random.Random(2000 + seed)
     fleet = random_multisite_fleet(rng)
     model = small_model(rng.choice([16, 24]), hidden=2048, heads=32)
-    train = TrainingSettings(seq_length=2048, global_batch_size=rng.choice([64, 128]))
+    train = TrainingSettings(seq_length=2048, global_batch_size=rng.choice([16, 32, 64, 128]))
     opts = SearchOptions(max_pp=8, mbs_options=(1,), recompute_options=(Recompute.FULL,), vpp_options=(2, 3))
     costs = CostSource(fleet, model, train)
     for cand in enumerate_candidates(costs, opts, list(fleet.groups))[0]:
@@ -72,9 +72,10 @@ def _interleaved_items(seed: int):
         yield replace(t, require_all=True), rng
 
 
-def _check_seed(seed: int, monkeypatch) -> tuple[int, int]:
-    """(plans checked, plans whose value the paths raise) on one random fleet; asserts the relaxation."""
-    checked = raised = 0
+def _check_seed(seed: int, monkeypatch) -> tuple[int, int, int]:
+    """(plans checked, plans whose value the paths raise, plans of items whose first stages have no steady state) on
+    one random fleet; asserts the relaxation."""
+    checked = raised = late = 0
     for t, rng in _interleaved_items(seed):
         classes = table_classes(t)
         for _ in range(6):
@@ -93,14 +94,16 @@ def _check_seed(seed: int, monkeypatch) -> tuple[int, int]:
             assert without is not None and without <= value
             checked += 1
             raised += value > without
-    return checked, raised
+            late += first_steady_stage(t) > 0
+    return checked, raised, late
 
 
 @pytest.mark.parametrize("seeds", [(0, 1, 2, 3), (4, 5, 6, 7)])
 def test_every_plan_is_a_solution_at_most_its_objective(seeds, monkeypatch):
-    """Measured (2026-11-27): of the plans of seeds 0-7 whose exact paths are above the closed form's cycle and fill,
-    the paths raise the block model's value on 33 of 86, closing a median 0.80 of the difference on those; never
-    above a plan's objective."""
+    """Measured (2026-11-27): 714 plans over seeds 0-7, 54 of them of items whose first stages have no steady state
+    (few micro-batches); of the 115 whose exact paths are above the closed form's cycle and fill, the paths raise the
+    block model's value on 59, closing a median 0.78 of the difference on those; never above a plan's objective."""
     results = [_check_seed(seed, monkeypatch) for seed in seeds]
-    assert sum(c for c, _ in results) >= 100, results
-    assert sum(r for _, r in results) >= 5, results
+    assert sum(c for c, _, _ in results) >= 250, results
+    assert sum(r for _, r, _ in results) >= 5, results
+    assert sum(late for _, _, late in results) >= 5, results
