@@ -209,30 +209,37 @@ def test_the_first_block_solve_gets_a_share_of_the_time_and_its_retries_the_full
     assert retry == pytest.approx(2 * OPTS.per_solve_s)
 
 
-def test_where_the_steady_paths_bind_the_model_with_them_is_solved_against_the_incumbent(scripted, monkeypatch):
-    """An optimal block solve whose plan is above its value (block_model.paths_bind, scripted here) is followed by the
-    model with the steady paths: against the incumbent even when the first solve had none, with 2^PATH_DOUBLINGS times
-    the attempt's time (not the first solve's share of it). Infeasible: nothing in the item beats the incumbent."""
+def test_where_the_steady_paths_bind_the_item_waits_then_gets_the_model_with_them(scripted, monkeypatch):
+    """An optimal block solve whose plan is above its value (block_model.paths_bind, scripted here): the item waits,
+    its bound raised, without a stage-level solve, until the rest of the search is above the gap (paths_now); then
+    the model with the paths runs at once (the optimum without them kept, not solved again), against the incumbent
+    even in an attempt that has none, with 2^PATH_DOUBLINGS times the attempt's time. Infeasible: nothing in the item
+    beats the incumbent."""
     st, item, attempt = scripted
     monkeypatch.setattr(search, "paths_bind", lambda tables, sol: sol.status == "OPTIMAL")
     out, _ = attempt(0, 100.0, ("FEASIBLE", 100.0, True))  # the item gets a plan, the incumbent
-    incumbent = search._upper_bound(st, st.tables_of[item].vpp)
+    v = st.tables_of[item].vpp
+    out, calls = attempt(1, out, ("OPTIMAL", 120.0, False))
+    assert calls == [("block", None)] and item in st.paths_waiting and out == pytest.approx(max(100.0, 120.0 / v))
+    st.paths_now = True
+    incumbent = search._upper_bound(st, v)
     closed = len(st.closed_bounds)
-    out, calls = attempt(1, out, ("OPTIMAL", 120.0, False), ("INFEASIBLE", float("inf"), False))
-    assert calls == [("block", None), ("paths", incumbent)] and out is None and item not in st.block_open
-    assert st.closed_bounds[closed:] == [pytest.approx(incumbent / st.tables_of[item].vpp)]
-    first, paths = attempt.block_limits[-2:]
-    assert paths == pytest.approx(first * 2 ** search.PATH_DOUBLINGS)
+    out, calls = attempt(2, out, ("INFEASIBLE", float("inf"), False))
+    assert calls == [("paths", incumbent)] and out is None and item not in st.block_open
+    assert item not in st.paths_waiting and st.closed_bounds[closed:] == [pytest.approx(incumbent / v)]
+    assert attempt.block_limits[-1] == pytest.approx(OPTS.per_solve_s * 2 ** (2 + search.PATH_DOUBLINGS))
 
 
-def test_a_path_solve_left_open_keeps_the_higher_bound_and_the_block_model_open(scripted, monkeypatch):
-    """The model with the paths stopped at its limit below the first solve's bound: the item keeps the higher of the
-    two, and its block model counts as open (the retries go on with it, the stage-level solve waits)."""
+def test_a_path_solve_left_open_keeps_the_higher_bound(scripted, monkeypatch):
+    """The model with the paths stopped at its limit below the bound without them: the item keeps the higher of the
+    two; a retry that got nowhere closes it there (the retries' rule)."""
     st, item, attempt = scripted
     monkeypatch.setattr(search, "paths_bind", lambda tables, sol: sol.status == "OPTIMAL")
-    out, calls = attempt(0, 100.0, ("OPTIMAL", 150.0, True), ("FEASIBLE", 140.0, False))
+    out, calls = attempt(0, 100.0, ("OPTIMAL", 150.0, True))
     v = st.tables_of[item].vpp
-    assert [c[0] for c in calls] == ["block", "paths"] and item in st.block_open and item in st.deferred
-    assert out == pytest.approx(max(100.0, 150.0 / v))  # the path-free optimum's bound, the open solve's being lower
-    first, paths = attempt.block_limits[-2:]
-    assert paths == pytest.approx(first / search.FIRST_BLOCK_SHARE * 2 ** search.PATH_DOUBLINGS)
+    assert [c[0] for c in calls] == ["block"] and item in st.paths_waiting and item not in st.deferred
+    assert out == pytest.approx(max(100.0, 150.0 / v))
+    st.paths_now = True
+    out, calls = attempt(1, out, ("FEASIBLE", 140.0, False))
+    assert [c[0] for c in calls] == ["paths"] and out is None
+    assert st.closed_bounds[-1] == pytest.approx(max(100.0, 150.0 / v))

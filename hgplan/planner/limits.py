@@ -38,10 +38,11 @@ the 1000-GPU five-type fleet 11.6 -> 9.6 s."""
 
 PATH_DOUBLINGS = 2
 """The block model with interleaving's steady paths (block_model.paths_bind) gets 2^this times its attempt's
-deterministic time (the first attempt's full time, not FIRST_BLOCK_SHARE of it): on the 16-group benchmark fleet its
-two solves took 3.3 and 2.3 deterministic seconds (an optimum against a 4.703 s incumbent, then infeasible against
-4.662 s), where the attempt has 1; one left open goes on with the block model's retries (docs/planner.md, "Block
-model")."""
+deterministic time (the first attempt's full time, not FIRST_BLOCK_SHARE of it). Its proof comes in one piece: its
+bound stays below the block model's without the paths until it completes (the 16-group benchmark fleet's pp 16 item:
+1.0-1.4 deterministic seconds against the final incumbent, 3.3 to its optimum against a weaker one), more than the
+first attempt's 1 or the second's 2 (a waiting item comes back at its second: search_state.paths_waiting); one left
+open goes on with the block model's retries (docs/planner.md, "Block model")."""
 
 
 def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf) -> SolverParams:

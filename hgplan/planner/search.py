@@ -56,7 +56,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     hint_obj = tables.objective(*hint) if prev is None else None
     if hint_obj is not None:  # the warm start is itself a valid plan: keep it
         _keep(st, item, cand.cfg, tables, "HINT", hint_obj, hint)
-    if tables.pp > 1 and len(tables.groups) > 1 and (attempt == 0 or item in st.block_open):
+    if tables.pp > 1 and len(tables.groups) > 1 and (attempt == 0 or item in st.block_open or item in st.paths_waiting):
         path_configured = solve_params(opts, attempt + PATH_DOUBLINGS, remaining)
         settled, step = _block_phase(tables, cand.cfg, item, lb, st, (params, path_configured), opts, attempt)
         if settled:
@@ -103,6 +103,8 @@ def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float
     block_params = params if attempt else replace(
         params, max_deterministic_time=params.max_deterministic_time * FIRST_BLOCK_SHARE)
     step = _block_step(tables, cfg, item, lb, st, block_params, opts, free=attempt % 2 == 1, path_params=path_params)
+    if item in st.paths_waiting and not st.paths_now:
+        return True, step
     if step is not None and item in st.block_open and attempt == 0:
         st.deferred.add(item)
         return True, step
@@ -156,9 +158,15 @@ def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float,
     incumbent, with `path_params` as configured (cut here to the time left; docs/planner.md, "Block model")."""
     v = cfg.vpp
     upper = None if free else _upper_bound(st, v)
-    bs = _block_solve(tables, cfg, item, st, params, opts, upper, hint=_hint_of(st.found.get(item)))
-    incumbent = _upper_bound(st, v)
-    if paths_bind(tables, bs) and incumbent is not None and bs.bound < incumbent:
+    bs = st.paths_waiting.pop(item, None) if st.paths_now else None  # solved before it waited
+    if bs is None:
+        bs = _block_solve(tables, cfg, item, st, params, opts, upper, hint=_hint_of(st.found.get(item)))
+    incumbent, own = _upper_bound(st, v), st.found.get(item)
+    settled = bs.status == "OPTIMAL" and own is not None and own.solution.objective <= bs.bound * (1 + opts.solve_gap)
+    if paths_bind(tables, bs) and incumbent is not None and bs.bound < incumbent and not settled:
+        if not st.paths_now:  # until the rest of the search is above the gap (search_state.paths_waiting)
+            st.paths_waiting[item] = bs
+            return _raised_bound(lb, bs.bound, upper, v)
         first, upper = bs, incumbent
         if path_params is not None:
             _record_limits(st, path_params)
@@ -310,13 +318,12 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     cands, listed_all = enumerate_candidates(costs, opts, groups, stop_at, progress=progress)
     order, by_key = [g.key for g in fleet.groups], {g.key: g for g in groups}
     L, m_of = model.num_layers, (lambda c: c.num_microbatches(train.global_batch_size))
-    heap, st = _first_heap(cands, seeds, log)
-    pruned = skipped = 0
-    stopped, report = "complete", Throttle(progress)
+    (heap, st), pruned, skipped, stopped, report = _first_heap(cands, seeds, log), 0, 0, "complete", Throttle(progress)
     if not listed_all:  # nothing is known of the configurations not listed: no bound but 0
         heap, stopped, skipped = [], "wall", len(cands)
         st.closed_bounds.append(0.0)
-    while heap:
+    while heap or st.paths_due:
+        _release_waiting(heap, st, st.best_us() * (1 - opts.max_gap))
         report(lambda: st.status(heap))
         lb, key, stage, i, subset = _next_item(heap, st, st.best_us() * (1 - opts.max_gap), cands, L, m_of)
         cand = cands[i]
@@ -332,8 +339,8 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
         # out of time, before it or while splitting the candidate (which then keeps its own bound)
         if remaining <= 0 or time.perf_counter() > stop_at or (stage == Stage.CANDIDATE and split is None):
             stopped = "budget" if remaining <= 0 else "wall"
-            skipped = len({e[3] for e in heap} | {i})
-            st.closed_bounds.append(lb)
+            skipped = len({e[3] for e in heap + st.paths_due} | {i})
+            st.closed_bounds.append(min([lb] + [e[0] for e in st.paths_due]))
             break
         if split is not None:
             for sub, sub_lb in sorted(split.items()):
@@ -350,7 +357,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             lb = _bound_to_solve(cand, subset, stage, lb, L, m_of(cand.cfg))
             retry = _solve_item(costs, cand, (i, subset), stage, lb, st, opts, remaining, order, by_key)
             if retry is not None:
-                heapq.heappush(heap, (retry, key, stage + 1, i, subset))
+                _push_retry(heap, st, (retry, key, stage + 1, i, subset))
                 st.open_items[i] += 1
         st.settled += st.open_items[i] == 0
     if stopped == "complete":
@@ -358,6 +365,24 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     report(lambda: st.status(heap), force=True)
     return _result(st, cands, opts, pruned=pruned, skipped=skipped, stopped=stopped, start=start,
                    listed_all=listed_all)
+
+
+def _release_waiting(heap: list, st: SearchState, threshold: float) -> None:
+    """Once the rest of the heap is at or above `threshold` (the incumbent less the gap) or empty, the items waiting
+    for their path solve go back on it, and later path solves run at once (SearchState.paths_waiting)."""
+    if st.paths_due and (not heap or heap[0][0] >= threshold):
+        st.paths_now = True
+        for entry in st.paths_due:
+            heapq.heappush(heap, entry)
+        st.paths_due.clear()
+
+
+def _push_retry(heap: list, st: SearchState, entry: tuple) -> None:
+    """An item's retry goes back on the heap, or, waiting for its path solve, to SearchState.paths_due."""
+    if (entry[3], entry[4]) in st.paths_waiting and not st.paths_now:
+        st.paths_due.append(entry)
+    else:
+        heapq.heappush(heap, entry)
 
 
 def _result(st: SearchState, cands: list[Candidate], opts: SearchOptions, *, pruned: int, skipped: int, stopped: str,

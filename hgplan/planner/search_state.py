@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Callable
 
+from hgplan.planner.block_model import BlockSolution
 from hgplan.planner.costs import US
 from hgplan.planner.found import Found
 from hgplan.planner.progress import Progress
@@ -58,6 +59,13 @@ class SearchState:
     settled: int = 0
     listed: int = 0
     """Items listed since the last solve (SOLVE_EVERY_SUBSETS)."""
+    paths_waiting: dict[tuple, BlockSolution] = field(default_factory=dict)
+    """Items whose block model with the steady paths is due (block_model.paths_bind), with their block model's optimum
+    without them: the path solve waits until every other item is settled or above the search's gap, and then runs
+    against the incumbent of then, mostly a quick proof (docs/planner.md, "Block model")."""
+    paths_due: list[tuple] = field(default_factory=list)
+    """Their heap entries, back on the heap when the rest of it is above the gap (paths_now from then on)."""
+    paths_now: bool = False
 
     def best_us(self) -> float:
         """The best plan's time so far (inf before any)."""
@@ -66,5 +74,6 @@ class SearchState:
     def status(self, heap: list) -> Progress:
         """Where the search stands: candidates settled, the best plan and the bound so far (seconds)."""
         best = self.best_us()
-        bound = min([best, min(self.closed_bounds, default=best)] + ([heap[0][0]] if heap else []))
+        bound = min([best, min(self.closed_bounds, default=best)] + ([heap[0][0]] if heap else [])
+                    + [entry[0] for entry in self.paths_due])
         return Progress("search", self.settled, len(self.open_items), "configurations settled", best / US, bound / US)
