@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from hgplan.planner.block_paths import add_steady_paths, paths_top
+from hgplan.planner.block_paths import add_steady_paths
 from hgplan.planner.heuristic import blocks_of
 from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
 from hgplan.planner.symmetry import canonical_assign, table_classes
@@ -177,20 +177,34 @@ def _add_layers(md: cp_model.CpModel, t: CostTables, xv: _Vars) -> None:
     md.add(sum(xv.a) + sum(xv.b) + sum(xv.i) == units)
 
 
-def _add_cycle(md: cp_model.CpModel, t: CostTables, xv: _Vars, cycle: cp_model.IntVar,
-               horizon: int) -> tuple[list, list]:
-    """The cycle holds every stage's work plus v x the sends it touches and its edge work (CostTables.cycle_extras);
-    without interleaving, 2 x cycle holds each crossing's two-stage loop (1F1B's steady state, segment_loops).
-    Returns the first and last stage demands of each block."""
+def _sends(t: CostTables, xv: _Vars) -> list[tuple]:
+    """Per block, v x the sends at its ends as expressions of the order's arcs: (its incoming crossing's, the
+    wrap-around's into it when it is the first block of an interleaved pipeline, its outgoing one: the crossing or,
+    for the last block when interleaved, the wrap-around)."""
+    K, v = len(t.groups), t.vpp
+    out = []
+    for k in range(K):
+        inward = v * sum(t.send_us[k0][k] * var for (k0, k2), var in xv.z.items() if k2 == k)
+        outward = v * sum(t.send_us[k][k2] * var for (k0, k2), var in xv.z.items() if k0 == k)
+        wrap_in = 0
+        if v > 1:
+            wrap_in = v * sum(t.send_us[k2][k] * var for (k0, k2), var in xv.w.items() if k0 == k)
+            outward += v * sum(t.send_us[k][k0] * var for (k0, k2), var in xv.w.items() if k2 == k)
+        out.append((inward, wrap_in, outward))
+    return out
+
+
+def _add_cycle(md: cp_model.CpModel, t: CostTables, xv: _Vars, cycle: cp_model.IntVar, horizon: int,
+               sends: list[tuple]) -> tuple[list, list]:
+    """The cycle holds every stage's work plus v x the sends it touches (`sends`: _sends) and its edge work
+    (CostTables.cycle_extras); without interleaving, 2 x cycle holds each crossing's two-stage loop (1F1B's steady
+    state, segment_loops). Returns the first and last stage demands of each block."""
     K, v, m = len(t.groups), t.vpp, t.microbatches
     first, last = [], []
     for k in range(K):
         tau, own = v * t.layer_us[k], t.send_us[k][k]
-        inward = v * sum(t.send_us[k0][k] * var for (k0, k2), var in xv.z.items() if k2 == k)
-        outward = v * sum(t.send_us[k][k2] * var for (k0, k2), var in xv.z.items() if k0 == k)
-        if v > 1:
-            inward += v * sum(t.send_us[k2][k] * var for (k0, k2), var in xv.w.items() if k0 == k)
-            outward += v * sum(t.send_us[k][k0] * var for (k0, k2), var in xv.w.items() if k2 == k)
+        inward, wrap_in, outward = sends[k]
+        inward = inward + wrap_in
         head = inward + t.first_us[k] * xv.start[k]
         tail = outward + t.last_us[k] * xv.end[k]
         df, dl = md.new_int_var(0, horizon, f"df{k}"), md.new_int_var(0, horizon, f"dl{k}")
@@ -270,14 +284,11 @@ def build_block_model(t: CostTables, *, upper_bound: int | None = None,
     v = t.vpp
     horizon = t.max_stage_us + 4 * v * t.most_send_us + 1
     cycle = md.new_int_var(0, horizon, "cycle")
-    _, last = _add_cycle(md, t, xv, cycle, horizon)
+    sends = _sends(t, xv)
+    _, last = _add_cycle(md, t, xv, cycle, horizon, sends)
     pipe = (v * t.microbatches - 1) * cycle + _fill(t, xv)
-    if v > 1 and paths:
-        longest = md.new_int_var(0, paths_top(t, horizon), "pipe")
-        if add_steady_paths(md, t, xv, longest, last, horizon):
-            md.add(longest >= pipe)
-            pipe = longest
-    objective = pipe + v * _tail(md, t, xv)
+    longest = add_steady_paths(md, t, xv, pipe, last, sends, horizon) if v > 1 and paths else None
+    objective = (pipe if longest is None else longest) + v * _tail(md, t, xv)
     if upper_bound is not None:
         md.add(objective <= upper_bound - 1)
     md.minimize(objective)

@@ -42,25 +42,27 @@ def first_steady_stage(t: CostTables) -> int | None:
     return next((s for s in range(p) if warmup_forwards(s, p, m, v) < m * v), None)
 
 
-def add_steady_paths(md: cp_model.CpModel, t: CostTables, xv, pipe: cp_model.IntVar, demand_last: list,
-                     horizon: int) -> bool:
-    """pipe >= the relaxed steady path through the last stage of every block (module docstring); pipe's domain must
-    reach paths_top(t, horizon). `xv`: block_model's variables; `demand_last`: each block's last-stage cycle demand
-    (block_model._add_cycle, at most `horizon`, the cycle's domain). False when no stage can be in a steady state
-    (nothing added)."""
+def add_steady_paths(md: cp_model.CpModel, t: CostTables, xv, pipe, demand_last: list, sends: list[tuple],
+                     horizon: int) -> cp_model.IntVar | None:
+    """A variable at least `pipe` (the cycle-and-fill expression) and the relaxed steady path through the last stage
+    of every block (module docstring); None when no stage can be in a steady state (nothing added). `xv`:
+    block_model's variables; `demand_last`: each block's last-stage cycle demand (block_model._add_cycle, at most
+    `horizon`, the cycle's domain); `sends`: block_model._sends."""
     s_min = first_steady_stage(t)
     if t.vpp == 1 or s_min is None:
-        return False
+        return None
     s_first = max(1, s_min)
     K, p, v, m = len(t.groups), t.pp, t.vpp, t.microbatches
     W = (v - 1) * p
-    sends = _sends(t, xv)
     top = _stage_tops(t)
+    # at least the cycle-and-fill term (its cycle at most horizon, its fill at most a prefix) and every path below
+    pre_top = _prefix_top(t)
+    longest = md.new_int_var(0, 2 * pre_top + m * v * (2 * max(top) + horizon), "pipe")
     ahead = [md.new_int_var(0, top[k], f"ahead{k}") for k in range(K)]
     behind = [md.new_int_var(0, top[k], f"behind{k}") for k in range(K)]
     for k in range(K):
         _block_extremes(md, t, xv, k, sends[k], ahead[k], behind[k])
-    pre, pre_a, pre_b, pre_top = _prefixes(md, t, xv, ahead, behind, max(top))
+    pre, pre_a, pre_b = _prefixes(md, t, xv, ahead, behind, max(top), pre_top)
     for k in range(K):
         top_a = md.new_int_var(0, max(top), f"topa{k}")
         top_b = md.new_int_var(0, max(top), f"topb{k}")
@@ -76,9 +78,9 @@ def add_steady_paths(md: cp_model.CpModel, t: CostTables, xv, pipe: cp_model.Int
         ok = md.new_bool_var(f"steady{k}")
         md.add(last_idx >= s_first).only_enforce_if(ok)
         md.add(last_idx < s_first).only_enforce_if(~ok)
-        full, without_fwd = demand_last[k], demand_last[k] - sends[k][1]
-        md.add(pipe >= pre[k] + inner + W * (top_a + top_b) + (m * v - W) * full).only_enforce_if([ok, ~xv.end[k]])
-        md.add(pipe >= pre[k] + inner + W * (top_a + top_b) + (m * v - W) * without_fwd).only_enforce_if(ok)
+        full, without_fwd = demand_last[k], demand_last[k] - sends[k][2]
+        md.add(longest >= pre[k] + inner + W * (top_a + top_b) + (m * v - W) * full).only_enforce_if([ok, ~xv.end[k]])
+        md.add(longest >= pre[k] + inner + W * (top_a + top_b) + (m * v - W) * without_fwd).only_enforce_if(ok)
         previous = None  # j stages or more after t: w_t >= W + 2 j (and t is not the last stage)
         for j in range(1, p - s_first):
             wj = W + 2 * j
@@ -90,23 +92,15 @@ def add_steady_paths(md: cp_model.CpModel, t: CostTables, xv, pipe: cp_model.Int
             if previous is not None:
                 md.add_implication(after, previous)
             previous = after
-            md.add(pipe >= pre[k] + inner + wj * (top_a + top_b) + (m * v - wj) * full).only_enforce_if([ok, after])
-    return True
+            md.add(longest >= pre[k] + inner + wj * (top_a + top_b) + (m * v - wj) * full).only_enforce_if([ok, after])
+    md.add(longest >= pipe)
+    return longest
 
 
-def paths_top(t: CostTables, horizon: int) -> int:
-    """At least every relaxed path of add_steady_paths and the cycle-and-fill term (whose cycle is at most horizon),
-    for the domain of the variable above both: two prefixes (one before the block, one inside it), and m v times two
-    stage maxima and a demand."""
-    v, m = t.vpp, t.microbatches
-    return 2 * _prefix_top(t) + v * m * (2 * max(_stage_tops(t)) + horizon)
-
-
-def _prefixes(md: cp_model.CpModel, t: CostTables, xv, ahead: list, behind: list, top: int) -> tuple:
+def _prefixes(md: cp_model.CpModel, t: CostTables, xv, ahead: list, behind: list, top: int, pre_top: int) -> tuple:
     """Per block, what the stages before its first one carry, along the order's arcs: head + chain's part (work,
-    sends, latencies), the largest ahead and the largest behind; and the bound of the first (pre_top)."""
+    sends, latencies; at most pre_top), the largest ahead and the largest behind (at most top)."""
     K, v = len(t.groups), t.vpp
-    pre_top = _prefix_top(t)
     pre = [md.new_int_var(0, pre_top, f"pre{k}") for k in range(K)]
     pre_a = [md.new_int_var(0, top, f"prea{k}") for k in range(K)]
     pre_b = [md.new_int_var(0, top, f"preb{k}") for k in range(K)]
@@ -116,7 +110,7 @@ def _prefixes(md: cp_model.CpModel, t: CostTables, xv, ahead: list, behind: list
         for into, own in ((pre_a, ahead), (pre_b, behind)):
             md.add(into[k2] >= into[k]).only_enforce_if(var)
             md.add(into[k2] >= own[k]).only_enforce_if(var)
-    return pre, pre_a, pre_b, pre_top
+    return pre, pre_a, pre_b
 
 
 def _stage_tops(t: CostTables) -> list[int]:
@@ -134,24 +128,11 @@ def _prefix_top(t: CostTables) -> int:
                + 2 * v * (t.most_send_us + lat_top) * min(t.slots[k], p) for k in range(len(t.groups)))
 
 
-def _sends(t: CostTables, xv) -> list[tuple]:
-    """Per block, v x (its incoming crossing's send, its outgoing send: the crossing or, for the last block when
-    interleaved, the wrap-around) as expressions of the order's arcs."""
-    K, v = len(t.groups), t.vpp
-    out = []
-    for k in range(K):
-        inward = v * sum(t.send_us[k0][k] * var for (k0, k2), var in xv.z.items() if k2 == k)
-        outward = v * sum(t.send_us[k][k2] * var for (k0, k2), var in xv.z.items() if k0 == k)
-        outward += v * sum(t.send_us[k][k0] * var for (k0, k2), var in xv.w.items() if k2 == k)
-        out.append((inward, outward))
-    return out
-
-
 def _block_extremes(md: cp_model.CpModel, t: CostTables, xv, k: int, send: tuple, ahead, behind) -> None:
     """ahead >= every stage of block k's F + v xf, behind >= its B + v up (the first block's first stage: B only),
     each stage taken at most as large as it is (the embedding on the first stage, the LM head on the last only)."""
     v = t.vpp
-    inward, outward = send
+    inward, _, outward = send
     fl, bl = v * t.fwd_layer_us[k], v * (t.layer_us[k] - t.fwd_layer_us[k])
     ff, bf = t.first_fwd_us[k], t.first_us[k] - t.first_fwd_us[k]
     lf, lb = t.last_fwd_us[k], t.last_us[k] - t.last_fwd_us[k]

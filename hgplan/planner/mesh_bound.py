@@ -195,14 +195,17 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
         out[:, 0] = 0.0
         return out
 
-    vals = per_class(list(zip(caps, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1])))
+    def per_host(cs: list[np.ndarray]) -> list[np.ndarray]:
+        return per_class(list(zip(cs, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1])))
+
+    vals = per_host(caps)
     best = start()
     if across is None:
         for val in vals:
             best = np.minimum(best, added(best, val))
         return best[:, P] + prices * L
     sites, wcaps = across
-    wan = per_class(list(zip(wcaps, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1])))
+    wan = per_host(wcaps)
     for site in dict.fromkeys(sites):
         free, faced = start(), np.full((prices.size, P + 1), np.inf)  # no block facing another site yet / one
         for val, wval in ((v, w) for v, w, x in zip(vals, wan, sites) if x == site):
@@ -328,6 +331,17 @@ def _ordered_cycle(order: list, t: MeshTables, lo: float, hi: float, top: float,
     return CandidateBound(math.inf)
 
 
+def _capacity_at(hosts: list[dict[str, np.ndarray]], P: int, sites: list[str] | None, prices: np.ndarray):
+    """candidate_bound's capacity(cycle, loops=True): the most layers P stages of the hosts hold at a cycle, over every
+    site (site_capacity) where `sites` are given. With the loops (prices above 0), a cycle at which no plan holds the
+    layers; without, one at which none ever does (a larger cycle leaves the loops more slack)."""
+    def capacity(cycle: float, loops: bool = True) -> float:
+        if sites is not None:
+            return site_capacity(hosts, sites, cycle, P, prices if loops else prices[:1])
+        return _capacity(hosts, cycle, P)
+    return capacity
+
+
 def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
                     enough_us: float = math.inf, stages: bool = False, every_site: bool = False,
                     loops: bool = True) -> CandidateBound:
@@ -347,17 +361,11 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     sites = [s for _, s in kept]
     across = loops and every_site and prices_loops(t)  # the loops' dual and the work across sites
     prices = loop_prices(hosts) if across else np.zeros(1)
-
-    def capacity(hs: list[dict[str, np.ndarray]], cycle: float, P: int, loops: bool = True) -> float:
-        """With the loops, a cycle at which no plan holds the layers; without, one at which none ever does (a larger
-        cycle leaves the loops more slack)."""
-        if every_site:
-            return site_capacity(hs, sites, cycle, P, prices if loops else prices[:1])
-        return _capacity(hs, cycle, P)
+    capacity = _capacity_at(hosts, P, sites if every_site else None, prices)
     sends = [float(v) for a in hosts for key in ("intra", "cross") for v in a[key] if math.isfinite(v)]
     # at this cycle every stage holds all that its memory fits, so if it holds fewer than L layers nothing does
     top = max(float((a["tau"] * L + a["first"] + a["last"]).max()) for a in hosts) + 2 * max(sends, default=0.0)
-    if not math.isfinite(cycle_us[1]) and capacity(hosts, top, P, loops=False) < L:
+    if not math.isfinite(cycle_us[1]) and capacity(top, loops=False) < L:
         return CandidateBound(math.inf)
     boundaries_and_tail = _sends_fill_us(t) + _tail_us(t)
     rest = fill_us + boundaries_and_tail
@@ -365,7 +373,7 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     if m > 1 and math.isfinite(enough_us):
         cut = (enough_us - rest) / (m - 1)
         if lo < cut < hi:
-            if capacity(hosts, cut, P) < L:
+            if capacity(cut) < L:
                 return CandidateBound((m - 1) * cut + rest, (cut, hi))  # the cycle exceeds cut: enough_us reached
             hi = cut
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
@@ -374,12 +382,12 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     def least_work(lo: float, hi: float) -> float:
         return _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, sites if across else None) + fixed
 
-    lo, hi = _bisect(lambda c: capacity(hosts, c, P, loops=False) >= L, lo, hi, m, rest)
+    lo, hi = _bisect(lambda c: capacity(c, loops=False) >= L, lo, hi, m, rest)
     work = least_work(lo, hi)
     # the loops' least cycle, where they apply, the candidate is still open and they leave too few layers at hi; the
     # work term again from there (a bound of the plans whose cycle is above it: the larger of the two holds)
-    if prices.size > 1 and max((m - 1) * lo + rest, work) < enough_us and capacity(hosts, hi, P) < L:
-        looped = _bisect_up(lambda c: capacity(hosts, c, P) >= L, hi, top, m, rest)
+    if prices.size > 1 and max((m - 1) * lo + rest, work) < enough_us and capacity(hi) < L:
+        looped = _bisect_up(lambda c: capacity(c) >= L, hi, top, m, rest)
         if looped[0] > lo:
             lo, hi = looped
             work = max(work, least_work(lo, hi))
