@@ -298,9 +298,10 @@ class AsymmetricRecord(Doc):
     bound_s: float
     relative_gap: float
     candidates: CandidateCounts
-    solver_statuses: dict[str, int] = Field(description="mesh solves by CP-SAT status, and the seed plans of "
+    solver_statuses: dict[str, int] = Field(description="mesh solves by CP-SAT status, the seed plans of "
                                             "candidates of two or more hosts as SEED_FOUND (below the incumbent), "
-                                            "SEED_ABOVE or SEED_NONE (docs/planner.md, 'Asymmetric plans')")
+                                            "SEED_ABOVE or SEED_NONE, and as BOUNDED the solves that the cuts left "
+                                            "no pair of end hosts to solve (docs/planner.md, 'Asymmetric plans')")
     deterministic_time: float
     stopped_by: Literal["complete", "budget", "wall"]
 

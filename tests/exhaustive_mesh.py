@@ -110,3 +110,19 @@ def exhaustive_mesh_best(costs: CostSource, groups: list[NodeGroup], opts: Searc
             if obj < best_us:
                 best_us, best = obj, (t, *plan)
     return best_us, best
+
+
+def pair_optima(t: MeshTables) -> dict[tuple[int, int], tuple[float, float]]:
+    """Per (first host, last host): (best objective us, least cycle us) of the plans of one candidate's tables whose
+    pipeline starts on the one and ends on the other (pairs without a plan left out)."""
+    out: dict[tuple[int, int], tuple[float, float]] = {}
+    splits = compositions(t.num_layers, t.pp)
+    for assign, choice in _placements(t):
+        scores = _scores(t, assign, choice, splits)
+        if scores is None:
+            continue
+        obj, cycles = scores
+        key = (assign[0], assign[-1])
+        o, c = out.get(key, (math.inf, math.inf))
+        out[key] = (min(o, float(obj.min())), min(c, float(cycles.min())))
+    return {k: v for k, v in out.items() if math.isfinite(v[0])}

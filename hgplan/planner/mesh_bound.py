@@ -167,14 +167,17 @@ def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], L: int)
 
 
 def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, prices: np.ndarray,
-               across: tuple[list[str], list[np.ndarray]] | None = None) -> np.ndarray:
+               across: tuple[list[str], list[np.ndarray]] | None = None,
+               forced: frozenset[int] = frozenset()) -> np.ndarray:
     """At each price per layer: a lower bound of the least work of L layers on exactly P stages, where a used host
     takes j stages under one option o and j <= x <= cap[j, o] layers at x tau_o. Pricing the layer count instead of
     requiring it (Lagrangian relaxation), a host's best is x = j when tau_o >= price and x = cap[j, o] below; a
     min-plus knapsack over stage counts gives the least sum of x (tau_o - price) over P stages, and that plus
     price x L is below the least work at every price (weak duality). across = (the hosts' sites, their caps with a
     block end facing another site, _wan_caps): plans over every one of those sites (two or more), where some block
-    of each site faces another (the knapsack runs site by site with a flag for it, and every site is used)."""
+    of each site faces another (the knapsack runs site by site with a flag for it, and every site is used); forced
+    (without across): the indices of hosts every plan uses, which take one stage or more."""
+    assert not (forced and across), "forced hosts are for the knapsack over hosts only"
     price = prices[:, None, None]
     j = np.arange(P + 1)[None, :, None]
     before = knapsack_before(P)
@@ -201,8 +204,8 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
     vals = per_host(caps)
     best = start()
     if across is None:
-        for val in vals:
-            best = np.minimum(best, added(best, val))
+        for i, val in enumerate(vals):
+            best = added(best, val) if i in forced else np.minimum(best, added(best, val))
         return best[:, P] + prices * L
     sites, wcaps = across
     wan = per_host(wcaps)
@@ -216,16 +219,18 @@ def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, p
 
 
 def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], P: int, L: int,
-                   enough: float = math.inf, across: tuple[list[str], list[np.ndarray]] | None = None) -> float:
+                   enough: float = math.inf, across: tuple[list[str], list[np.ndarray]] | None = None,
+                   forced: frozenset[int] = frozenset()) -> float:
     """W(cycle) with the stage count coupled (the greedy W of _work_at lets every host hold its most layers however
     few stages are left for it), caps = _caps at that cycle: the best price of _dual_work found. The dual is concave
     in the price and peaks between the least and the largest tau; each round narrows the bracket to the best price's
-    neighbours. The rounds stop once the value reaches `enough` (all the caller needs); across as _dual_work's."""
+    neighbours. The rounds stop once the value reaches `enough` (all the caller needs); across and forced as
+    _dual_work's."""
     taus = [a["tau"] for a in hosts]
     prices = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), DUAL_PRICES)
     best = -math.inf
     for _ in range(DUAL_ROUNDS):
-        vals = _dual_work(caps, taus, P, L, prices, across)
+        vals = _dual_work(caps, taus, P, L, prices, across, forced)
         i = int(np.argmax(vals))
         best = max(best, float(vals[i]))
         if best >= enough:
@@ -304,6 +309,26 @@ def _tail_us(t: MeshTables) -> float:
     return max(first_us, fullest)
 
 
+def fixed_part_us(t: MeshTables, fill_us: float) -> float:
+    """What candidate_bound counts of every plan's objective besides (m - 1) x its cycle: the fill's work (fill_us),
+    its boundaries and the tail (planner/mesh_cuts.py bounds the cycle with it)."""
+    return fill_us + (_sends_fill_us(t) + _tail_us(t))
+
+
+def least_stage_work_us(t: MeshTables, cycle_us: float, used: list[tuple[int, ...]]) -> list[float]:
+    """Per set of hosts in `used` (indices of t.hosts): the least total stage work (layers, embedding and head) of a
+    plan whose cycle is at most cycle_us and which uses those hosts: the stage-coupled W (_stage_work_at, those hosts
+    forced in; it does not decrease as the cycle shrinks) and the cheapest embedding and head."""
+    kept = [(h, a) for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None]
+    if not kept:
+        return [math.inf] * len(used)
+    hosts, index = shared([a for _, a in kept]), {h: i for i, (h, _) in enumerate(kept)}
+    caps = _caps(hosts, cycle_us, t.pp)
+    edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
+    return [math.inf if any(h not in index for h in u) else edges + _stage_work_at(
+        hosts, caps, t.pp, t.num_layers, forced=frozenset(index[h] for h in u)) for u in used]
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateBound:
     """A candidate's lower bound and what its bisection learnt about the least cycle, for a later, tighter call."""
@@ -367,7 +392,7 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     top = max(float((a["tau"] * L + a["first"] + a["last"]).max()) for a in hosts) + 2 * max(sends, default=0.0)
     if not math.isfinite(cycle_us[1]) and capacity(top, loops=False) < L:
         return CandidateBound(math.inf)
-    boundaries_and_tail = _sends_fill_us(t) + _tail_us(t)
+    boundaries_and_tail = fixed_part_us(t, 0.0)
     rest = fill_us + boundaries_and_tail
     lo, hi = min(cycle_us[0], top), min(cycle_us[1], top)
     if m > 1 and math.isfinite(enough_us):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -25,13 +26,23 @@ from hgplan.planner.costs import tail_class
 from hgplan.planner.mesh_tables import MeshTables
 from hgplan.planner.model import SolverParams, add_loops, configure_solver, unsolved_bound
 
-SPLIT_HOSTS = 3
+SPLIT_HOSTS = (2, 3)
 """Candidates over this many hosts are solved one (first host, last host) pair at a time (solve_mesh). Measured
 2026-11-27 on the solves of `benchmarks/mesh_search.py` (2-core machine), the whole model against the pairs:
 v100-a100-t4 (three hosts), its 31 solves 31.2 -> 10.2 deterministic and 39.4 -> 23.3 wall seconds, all of them
-proven instead of 21 (the ten hardest proofs 15.5 -> 4.3 deterministic seconds); with two hosts (mixed-nic's 28
-solves) 3.2 -> 2.2 deterministic but 4.9 -> 7.9 wall seconds, the four models' set-up costing more than the search
-saves; with four hosts (the 1024-GPU three-site fleet) the sixteen pairs proved nothing the whole model did not."""
+proven instead of 21 (the ten hardest proofs 15.5 -> 4.3 deterministic seconds). Two hosts were solved whole then
+(mixed-nic's 28 solves: 3.2 -> 2.2 deterministic but 4.9 -> 7.9 wall seconds, the four models' set-up costing more
+than the search saved); with the pairs' cuts (planner/mesh_cuts.py) and PAIR_THREADS they are split too (same day:
+mixed-nic 9.3 -> 7.8 s, 2.56 -> 1.17 deterministic; mixed-vendor 2.2 -> 1.9 s; the 256-GPU two-site fleet 4.3 -> 3.8
+s). With four hosts (the 1024-GPU three-site fleet) the sixteen pairs proved nothing the whole model did not, with the
+cuts and threads neither (1.96% at the time limit both ways; its candidates are over mesh_order.ORDERED_SIZE_MAX, so
+their pairs get no floors of their own)."""
+
+PAIR_THREADS = 2
+"""Pairs of end hosts solved at once (_solve_by_ends), each a one-worker CP-SAT solve on its own thread (the solve
+releases Python's lock). A fixed number, not the machine's core count: the pairs of a batch share one upper bound and
+one deterministic share, so the results depend on it, and plans must not depend on the machine. Measured 2026-11-27
+(2-core machine): v100-a100-t4's 73 pair solves 7.0 -> 3.6 s wall, the same statuses."""
 
 MESH_MODEL_PARAMS = "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false symmetry_level: 0"
 """CP-SAT parameters every mesh solve gets before --solver-params (which win): most mesh solves prove that nothing
@@ -61,6 +72,18 @@ class MeshSolution:
     solve only these (None: solved as one model)."""
 
 
+@dataclass(frozen=True, slots=True)
+class CycleCuts:
+    """What the bounds prove of the cycle of a candidate's plans before its solve (integer us,
+    planner/mesh_cuts.py), added to its model as cuts."""
+
+    floor_us: int = 0
+    """No plan's cycle is below it."""
+    pairs_us: dict[tuple[int, int], int] | None = None
+    """Of a candidate solved per (first host, last host) pair (SPLIT_HOSTS): the pairs to solve, each with its own
+    floor; a pair left out has no plan below the upper bound of the solve. None: every pair, at floor_us."""
+
+
 @dataclass(slots=True)
 class _Vars:
     w: list[list[cp_model.IntVar]]
@@ -69,6 +92,7 @@ class _Vars:
     z: dict[tuple[int, int, int], cp_model.IntVar]
     u: dict[tuple[int, int, int], cp_model.IntVar]
     q: dict[tuple[int, int, int], cp_model.IntVar]
+    cycle: cp_model.IntVar | None = None
 
 
 def _horizon(t: MeshTables) -> int:
@@ -194,8 +218,9 @@ def _tail(md: cp_model.CpModel, t: MeshTables, v: _Vars, hz: int) -> cp_model.In
     return tail
 
 
-def build_mesh_model(t: MeshTables, *, upper_bound: int | None = None) -> tuple[cp_model.CpModel, _Vars]:
-    """The whole model; with upper_bound only strictly better plans are feasible."""
+def build_mesh_model(t: MeshTables, *, upper_bound: int | None = None,
+                     cuts: CycleCuts = CycleCuts()) -> tuple[cp_model.CpModel, _Vars]:
+    """The whole model; with upper_bound only strictly better plans are feasible; cuts: its cycle's floor."""
     md = cp_model.CpModel()
     v = _variables(md, t)
     _add_placement(md, t, v)
@@ -204,7 +229,9 @@ def build_mesh_model(t: MeshTables, *, upper_bound: int | None = None) -> tuple[
     work, send, lat = _costs(md, t, v)
     hz = _horizon(t)
     lat_hz = max([x for r in t.intra_lat_us for x in r] + [x for r in t.lat_us for x in r])
-    cycle = md.new_int_var(0, hz + 2 * lat_hz, "cycle")  # a loop of n stages over n is at most that
+    v.cycle = cycle = md.new_int_var(0, hz + 2 * lat_hz, "cycle")  # a loop of n stages over n is at most that
+    if cuts.floor_us > 0:
+        md.add(cycle >= cuts.floor_us)
     for s in range(t.pp):
         md.add(cycle >= work[s] + sum(send[b] for b in (s - 1, s) if 0 <= b < t.pp - 1))
     if t.loops:  # 1F1B's loops through the boundaries, as in the stock family's model
@@ -220,19 +247,24 @@ def build_mesh_model(t: MeshTables, *, upper_bound: int | None = None) -> tuple[
     return md, v
 
 
-def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None = None,
-               log: Callable[[str], None] | None = None,
-               pairs: tuple[tuple[int, int], ...] | None = None) -> MeshSolution:
-    """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists. A candidate
-    over SPLIT_HOSTS hosts is solved as one model per (first host, last host) pair (_solve_by_ends); `pairs`: only
-    these (an earlier try's open_pairs), the others having been proven under an upper bound at least this one."""
+def end_pairs(t: MeshTables) -> list[tuple[int, int]]:
+    """The (first host, last host) pairs of a candidate solved per pair (one host at both ends where P = 1)."""
     H = len(t.hosts)
-    if H != SPLIT_HOSTS:
-        md, v = build_mesh_model(t, upper_bound=upper_bound)
+    return [(a, b) for a in range(H) for b in range(H) if t.pp > 1 or a == b]
+
+
+def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None = None,
+               log: Callable[[str], None] | None = None, cuts: CycleCuts = CycleCuts()) -> MeshSolution:
+    """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists. A candidate
+    over two or three hosts (SPLIT_HOSTS) is solved as one model per (first host, last host) pair (_solve_by_ends):
+    those of cuts.pairs_us where given (an earlier try's open_pairs, less those the cuts rule out), the others having
+    been proven under an upper bound at least this one; cuts: what the bounds prove of the cycle."""
+    if len(t.hosts) not in SPLIT_HOSTS:
+        md, v = build_mesh_model(t, upper_bound=upper_bound, cuts=cuts)
         return _solve_one(md, v, t, params, log)
-    assert pairs is None or pairs, "a candidate whose pairs are all proven is not solved again"
-    ends = [(a, b) for a in range(H) for b in range(H) if t.pp > 1 or a == b]
-    return _solve_by_ends(t, params, upper_bound, ends if pairs is None else list(pairs), log)
+    pairs = cuts.pairs_us if cuts.pairs_us is not None else dict.fromkeys(end_pairs(t), cuts.floor_us)
+    assert pairs, "a candidate whose pairs are all proven is not solved"
+    return _solve_by_ends(t, params, upper_bound, cuts, pairs, log)
 
 
 def _solve_one(md: cp_model.CpModel, v: _Vars, t: MeshTables, params: SolverParams,
@@ -255,42 +287,56 @@ def _solve_one(md: cp_model.CpModel, v: _Vars, t: MeshTables, params: SolverPara
                         layers=(), deterministic_time=solver.deterministic_time, wall_time_s=solver.wall_time)
 
 
-def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None, ends: list[tuple[int, int]],
-                   log: Callable[[str], None] | None) -> MeshSolution:
-    """One solve per (first host, last host) pair, in turn, under the best objective found so far (the pairs
-    partition the plans); each gets an equal share of what the earlier ones left of the deterministic limit, and the
-    pairs left unproven get a second turn with what the first left over. The result is the best plan found, proven
-    (OPTIMAL, or INFEASIBLE without one) when every pair is, and its bound the least of the pairs' bounds. Why:
-    CP-SAT proves the pairs of a three-host candidate several times faster in deterministic time than the whole model
-    (SPLIT_HOSTS; docs/planner.md, "Asymmetric plans")."""
+def _pair_model(base: tuple[cp_model.CpModel, _Vars], t: MeshTables, a: int, b: int, floor_us: int,
+                cuts: CycleCuts) -> cp_model.CpModel:
+    """The candidate's model with its first stage on host a, its last on host b and the pair's cycle floor."""
+    md, v = base[0].clone(), base[1]
+    md.add(md.get_bool_var_from_proto_index(v.x[0][a].index) == 1)
+    md.add(md.get_bool_var_from_proto_index(v.x[t.pp - 1][b].index) == 1)
+    if floor_us > cuts.floor_us:
+        md.add(md.get_int_var_from_proto_index(v.cycle.index) >= floor_us)
+    return md
+
+
+def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None, cuts: CycleCuts,
+                   ends: dict[tuple[int, int], int], log: Callable[[str], None] | None) -> MeshSolution:
+    """One solve per (first host, last host) pair of `ends` (with its cycle floor), PAIR_THREADS at a time, under the
+    best objective found before (the pairs partition the plans); each gets an equal share of what the earlier ones left
+    of the deterministic limit, and the pairs left unproven get a second turn with what the first left over. The
+    result is the best plan found (the first pair's of equal ones), proven (OPTIMAL, or INFEASIBLE without one) when
+    every pair is, and its bound the least of the pairs' bounds. Why: CP-SAT proves the pairs of a three-host
+    candidate several times faster in deterministic time than the whole model (SPLIT_HOSTS; docs/planner.md,
+    "Asymmetric plans"). cuts: the whole model's."""
     ub, used, best, base = upper_bound, 0.0, None, None
     began = time.perf_counter()  # the pairs together keep to params' wall-clock limit (within the search's deadline)
     # what each pair proves of its plans: nothing below its upper bound (INFEASIBLE), else CP-SAT's bound
     bounds = {e: -math.inf for e in ends}
     todo, left = list(ends), []
-    for _ in range(2):
-        for i, (a, b) in enumerate(todo):
-            share = max(0.0, params.max_deterministic_time - used) / (len(todo) - i)
-            clock = params.max_time_in_seconds - (time.perf_counter() - began)
-            if clock <= 0:
-                left += todo[i:]
+    with ThreadPoolExecutor(PAIR_THREADS) as pool:
+        for _ in range(2):
+            for i in range(0, len(todo), PAIR_THREADS):
+                share = max(0.0, params.max_deterministic_time - used) / (len(todo) - i)
+                clock = params.max_time_in_seconds - (time.perf_counter() - began)
+                if clock <= 0:
+                    left += todo[i:]
+                    break
+                if base is None:  # built again only when a pair found a better plan (a lower upper bound)
+                    base = build_mesh_model(t, upper_bound=ub, cuts=cuts)
+                batch = todo[i:i + PAIR_THREADS]
+                each = replace(params, max_deterministic_time=share, max_time_in_seconds=clock)
+                models = [_pair_model(base, t, a, b, ends[(a, b)], cuts) for a, b in batch]
+                sols = list(pool.map(lambda md: _solve_one(md, base[1], t, each, log), models))
+                above = math.inf if ub is None else ub
+                for e, sol in zip(batch, sols):
+                    used += sol.deterministic_time
+                    bounds[e] = max(bounds[e], above if sol.status == "INFEASIBLE" else min(sol.bound, above))
+                    if sol.status not in ("OPTIMAL", "INFEASIBLE"):
+                        left.append(e)
+                    if sol.objective is not None and (best is None or sol.objective < best.objective):
+                        best, ub, base = sol, sol.objective, None
+            todo, left = left, []
+            if not todo or used >= params.max_deterministic_time:
                 break
-            if base is None:  # built again only when a pair found a better plan (a lower upper bound)
-                base = build_mesh_model(t, upper_bound=ub)
-            md, v = base[0].clone(), base[1]
-            md.add(md.get_bool_var_from_proto_index(v.x[0][a].index) == 1)
-            md.add(md.get_bool_var_from_proto_index(v.x[t.pp - 1][b].index) == 1)
-            sol = _solve_one(md, v, t, replace(params, max_deterministic_time=share, max_time_in_seconds=clock), log)
-            used += sol.deterministic_time
-            above = math.inf if ub is None else ub
-            bounds[(a, b)] = max(bounds[(a, b)], above if sol.status == "INFEASIBLE" else min(sol.bound, above))
-            if sol.status not in ("OPTIMAL", "INFEASIBLE"):
-                left.append((a, b))
-            if sol.objective is not None and (best is None or sol.objective < best.objective):
-                best, ub, base = sol, sol.objective, None
-        todo, left = left, []
-        if not todo or used >= params.max_deterministic_time:
-            break
     proven, bound, wall = not todo, min(bounds.values()), time.perf_counter() - began
     if best is None:
         return MeshSolution(status="INFEASIBLE" if proven else "UNKNOWN", objective=None,

@@ -140,12 +140,13 @@ class _Gains:
         return g
 
 
-def ordered_capacity(hosts: list[OrderHost | None], cycle: float, P: int) -> float:
+def ordered_capacity(hosts: list[OrderHost | None], cycle: float, P: int,
+                     ends: tuple[int, int] | None = None) -> float:
     """Most whole layers P stages hold at this cycle over every host order, option and block size (NONE when no
-    pipeline of P stages is possible)."""
+    pipeline of P stages is possible); ends = (first host, last host): only the orders from the one to the other."""
     gains = _Gains(hosts, cycle, P)
     H = len(hosts)
-    used = [h for h in range(H) if hosts[h] is not None]
+    used = [h for h in range(H) if hosts[h] is not None and (ends is None or h == ends[0])]
     start = np.full(P, NONE)
     start[0] = 0.0
     # states[mask][(host before, current host)]: per start position of the current block, the most layers the
@@ -154,7 +155,8 @@ def ordered_capacity(hosts: list[OrderHost | None], cycle: float, P: int) -> flo
     best = NONE
     for mask in range(1, 1 << H):
         for (before, h), held in states.pop(mask, {}).items():
-            best = max(best, float((held + gains(h, before, -1)[:, P]).max()))
+            if ends is None or h == ends[1]:
+                best = max(best, float((held + gains(h, before, -1)[:, P]).max()))
             for h2 in hosts[h].right:  # a path h -> h2 exists, so h is in hosts[h2].left too
                 if mask >> h2 & 1 or hosts[h2] is None:
                     continue
@@ -167,12 +169,13 @@ def ordered_capacity(hosts: list[OrderHost | None], cycle: float, P: int) -> flo
 
 
 def least_ordered_cycle(hosts: list[OrderHost | None], P: int, L: int, lo: float, hi: float,
-                        resolution_us: float) -> tuple[float, float]:
+                        resolution_us: float, ends: tuple[int, int] | None = None) -> tuple[float, float]:
     """(a cycle no plan is below, one at which the ordered capacity holds L) by bisection between lo (no plan is
-    below it) and hi; (hi, inf) when P stages do not hold L layers even at hi."""
-    if ordered_capacity(hosts, hi, P) < L - LAYER_SLACK:
+    below it) and hi; (hi, inf) when P stages do not hold L layers even at hi. ends: of the plans from one host to
+    another only (ordered_capacity's)."""
+    if ordered_capacity(hosts, hi, P, ends) < L - LAYER_SLACK:
         return hi, math.inf
     while hi - lo > resolution_us:
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if ordered_capacity(hosts, mid, P) >= L - LAYER_SLACK else (mid, hi)
+        lo, hi = (lo, mid) if ordered_capacity(hosts, mid, P, ends) >= L - LAYER_SLACK else (mid, hi)
     return lo, hi
