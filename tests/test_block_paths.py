@@ -8,6 +8,8 @@ multi-site fleets (links from InfiniBand to a 20 ms WAN), and the paths must rai
 
 from __future__ import annotations
 
+import copy
+import math
 import random
 from dataclasses import replace
 
@@ -22,7 +24,9 @@ from hgplan.planner.block_model import block_values, build_block_model
 from hgplan.planner.block_paths import first_steady_stage
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
-from hgplan.planner.options import SearchOptions
+from hgplan.planner.limits import solve_params
+from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
+from hgplan.planner.search_state import Stage
 from hgplan.planner.symmetry import canonical_assign, table_classes
 from hgplan.planner.tables import build_tables
 
@@ -109,18 +113,14 @@ def test_every_plan_is_a_solution_at_most_its_objective(seeds, monkeypatch):
     assert sum(late for _, _, late in results) >= 5, results
 
 
-@pytest.mark.parametrize("seed", [2, 7, 16])
-def test_items_waiting_for_their_path_solve_keep_the_search_exact(seed, monkeypatch):
-    """Every block optimum made to wait for a path solve (paths_bind forced, and each bound without the paths one
-    microsecond lower, so that no item's own plan settles it: a weaker bound, still a bound): the waiting items go
-    back on the heap once the rest is above the gap, their path solves run against the incumbent of then, and the
-    search still returns the exhaustive optimum with a zero gap (random multi-site fleets whose searches close items
-    with the block model)."""
+def _forced_waits(seed: int, monkeypatch):
+    """A random multi-site fleet's search setting with every block optimum made to wait for a path solve
+    (paths_bind forced, and each bound without the paths one microsecond lower, so that no item's own plan settles
+    it: a weaker bound, still a bound), and the exhaustive optimum."""
     from exhaustive import exhaustive_best
     from test_planner import random_multisite_fleet
 
     from hgplan.planner import search
-    from hgplan.planner.search import run_search
 
     fleet = random_multisite_fleet(random.Random(seed))
     model, train = small_model(12, hidden=4096, heads=32), TrainingSettings(seq_length=2048, global_batch_size=64)
@@ -135,11 +135,69 @@ def test_items_waiting_for_their_path_solve_keep_the_search_exact(seed, monkeypa
 
     monkeypatch.setattr(search, "solve_blocks", lowered)
     monkeypatch.setattr(search, "paths_bind", lambda tables, sol: sol.status == "OPTIMAL")
+    assert best is not None
+    return fleet, model, train, opts, best_us
+
+
+@pytest.mark.parametrize("seed", [2, 7, 16])
+def test_items_waiting_for_their_path_solve_keep_the_search_exact(seed, monkeypatch):
+    """With every block optimum made to wait (_forced_waits), the waiting items go back on the heap once the rest is
+    above the gap, their path solves run against the incumbent of then, and the search still returns the exhaustive
+    optimum with a zero gap (random multi-site fleets whose searches close items with the block model)."""
+    from hgplan.planner.search import run_search
+
+    fleet, model, train, opts, best_us = _forced_waits(seed, monkeypatch)
     res = run_search(fleet, model, train, opts)
-    assert best is not None and res.found and res.stopped_by == "complete"
+    assert res.found and res.stopped_by == "complete"
     assert res.found[0].time_us == pytest.approx(best_us, abs=1.0)
     assert res.gap == pytest.approx(0.0, abs=1e-9)
     assert any(name.startswith("BLOCK_PATHS_") for name in res.statuses), res.statuses
     for budget_s in (0.02, 0.1, 0.5):  # stopped by the budget, perhaps with items waiting: still a bound
         short = run_search(fleet, model, train, replace(opts, budget_s=budget_s))
         assert short.bound_us <= best_us + 1e-6, (budget_s, short.bound_us, best_us, short.stopped_by)
+
+
+@pytest.mark.parametrize("seed", [7, 15])
+def test_path_solves_released_together_run_two_at_a_time(seed, monkeypatch):
+    """The path solves of the items released together run limits.SOLVE_THREADS at a time, ahead of the items' turns
+    (search._prefetch_paths). On these two fleets (of seeds 0-39 the two where two items are released at once) the
+    release is taken as it happened and both items made due: one batch of two runs, each result is what the item's
+    path solve gives alone under the same upper bound, counted and ready for the item's turn; and the whole search
+    returns the exhaustive optimum with a zero gap as with one thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hgplan.planner import limits, search
+    from hgplan.planner.search import run_search
+
+    fleet, model, train, opts, best_us = _forced_waits(seed, monkeypatch)
+    real_prefetch, taken = search._prefetch_paths, []
+
+    def prefetch(st, released, *args):
+        if len(released) >= 2 and not taken:
+            taken.append((copy.deepcopy(st), list(released), args))
+        return real_prefetch(st, released, *args)
+
+    monkeypatch.setattr(search, "_prefetch_paths", prefetch)
+    two = run_search(fleet, model, train, opts)
+    st, released, (_, cands, _) = taken[0]
+    batches = []
+    monkeypatch.setattr(search, "ThreadPoolExecutor", lambda n: (batches.append(n), ThreadPoolExecutor(n))[1])
+    monkeypatch.setattr(search, "_paths_due", lambda *a: True)
+    items = [(e[3], e[4]) for e in sorted(released)]
+    uppers = [st.upper_bound(cands[i].cfg.vpp) for i, _ in items]
+    remaining = DTIME_PER_WALL * opts.budget_s - st.dtime
+    params = [solve_params(opts, Stage.attempt(e[2]) + limits.PATH_DOUBLINGS, remaining) for e in sorted(released)]
+    before = sum(n for k, n in st.statuses.items() if k.startswith("BLOCK_PATHS_"))
+    real_prefetch(st, released, math.inf, cands, opts)
+    assert batches == [2] and limits.SOLVE_THREADS == 2
+    assert sum(n for k, n in st.statuses.items() if k.startswith("BLOCK_PATHS_")) == before + 2
+    for item, upper, configured in zip(items, uppers, params):
+        first = st.paths_waiting[item]
+        alone = search.solve_blocks(st.tables_of[item], configured, hint=(list(first.assign), list(first.layers)),
+                                    upper_bound=upper, paths=True)
+        ready_upper, ready = st.paths_ready[item]
+        assert ready_upper == upper and (ready.status, ready.bound) == (alone.status, alone.bound)
+    monkeypatch.setattr(limits, "SOLVE_THREADS", 1)
+    one = run_search(fleet, model, train, opts)
+    for res in (one, two):
+        assert res.found[0].time_us == pytest.approx(best_us, abs=1.0) and res.gap == pytest.approx(0.0, abs=1e-9)

@@ -222,7 +222,7 @@ def test_where_the_steady_paths_bind_the_item_waits_then_gets_the_model_with_the
     out, calls = attempt(1, out, ("OPTIMAL", 120.0, False))
     assert calls == [("block", None)] and item in st.paths_waiting and out == pytest.approx(max(100.0, 120.0 / v))
     st.paths_now = True
-    incumbent = search._upper_bound(st, v)
+    incumbent = st.upper_bound(v)
     closed = len(st.closed_bounds)
     out, calls = attempt(2, out, ("INFEASIBLE", float("inf"), False))
     assert calls == [("paths", incumbent)] and out is None and item not in st.block_open

@@ -14,7 +14,7 @@ from exhaustive import compositions
 from exhaustive_mesh import _placements, _scores, pair_optima
 from test_mesh_exhaustive import case
 
-from hgplan.planner import mesh_bound, mesh_first, mesh_model
+from hgplan.planner import limits, mesh_bound, mesh_first, mesh_model
 from hgplan.planner.mesh_cuts import cycle_cuts
 from hgplan.planner.mesh_model import SPLIT_HOSTS, CycleCuts, MeshSolution, build_mesh_model, solve_mesh
 from hgplan.planner.mesh_sites import site_set_bound
@@ -79,7 +79,7 @@ def _stopping(monkeypatch, calls_stopped: set[int], bound: float) -> list:
         return real(md, v, t, params, log)
 
     monkeypatch.setattr(mesh_model, "_solve_one", solve_one)
-    monkeypatch.setattr(mesh_model, "PAIR_THREADS", 1)  # the calls in pair order
+    monkeypatch.setattr(limits, "SOLVE_THREADS", 1)  # the calls in pair order
     return calls
 
 
@@ -255,11 +255,11 @@ def _check_least_work(t) -> int:
 
 
 def test_pairs_on_threads_give_what_one_thread_gives(monkeypatch):
-    """mesh_model.PAIR_THREADS solves a batch of pairs at once under one upper bound: where the limits do not bind,
+    """limits.SOLVE_THREADS solves a batch of pairs at once under one upper bound: where the limits do not bind,
     every candidate's result (status, plan, objective, bound) is the one-thread result."""
     rows = [t for s in SEEDS for t, _ in candidates(s) if t.pp > 1]
-    assert mesh_model.PAIR_THREADS == 2 and len(rows) >= 10
+    assert limits.SOLVE_THREADS == 2 and len(rows) >= 10
     key = lambda sol: (sol.status, sol.objective, sol.bound, sol.assign, sol.choice, sol.layers, sol.open_pairs)
     two = [key(solve_mesh(t, LONG)) for t in rows]
-    monkeypatch.setattr(mesh_model, "PAIR_THREADS", 1)
+    monkeypatch.setattr(limits, "SOLVE_THREADS", 1)
     assert [key(solve_mesh(t, LONG)) for t in rows] == two

@@ -24,6 +24,12 @@ from hgplan.planner.mesh_model import SPLIT_HOSTS, CycleCuts, end_pairs
 from hgplan.planner.mesh_order import least_ordered_cycle, order_hosts
 from hgplan.planner.mesh_tables import MeshTables
 
+PAIR_SIZE_MAX = 4_000_000
+"""The pairs' floors use the ordered capacity up to this size (mesh_order.ORDERED_SIZE_MAX's measure, eight times
+that limit): a solve needs a few evaluations per pair, where the candidate's bound needs a bisection of them on
+every candidate it takes. Measured 2026-11-27: 1.3 ms per evaluation at size 573,750 (the 504-GPU fleet's B = 4,
+P = 25: three hosts of 26 options), about 20 ms at 5.6 million."""
+
 
 def cycle_cuts(t: MeshTables, fill_us: float, floor_us: float, upper_us: float,
                pairs: tuple[tuple[int, int], ...] | None = None) -> CycleCuts:
@@ -35,7 +41,7 @@ def cycle_cuts(t: MeshTables, fill_us: float, floor_us: float, upper_us: float,
     ends = end_pairs(t) if pairs is None else list(pairs)
     every = CycleCuts(floor_us=floor, pairs_us=None if pairs is None else dict.fromkeys(ends, floor))
     P, L, m = t.pp, t.num_layers, t.microbatches
-    order = order_hosts(t) if len(t.hosts) in SPLIT_HOSTS and m > 1 and math.isfinite(upper_us) else None
+    order = order_hosts(t, PAIR_SIZE_MAX) if len(t.hosts) in SPLIT_HOSTS and m > 1 and math.isfinite(upper_us) else None
     if order is None:
         return every
     others = fixed_part_us(t, 0.0)  # the fill's boundaries and the tail

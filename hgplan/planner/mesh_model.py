@@ -22,6 +22,7 @@ from typing import Callable
 
 from ortools.sat.python import cp_model
 
+from hgplan.planner import limits
 from hgplan.planner.costs import tail_class
 from hgplan.planner.mesh_tables import MeshTables
 from hgplan.planner.model import SolverParams, add_loops, configure_solver, unsolved_bound
@@ -32,17 +33,10 @@ SPLIT_HOSTS = (2, 3)
 v100-a100-t4 (three hosts), its 31 solves 31.2 -> 10.2 deterministic and 39.4 -> 23.3 wall seconds, all of them
 proven instead of 21 (the ten hardest proofs 15.5 -> 4.3 deterministic seconds). Two hosts were solved whole then
 (mixed-nic's 28 solves: 3.2 -> 2.2 deterministic but 4.9 -> 7.9 wall seconds, the four models' set-up costing more
-than the search saved); with the pairs' cuts (planner/mesh_cuts.py) and PAIR_THREADS they are split too (same day:
-mixed-nic 9.3 -> 7.8 s, 2.56 -> 1.17 deterministic; mixed-vendor 2.2 -> 1.9 s; the 256-GPU two-site fleet 4.3 -> 3.8
-s). With four hosts (the 1024-GPU three-site fleet) the sixteen pairs proved nothing the whole model did not, with the
-cuts and threads neither (1.96% at the time limit both ways; its candidates are over mesh_order.ORDERED_SIZE_MAX, so
-their pairs get no floors of their own)."""
-
-PAIR_THREADS = 2
-"""Pairs of end hosts solved at once (_solve_by_ends), each a one-worker CP-SAT solve on its own thread (the solve
-releases Python's lock). A fixed number, not the machine's core count: the pairs of a batch share one upper bound and
-one deterministic share, so the results depend on it, and plans must not depend on the machine. Measured 2026-11-27
-(2-core machine): v100-a100-t4's 73 pair solves 7.0 -> 3.6 s wall, the same statuses."""
+than the search saved); with the pairs' cuts (planner/mesh_cuts.py) and limits.SOLVE_THREADS they are split too
+(same day: mixed-nic 9.3 -> 7.8 s, 2.56 -> 1.17 deterministic; mixed-vendor 2.2 -> 1.9 s; the 256-GPU two-site fleet
+4.3 -> 3.8 s). With four hosts (the 1024-GPU three-site fleet) the sixteen pairs proved nothing the whole model did
+not, with the cuts and threads neither (1.96% at the time limit both ways)."""
 
 MESH_MODEL_PARAMS = "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false symmetry_level: 0"
 """CP-SAT parameters every mesh solve gets before --solver-params (which win): most mesh solves prove that nothing
@@ -300,11 +294,11 @@ def _pair_model(base: tuple[cp_model.CpModel, _Vars], t: MeshTables, a: int, b: 
 
 def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None, cuts: CycleCuts,
                    ends: dict[tuple[int, int], int], log: Callable[[str], None] | None) -> MeshSolution:
-    """One solve per (first host, last host) pair of `ends` (with its cycle floor), PAIR_THREADS at a time, under the
-    best objective found before (the pairs partition the plans); each gets an equal share of what the earlier ones left
-    of the deterministic limit, and the pairs left unproven get a second turn with what the first left over. The
-    result is the best plan found (the first pair's of equal ones), proven (OPTIMAL, or INFEASIBLE without one) when
-    every pair is, and its bound the least of the pairs' bounds. Why: CP-SAT proves the pairs of a three-host
+    """One solve per (first host, last host) pair of `ends` (with its cycle floor), limits.SOLVE_THREADS at a time,
+    under the best objective found before (the pairs partition the plans); each gets an equal share of what the earlier
+    ones left of the deterministic limit, and the pairs left unproven get a second turn with what the first left over.
+    The result is the best plan found (the first pair's of equal ones), proven (OPTIMAL, or INFEASIBLE without one)
+    when every pair is, and its bound the least of the pairs' bounds. Why: CP-SAT proves the pairs of a three-host
     candidate several times faster in deterministic time than the whole model (SPLIT_HOSTS; docs/planner.md,
     "Asymmetric plans"). cuts: the whole model's."""
     ub, used, best, base = upper_bound, 0.0, None, None
@@ -312,9 +306,9 @@ def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None,
     # what each pair proves of its plans: nothing below its upper bound (INFEASIBLE), else CP-SAT's bound
     bounds = {e: -math.inf for e in ends}
     todo, left = list(ends), []
-    with ThreadPoolExecutor(PAIR_THREADS) as pool:
+    with ThreadPoolExecutor(limits.SOLVE_THREADS) as pool:
         for _ in range(2):
-            for i in range(0, len(todo), PAIR_THREADS):
+            for i in range(0, len(todo), limits.SOLVE_THREADS):
                 share = max(0.0, params.max_deterministic_time - used) / (len(todo) - i)
                 clock = params.max_time_in_seconds - (time.perf_counter() - began)
                 if clock <= 0:
@@ -322,7 +316,7 @@ def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None,
                     break
                 if base is None:  # built again only when a pair found a better plan (a lower upper bound)
                     base = build_mesh_model(t, upper_bound=ub, cuts=cuts)
-                batch = todo[i:i + PAIR_THREADS]
+                batch = todo[i:i + limits.SOLVE_THREADS]
                 each = replace(params, max_deterministic_time=share, max_time_in_seconds=clock)
                 models = [_pair_model(base, t, a, b, ends[(a, b)], cuts) for a, b in batch]
                 sols = list(pool.map(lambda md: _solve_one(md, base[1], t, each, log), models))

@@ -63,11 +63,11 @@ class OrderHost:
     """right[h2][o]: ... from this host's last stage under option o into host h2."""
 
 
-def order_hosts(t: MeshTables) -> list[OrderHost] | None:
+def order_hosts(t: MeshTables, size_max: int = ORDERED_SIZE_MAX) -> list[OrderHost] | None:
     """The candidate's hosts as the ordered capacity reads them (indexed as t.hosts; None for a host without an
-    option that holds a layer), or None when the candidate is over ORDERED_SIZE_MAX."""
+    option that holds a layer), or None when the candidate is over size_max (ORDERED_SIZE_MAX's measure)."""
     H, P, L = len(t.hosts), t.pp, t.num_layers
-    if H ** 3 * P * P * (max(len(o) for o in t.options) + 2 ** H) > ORDERED_SIZE_MAX:
+    if H ** 3 * P * P * (max(len(o) for o in t.options) + 2 ** H) > size_max:
         return None
     out: list[OrderHost | None] = []
     for h in range(H):
@@ -97,20 +97,29 @@ class _Gains:
         self.hosts, self.cycle, self.P = hosts, cycle, P
         self.cache: dict[tuple[int, int, int], np.ndarray] = {}
         self.middle: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # [t0, p] index arrays of a block on stages t0 .. p - 1: its size, its last stage, its middle's ends
+        t0, p = np.arange(P)[:, None], np.arange(P + 1)[None, :]
+        self.j, self.e = p - t0, np.clip(p - 1, 0, P - 1)
+        lo, hi = np.clip(t0 + 1, 0, P), np.clip(p - 1, 0, P)
+        self.lo, self.hi = lo, np.maximum(hi, lo)
 
     def _hold(self, a: OrderHost, penalty: np.ndarray) -> np.ndarray:
         """[s, o]: whole layers stage s holds under option o with this much else to do (NONE below one)."""
         return whole_layers(self.cycle, penalty, a.tau, a.mem)
 
     def _middle(self, h: int) -> tuple[np.ndarray, np.ndarray]:
-        """Prefix sums over positions of what a stage between two of its own mesh's sends holds, and of the
-        positions where it holds none (a block over one of those is impossible)."""
+        """[t0, p, o]: what the middle stages of a block on t0 .. p - 1 hold (each between two of its own mesh's
+        sends; prefix sums over positions), and whether the block can be (one stage or more, within the option's
+        slots, no middle stage that holds none)."""
         if h not in self.middle:
             a = self.hosts[h]
             mid = self._hold(a, np.broadcast_to(2 * a.intra, a.mem.shape))
             zero = np.zeros((1, mid.shape[1]))
-            self.middle[h] = (np.concatenate([zero, np.cumsum(np.where(mid > 0, mid, 0.0), axis=0)]),
-                              np.concatenate([zero, np.cumsum(mid <= 0, axis=0)]))
+            csum = np.concatenate([zero, np.cumsum(np.where(mid > 0, mid, 0.0), axis=0)])
+            cbad = np.concatenate([zero, np.cumsum(mid <= 0, axis=0)])
+            bad = (cbad[self.hi] - cbad[self.lo]) > 0
+            self.middle[h] = (csum[self.hi] - csum[self.lo], (self.j >= 1)[..., None] & (self.j[..., None] <= a.slots)
+                              & ~bad)
         return self.middle[h]
 
     def __call__(self, h: int, before: int, after: int) -> np.ndarray:
@@ -127,15 +136,9 @@ class _Gains:
         right = np.where(s == P - 1, a.last, a.right[after] if after >= 0 else inf)
         single, head, tail = (self._hold(a, left + right), self._hold(a, left + a.intra),
                               self._hold(a, a.intra + right))
-        csum, cbad = self._middle(h)
-        t0, p = np.arange(P)[:, None], np.arange(P + 1)[None, :]
-        j, e = p - t0, np.clip(p - 1, 0, P - 1)
-        lo, hi = np.clip(t0 + 1, 0, P), np.clip(p - 1, 0, P)
-        mid_sum = csum[np.maximum(hi, lo)] - csum[lo]
-        mid_bad = (cbad[np.maximum(hi, lo)] - cbad[lo]) > 0
-        block = np.where((j == 1)[..., None], single[:, None, :], head[:, None, :] + tail[e] + mid_sum)
-        ok = (j >= 1)[..., None] & (j[..., None] <= a.slots) & (block > 0) & ~mid_bad
-        g = np.where(ok, block, NONE).max(axis=2)
+        mid_sum, can = self._middle(h)
+        block = np.where((self.j == 1)[..., None], single[:, None, :], head[:, None, :] + tail[self.e] + mid_sum)
+        g = np.where(can & (block > 0), block, NONE).max(axis=2)
         self.cache[key] = g
         return g
 

@@ -3,14 +3,17 @@ state (plans found, closed bounds, time spent, items whose block model is open).
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Callable
 
+from hgplan.plan import ParallelConfig
 from hgplan.planner.block_model import BlockSolution
 from hgplan.planner.costs import US
 from hgplan.planner.found import Found
+from hgplan.planner.model import SolverParams
 from hgplan.planner.progress import Progress
 from hgplan.planner.tables import CostTables
 
@@ -66,6 +69,9 @@ class SearchState:
     paths_due: list[tuple] = field(default_factory=list)
     """Their heap entries, back on the heap when the rest of it is above the gap (paths_now from then on)."""
     paths_now: bool = False
+    paths_ready: dict[tuple, tuple[int, BlockSolution]] = field(default_factory=dict)
+    """Path solves run ahead when the waiting items were released (search._prefetch_paths), with the upper bound
+    each had, for the item's turn."""
 
     def best_us(self) -> float:
         """The best plan's time so far (inf before any)."""
@@ -77,3 +83,47 @@ class SearchState:
         bound = min([best, min(self.closed_bounds, default=best)] + ([heap[0][0]] if heap else [])
                     + [entry[0] for entry in self.paths_due])
         return Progress("search", self.settled, len(self.open_items), "configurations settled", best / US, bound / US)
+
+    def release(self, heap: list, threshold: float) -> list[tuple]:
+        """Once the rest of the heap is at or above `threshold` (the incumbent less the gap) or empty, the items
+        waiting for their path solve go back on it, and later path solves run at once (paths_waiting); returns the
+        entries released."""
+        if not self.paths_due or (heap and heap[0][0] < threshold):
+            return []
+        self.paths_now = True
+        released, self.paths_due = self.paths_due, []
+        for entry in released:
+            heapq.heappush(heap, entry)
+        return released
+
+    def push_retry(self, heap: list, entry: tuple) -> None:
+        """An item's retry goes back on the heap, or, waiting for its path solve, to paths_due."""
+        if (entry[3], entry[4]) in self.paths_waiting and not self.paths_now:
+            self.paths_due.append(entry)
+        else:
+            heapq.heappush(heap, entry)
+
+    def upper_bound(self, v: int) -> int | None:
+        """The incumbent's v-scaled objective, the upper bound of a solve (None before any plan)."""
+        best_now = self.best_us()
+        return math.ceil(best_now * v) if math.isfinite(best_now) else None
+
+    def close_infeasible(self, upper: int | None, v: int) -> None:
+        """An INFEASIBLE solve closes its item: without an upper bound the item has no plan; with one, nothing in it
+        beats the incumbent."""
+        if upper is None:
+            self.infeasible += 1
+        else:
+            self.closed_bounds.append(upper / v)
+
+    def record_limits(self, configured: SolverParams) -> None:
+        """The record keeps a solve's limits as configured: the cut to the time left before the deadline depends on
+        the clock, and the JSON of two runs must be the same."""
+        for name in ("max_deterministic_time", "max_time_in_seconds"):
+            self.limits[name] = max(self.limits.get(name, 0.0), getattr(configured, name))
+
+    def is_futile(self, cfg: ParallelConfig, groups: int) -> bool:
+        """Whether a stage-level solve of the same interleaving, no more node groups and no more stages got nowhere
+        (futile): then an item whose block model is closed (optimal) closes at its bound without its own, a larger
+        model given the same time doing no better (docs/planner.md, "Block model first")."""
+        return any(v == cfg.vpp and g <= groups and p <= cfg.pp for v, g, p in self.futile)
