@@ -80,16 +80,21 @@ def _scores(t: MeshTables, assign: list[int], choice: dict[int, int],
     return np.where(ok, (m - 1) * cycle + fill + tails.max(axis=1), np.inf), np.where(ok, cycle, np.inf)
 
 
+def scored(t: MeshTables, stride: int = 1):
+    """(assign, choice, layer splits, closed form per split, cycle per split) of every placement of one candidate's
+    tables whose hosts are linked (every stride-th placement)."""
+    splits = compositions(t.num_layers, t.pp)
+    for assign, choice in list(_placements(t))[::stride]:
+        scores = _scores(t, assign, choice, splits)
+        if scores is not None:
+            yield assign, choice, splits, *scores
+
+
 def candidate_optima(t: MeshTables):
     """(objective us, (assign, choice, layers)) of the best plan of one candidate's tables, or (inf, None), and the
     least cycle (us) of any of its plans (inf when it has none), from one pass over the plans."""
     best_us, best, cycle_us = math.inf, None, math.inf
-    splits = compositions(t.num_layers, t.pp)
-    for assign, choice in _placements(t):
-        scores = _scores(t, assign, choice, splits)
-        if scores is None:
-            continue
-        obj, cycles = scores
+    for assign, choice, splits, obj, cycles in scored(t):
         i = int(np.argmin(obj))
         if obj[i] < best_us:
             best_us, best = float(obj[i]), (assign, choice, [int(x) for x in splits[i]])
@@ -116,12 +121,7 @@ def pair_optima(t: MeshTables) -> dict[tuple[int, int], tuple[float, float]]:
     """Per (first host, last host): (best objective us, least cycle us) of the plans of one candidate's tables whose
     pipeline starts on the one and ends on the other (pairs without a plan left out)."""
     out: dict[tuple[int, int], tuple[float, float]] = {}
-    splits = compositions(t.num_layers, t.pp)
-    for assign, choice in _placements(t):
-        scores = _scores(t, assign, choice, splits)
-        if scores is None:
-            continue
-        obj, cycles = scores
+    for assign, _, _, obj, cycles in scored(t):
         key = (assign[0], assign[-1])
         o, c = out.get(key, (math.inf, math.inf))
         out[key] = (min(o, float(obj.min())), min(c, float(cycles.min())))

@@ -10,8 +10,7 @@ import math
 
 import pytest
 import numpy as np
-from exhaustive import compositions
-from exhaustive_mesh import _placements, _scores, pair_optima
+from exhaustive_mesh import _placements, pair_optima, scored
 from test_mesh_exhaustive import case
 
 from hgplan.planner import limits, mesh_bound, mesh_first, mesh_model
@@ -235,13 +234,8 @@ PLACEMENTS = 100
 
 
 def _check_least_work(t) -> int:
-    checked, splits = 0, compositions(t.num_layers, t.pp)
-    placements = list(_placements(t))
-    for assign, choice in placements[::max(1, len(placements) // PLACEMENTS)]:
-        scores = _scores(t, assign, choice, splits)
-        if scores is None:
-            continue
-        obj, cycles = scores
+    checked = 0
+    for assign, choice, splits, obj, cycles in scored(t, max(1, len(list(_placements(t))) // PLACEMENTS)):
         opt = [choice[h] for h in assign]
         work = (splits * np.array([t.layer_us[h][o] for h, o in zip(assign, opt)])).sum(axis=1) + (
             t.first_us[assign[0]][opt[0]] + t.last_us[assign[-1]][opt[-1]])
@@ -252,14 +246,3 @@ def _check_least_work(t) -> int:
                 assert mesh_bound.least_stage_work_us(t, float(cycles[i]), [used])[0] <= work[i] + 1e-6, (assign, i)
                 checked += 1
     return checked
-
-
-def test_pairs_on_threads_give_what_one_thread_gives(monkeypatch):
-    """limits.SOLVE_THREADS solves a batch of pairs at once under one upper bound: where the limits do not bind,
-    every candidate's result (status, plan, objective, bound) is the one-thread result."""
-    rows = [t for s in SEEDS for t, _ in candidates(s) if t.pp > 1]
-    assert limits.SOLVE_THREADS == 2 and len(rows) >= 10
-    key = lambda sol: (sol.status, sol.objective, sol.bound, sol.assign, sol.choice, sol.layers, sol.open_pairs)
-    two = [key(solve_mesh(t, LONG)) for t in rows]
-    monkeypatch.setattr(limits, "SOLVE_THREADS", 1)
-    assert [key(solve_mesh(t, LONG)) for t in rows] == two

@@ -32,7 +32,7 @@ from hgplan.planner.mesh_first import first_bounds
 from hgplan.planner.mesh_cuts import cycle_cuts
 from hgplan.planner.mesh_sites import site_set_bound
 from hgplan.planner.mesh_wan import prices_loops
-from hgplan.planner.mesh_model import CycleCuts, MeshSolution, solve_mesh
+from hgplan.planner.mesh_model import MeshSolution, solve_mesh
 from hgplan.planner.mesh_seed import SEED_HOSTS, seed_plan
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables
 from hgplan.planner.model import SolverParams
@@ -157,14 +157,8 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             continue
         if level == STAGE_BOUND and len(t.hosts) >= SEED_HOSTS:
             best = _seed(t, best, res)
-        cuts = cycle_cuts(t, fills[B], cycle[0], math.ceil(best) if math.isfinite(best) else math.inf, pairs)
-        if cuts.pairs_us == {}:  # the cuts leave no plan below the incumbent (of any pair of end hosts)
-            res.statuses["BOUNDED"] = res.statuses.get("BOUNDED", 0) + 1
-            res.candidates_pruned += level == STAGE_BOUND
-            closed.append(math.ceil(best))
-            continue
         params = within(solve_params(opts, level - STAGE_BOUND, remaining), stop_at)
-        bound, again, pairs = _solve(t, params, lb, best, level - STAGE_BOUND, res, log, cuts)
+        bound, again, pairs = _solve(t, params, lb, best, level - STAGE_BOUND, res, log, pairs, (fills[B], cycle[0]))
         if res.found:  # a solve's plan is below the incumbent it was given
             best = min(best, res.found[-1].time_us)
         if again:
@@ -212,15 +206,23 @@ def _seed(t: MeshTables, best: float, res: MeshResult) -> float:
 
 
 def _solve(t: MeshTables, params: SolverParams, lb: float, best: float, attempt: int, res: MeshResult,
-           log: Callable[[str], None] | None, cuts: CycleCuts) -> tuple[float, bool, tuple | None]:
-    """Solve one candidate against the incumbent `best` (its plan, if any, goes to res.found), with `cuts`
-    (and, for a candidate solved per pair, the pairs to solve); returns (its bound, whether to try it again with twice
-    the time, the pairs of end hosts that try needs to solve again when the candidate is solved per pair, else None):
+           log: Callable[[str], None] | None, pairs: tuple | None,
+           fill_floor: tuple[float, float]) -> tuple[float, bool, tuple | None]:
+    """Solve one candidate against the incumbent `best` (its plan, if any, goes to res.found), with the cuts of
+    planner/mesh_cuts.py (from fill_floor: the candidate's fill work and cycle floor, and `pairs`, the pairs of end
+    hosts its try before left open; none left to solve: no solve, BOUNDED, the candidate closed at the incumbent);
+    returns (its bound, whether to try it again with twice the time, the pairs of end hosts that try needs to solve
+    again when the candidate is solved per pair, else None):
     every solve that ends unproven is tried again, up to MESH_RETRIES times, since a candidate whose 1 s solve proved
     nothing often proves in 1.4 s that nothing beats the incumbent (before, a third or fourth try came only after a try
     that found a plan or raised the bound, and v100-a100-t4's candidates that stopped there unproven needed about 2
     deterministic seconds each)."""
     upper = math.ceil(best) if math.isfinite(best) else None
+    cuts = cycle_cuts(t, *fill_floor, math.inf if upper is None else upper, pairs)
+    if cuts.pairs_us == {}:  # the cuts leave no plan below the incumbent (of any pair of end hosts): no solve
+        res.statuses["BOUNDED"] = res.statuses.get("BOUNDED", 0) + 1
+        res.candidates_pruned += attempt == 0
+        return upper, False, None
     sol = solve_mesh(t, params, upper_bound=upper, log=log, cuts=cuts)
     res.candidates_solved += attempt == 0
     res.deterministic_time += sol.deterministic_time
