@@ -49,7 +49,7 @@ def cycle_cuts(t: MeshTables, fill_us: float, floor_us: float, upper_us: float,
     ceiling = (upper_us - 1 - rest) / (m - 1)  # the model admits objectives up to upper_us - 1
     step = max(BOUND_RESOLUTION_US, BOUND_RESOLUTION * ((m - 1) * floor_us + rest)) / (m - 1)
     floors = {}
-    works = least_stage_work_us(t, ceiling, [tuple(set(e)) for e in ends]) if ceiling >= floor_us else []
+    works = least_stage_work_us(t, ceiling, [tuple(sorted(set(e))) for e in ends]) if ceiling >= floor_us else []
     for e, work in zip(ends, works):
         # the largest cycle a plan of the pair below upper_us can have, with that work
         top = min(ceiling, (upper_us - 1 - others - work) / (m - 1))

@@ -34,9 +34,9 @@ v100-a100-t4 (three hosts), its 31 solves 31.2 -> 10.2 deterministic and 39.4 ->
 proven instead of 21 (the ten hardest proofs 15.5 -> 4.3 deterministic seconds). Two hosts were solved whole then
 (mixed-nic's 28 solves: 3.2 -> 2.2 deterministic but 4.9 -> 7.9 wall seconds, the four models' set-up costing more
 than the search saved); with the pairs' cuts (planner/mesh_cuts.py) and limits.SOLVE_THREADS they are split too
-(same day: mixed-nic 9.3 -> 7.8 s, 2.56 -> 1.17 deterministic; mixed-vendor 2.2 -> 1.9 s; the 256-GPU two-site fleet
-4.3 -> 3.8 s). With four hosts (the 1024-GPU three-site fleet) the sixteen pairs proved nothing the whole model did
-not, with the cuts and threads neither (1.96% at the time limit both ways)."""
+(same day, single runs: mixed-nic 9.3 -> 7.8 s, 2.56 -> 1.17 deterministic; mixed-vendor 2.2 -> 1.9 s; the 256-GPU
+two-site fleet 4.3 -> 3.8 s). With four hosts (the 1024-GPU three-site fleet) the sixteen pairs proved nothing the whole
+model did not, with the cuts and threads neither (1.96% at the time limit both ways)."""
 
 MESH_MODEL_PARAMS = "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false symmetry_level: 0"
 """CP-SAT parameters every mesh solve gets before --solver-params (which win): most mesh solves prove that nothing
