@@ -111,7 +111,7 @@ def test_solver_record_lists_the_limits_the_solves_used(plan_file):
     assert solver["max_deterministic_time"] >= opts.per_solve_s * 0.999  # at least one full first attempt
     first_attempt_wall = max(SAFETY_WALL_MIN_S, SAFETY_WALL_FACTOR * opts.per_solve_s)
     assert solver["max_time_in_seconds"] >= first_attempt_wall and solver["max_time_in_seconds"] != 30.0
-    assert solver["num_workers"] == 1 and solver["solver_params"] == ""
+    assert solver["num_workers"] == 1 and solver["solver_params"] == "" and solver["solve_threads"] == 2
     assert solver["lower_bound_params"] == "add_mir_cuts: false add_cg_cuts: false"
     assert "mesh_params" not in solver  # --target flagscale only (tests/test_flagscale.py)
 

@@ -31,7 +31,7 @@ from hgplan.planner.mesh_search import MeshResult, mesh_search
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.path_model import PATH_MODEL_PARAMS
 from hgplan.planner.progress import Progress, ProgressFn
-from hgplan.planner.limits import solve_params
+from hgplan.planner.limits import SOLVE_THREADS, solve_params
 from hgplan.planner.found import Found, SearchResult
 from hgplan.planner.search import seeded_search
 from hgplan.planner.tables import eligible
@@ -140,6 +140,7 @@ def _solver_record(result: SearchResult, opts: SearchOptions) -> SolverRecord:
     limits = {**solve_params(opts, 0).to_dict(), **result.solver_limits}
     return SolverRecord(**limits, time_limit_s=opts.budget_s, budget_deterministic_s=round(DTIME_PER_WALL * opts.budget_s, 3),
                         max_gap=opts.max_gap, solver_params=opts.solver_params, lower_bound_params=PATH_MODEL_PARAMS,
+                        solve_threads=SOLVE_THREADS,
                         **({"mesh_params": MESH_MODEL_PARAMS} if opts.target == Target.FLAGSCALE else {}))
 
 
