@@ -134,8 +134,7 @@ class _Gains:
         inf = np.full_like(a.tau, math.inf)
         left = np.where(s == 0, a.first, a.left[before] if before >= 0 else inf)
         right = np.where(s == P - 1, a.last, a.right[after] if after >= 0 else inf)
-        single, head, tail = (self._hold(a, left + right), self._hold(a, left + a.intra),
-                              self._hold(a, a.intra + right))
+        single, head, tail = self._hold(a, np.stack([left + right, left + a.intra, a.intra + right]))
         mid_sum, can = self._middle(h)
         block = np.where((self.j == 1)[..., None], single[:, None, :], head[:, None, :] + tail[self.e] + mid_sum)
         g = np.where(can & (block > 0), block, NONE).max(axis=2)
