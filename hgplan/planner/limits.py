@@ -43,6 +43,13 @@ bound stays below the block model's without the paths until it completes (the 16
 1.0-1.4 deterministic seconds against the final incumbent, 3.3 to its optimum against a weaker one), more than the
 first attempt's 1 or the second's 2 (a waiting item comes back at its second: search_state.paths_waiting); one left
 open goes on with the block model's retries (docs/planner.md, "Block model")."""
+SOLVE_THREADS = 2
+"""CP-SAT solves run at once where the search has several that do not wait on each other: the pairs of end hosts of a
+mesh candidate (mesh_model._solve_by_ends) and the path solves of the items released together
+(search._prefetch_paths). Each is a one-worker solve on its own thread (the solve releases Python's lock). A fixed
+number, not the machine's core count: the solves of a batch share one upper bound and one deterministic share, so
+the results depend on it, and plans must not depend on the machine. Measured 2026-11-27 (2-core machine):
+v100-a100-t4's 73 pair solves 7.0 -> 3.6 s wall, the same statuses."""
 
 
 def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf) -> SolverParams:
@@ -62,11 +69,3 @@ def within(params: SolverParams, stop_at_s: float | None) -> SolverParams:
         return params
     left = max(0.05, stop_at_s - time.perf_counter())
     return replace(params, max_time_in_seconds=min(params.max_time_in_seconds, left))
-
-SOLVE_THREADS = 2
-"""CP-SAT solves run at once where the search has several that do not wait on each other: the pairs of end hosts of a
-mesh candidate (mesh_model._solve_by_ends) and the path solves of the items released together
-(search._prefetch_paths). Each is a one-worker solve on its own thread (the solve releases Python's lock). A fixed
-number, not the machine's core count: the solves of a batch share one upper bound and one deterministic share, so
-the results depend on it, and plans must not depend on the machine. Measured 2026-11-27 (2-core machine):
-v100-a100-t4's 73 pair solves 7.0 -> 3.6 s wall, the same statuses."""

@@ -158,8 +158,8 @@ def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float,
         if bs is None:
             if path_params is not None:
                 st.record_limits(path_params)
-            bs = _block_solve(tables, cfg, item, st, within(path_params or params, opts.wall_deadline_s), opts, upper,
-                              hint=(list(first.assign), list(first.layers)), paths=True)
+            bs = _block_solve(tables, cfg, item, st, path_params or params, opts, upper, hint=None, paths=True,
+                              done=_solve_paths(st, tables, path_params or params, first, upper, opts))
         if bs.status not in ("OPTIMAL", "INFEASIBLE"):  # open: its bound, if higher, and the block model's retries
             bs = replace(bs, bound=max(bs.bound, first.bound))
     if bs.status in ("OPTIMAL", "INFEASIBLE"):
@@ -202,13 +202,19 @@ def _prefetch_paths(st: SearchState, released: list[tuple], threshold: float, ca
         batch = [(item, cfg, configured, bs, st.upper_bound(cfg.vpp)) for item, cfg, configured, bs in
                  jobs[k:k + limits.SOLVE_THREADS]]
         with ThreadPoolExecutor(len(batch)) as pool:
-            done = list(pool.map(lambda j: solve_blocks(
-                st.tables_of[j[0]], within(j[2], opts.wall_deadline_s), hint=(list(j[3].assign), list(j[3].layers)),
-                upper_bound=j[4], log=st.log, keep_model=opts.keep_model, paths=True), batch))
+            done = list(pool.map(lambda j: _solve_paths(st, st.tables_of[j[0]], j[2], j[3], j[4], opts), batch))
         for (item, cfg, configured, _, upper), bs in zip(batch, done):
             st.record_limits(configured)
             st.paths_ready[item] = (upper, _block_solve(st.tables_of[item], cfg, item, st, configured, opts, upper,
                                                         hint=None, paths=True, done=bs))
+
+
+def _solve_paths(st: SearchState, tables: CostTables, configured: SolverParams, first: BlockSolution,
+                 upper: int | None, opts: SearchOptions) -> BlockSolution:
+    """One solve of an item's block model with the steady paths, warm-started from `first` (its optimum without them),
+    against `upper`, with `configured` cut to the time left; nothing counted (_block_solve counts it)."""
+    return solve_blocks(tables, within(configured, opts.wall_deadline_s), hint=(list(first.assign), list(first.layers)),
+                        upper_bound=upper, log=st.log, keep_model=opts.keep_model, paths=True)
 
 
 def _block_solve(tables: CostTables, cfg: ParallelConfig, item: tuple, st: SearchState, params: SolverParams,
@@ -332,8 +338,8 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
         heap, stopped, skipped = [], "wall", len(cands)
         st.closed_bounds.append(0.0)
     while heap or st.paths_due:
-        _prefetch_paths(st, st.release(heap, st.best_us() * (1 - opts.max_gap)), st.best_us() * (1 - opts.max_gap),
-                        cands, opts)
+        threshold = st.best_us() * (1 - opts.max_gap)
+        _prefetch_paths(st, st.release(heap, threshold), threshold, cands, opts)
         report(lambda: st.status(heap))
         lb, key, stage, i, subset = _next_item(heap, st, st.best_us() * (1 - opts.max_gap), cands, L, m_of)
         cand = cands[i]
