@@ -59,11 +59,21 @@ def _phase_path(t: CostTables, assign: list[int], splits: np.ndarray, work: np.n
 
 def best_for_tables(t: CostTables) -> tuple[float, list[int], list[int]] | None:
     """(v-scaled objective, placement, layers) of the best plan for one outer candidate, or None."""
+    best = None
+    for assign, splits, _, obj in plans_for_tables(t):
+        i = int(np.argmin(obj))
+        if best is None or obj[i] < best[0]:
+            best = (float(obj[i]), assign, [int(x) for x in splits[i]])
+    return best
+
+
+def plans_for_tables(t: CostTables):
+    """Every placement with a plan that fits: (placement, its layer splits (one per row), each split's cycle as
+    CostTables.objective takes it, each split's v-scaled objective, inf where it does not fit)."""
     p, v, m, L = t.pp, t.vpp, t.microbatches, t.num_layers
     if L % v:
-        return None
+        return
     splits = compositions(L // v, p) * v
-    best = None
     for assign in block_placements(t):
         bounds = t.boundaries()
         if any(t.send_us[assign[a]][assign[b]] is None for a, b in bounds):
@@ -102,11 +112,7 @@ def best_for_tables(t: CostTables) -> tuple[float, list[int], list[int]] | None:
         pipe = (v * m - 1) * cycle + fill
         if v > 1:  # interleaving's phase paths (costmodel/pipeline.py), as CostTables.objective
             pipe = np.maximum(pipe, _phase_path(t, assign, splits, work))
-        obj = np.where(ok, pipe + v * tail, np.inf)
-        i = int(np.argmin(obj))
-        if best is None or obj[i] < best[0]:
-            best = (float(obj[i]), assign, [int(x) for x in splits[i]])
-    return best
+        yield assign, splits, cycle, np.where(ok, pipe + v * tail, np.inf)
 
 
 def exhaustive_best(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions) -> tuple[float, object]:

@@ -129,6 +129,29 @@ def test_upper_bound_at_the_optimum_is_infeasible_and_above_it_feasible():
     assert t.objective(list(again.assign), list(again.layers)) is not None
 
 
+def test_a_cycle_the_wan_latency_sets_is_within_the_models_range():
+    """Two small groups 20 ms apart and a small model: 1F1B's two-stage loop through the WAN (2 x cycle >= both
+    stages' demands + 2 x 20 ms) sets the cycle, above every stage's demand with every layer plus four sends. The
+    model's cycle must reach it, or the item looks infeasible and the search would close it as such (found by
+    tests/test_block_cuts.py, seed 0: until 2026-11-27 the cycle's range left the latency out)."""
+    spec = [("a", "H100-SXM5-80GB", 1), ("b", "H100-SXM5-80GB", 1)]
+    links = (Link(scope="site", a="a", b="b", gbps=100, latency_ms=20, transport=Transport.ETHERNET,
+                  egress_usd_per_gb=None),)
+    fleet = Fleet(name="far-pair", groups=tuple(_group(i, *s) for i, s in enumerate(spec)), links=links,
+                  transports=catalog().transports)
+    train = TrainingSettings(seq_length=2048, global_batch_size=16)
+    opts = SearchOptions(max_pp=2, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,),
+                         vpp_options=(1,))
+    items = list(_multi_group_items(fleet, small_model(4, hidden=2048, heads=32), train, opts))
+    assert items
+    for t in items:
+        best = best_for_tables(t)
+        old_range = t.max_stage_us + 4 * t.vpp * t.most_send_us
+        assert best is not None and best[0] > (t.vpp * t.microbatches - 1) * old_range  # the loop sets the cycle
+        sol = solve_blocks(t, PARAMS)
+        assert sol.status == "OPTIMAL" and sol.relaxed == best[0], (sol, best)
+
+
 def test_an_item_nothing_fits_has_no_plan():
     """The same item with each GPU's memory cut to what two layers need at its roomiest stage: four stages hold at
     most 8 of the 12 layers, so the model is infeasible and returns no plan (never one the tables would reject)."""

@@ -1,6 +1,7 @@
 """The search's retries of an item whose block model stopped at its limit (planner/search.py `_solve_item`): the retries
-solve the block model again, the first and third without the incumbent as upper bound and the second with it, keep
-retrying only while that gets somewhere, and skip the stage-level model. The solvers are scripted (their answers are
+solve the block model again, the first and third without the incumbent as upper bound (for an item whose plan is near
+the incumbent) and the second with it, keep retrying while a free retry gets somewhere and after every bounded one, and
+skip the stage-level model. The solvers are scripted (their answers are
 chosen per attempt) around a real item of a small two-site fleet, so each branch of the retry logic is taken on purpose.
 An item whose block model is open after its first attempt waits with its stage-level solve until the block model's
 retries end (`SearchState.deferred`). Where interleaving's steady paths bind, the model with them follows, against the
@@ -61,7 +62,7 @@ def scripted(monkeypatch, case):
     limits: list[float] = []  # each block solve's deterministic limit
     answers: list[tuple[str, float, bool]] = []
 
-    def blocks(tables, params, *, hint=None, upper_bound=None, log=None, keep_model=False, paths=False):
+    def blocks(tables, params, *, hint=None, upper_bound=None, log=None, keep_model=False, paths=False, cuts=None):
         calls.append(("paths" if paths else "block", upper_bound))
         limits.append(params.max_deterministic_time)
         status, bound, with_plan = answers.pop(0)
@@ -98,19 +99,56 @@ def test_an_open_block_model_is_retried_without_the_incumbent_and_stops_when_it_
     assert [c[0] for c in calls] == ["block"]  # the stage-level solve waits for the block model's retry
     assert calls[0][1] is not None  # the first block solve is bounded by the incumbent (the warm start or its plan)
     assert item in st.block_open and item in st.deferred and out == pytest.approx(max(100.0, 150.0 / v))
-    # the retry: the block model alone, with no upper bound; it raised the bound, so the item comes back
+    # the retry: the block model alone, with no upper bound (the item's plan is the incumbent); it raised the bound,
+    # so the item comes back
     out, calls = attempt(1, out, ("FEASIBLE", 300.0 * v, False))
     assert calls == [("block", None)] and out == pytest.approx(300.0)
-    # the next one, bounded by the incumbent again, changes nothing: the block model's retries end, and the
-    # stage-level solve deferred at the first attempt runs now; it gets nowhere, the block model is still open, so one
-    # more block retry...
+    # the next one, bounded by the incumbent again, changes nothing: such a proof comes at once or not at all, so it
+    # earns the next retry all the same, still without the stage-level solve
     out, calls = attempt(2, out, ("FEASIBLE", 300.0 * v, False))
-    assert [c[0] for c in calls] == ["block", "stage"] and item not in st.deferred and out == pytest.approx(300.0)
-    assert calls[0][1] is not None
-    # ...which changes nothing: the item closes at its bound, no second stage-level solve
+    assert [c[0] for c in calls] == ["block"] and calls[0][1] is not None and out == pytest.approx(300.0)
+    assert item in st.deferred
+    # the last, without the incumbent, changes nothing either: the block model's retries end, the deferred
+    # stage-level solve runs, gets nowhere, and the item closes at its bound
     closed = len(st.closed_bounds)
     out, calls = attempt(3, out, ("FEASIBLE", 300.0 * v, False))
-    assert out is None and calls == [("block", None)] and st.closed_bounds[closed:] == [pytest.approx(300.0)]
+    assert out is None and [c[0] for c in calls] == ["block", "stage"] and calls[0][1] is None
+    assert item not in st.deferred and st.closed_bounds[closed:] == [pytest.approx(300.0)]
+
+
+def test_a_free_retry_that_gets_nowhere_ends_the_block_models_retries(scripted):
+    """Without the incumbent, a retry earns the next only if it got somewhere (a better plan, a higher bound); one that
+    did not hands the item to its deferred stage-level solve. The block model's retries go on after that while
+    attempts are left (one bounded by the incumbent earns the next regardless), and the next free one that gets
+    nowhere closes the item."""
+    st, item, attempt = scripted
+    out, _ = attempt(0, 100.0, ("FEASIBLE", 150.0, True))
+    out, calls = attempt(1, out, ("FEASIBLE", 0.0, False))
+    assert [c[0] for c in calls] == ["block", "stage"] and calls[0][1] is None and item not in st.deferred
+    out, calls = attempt(2, out, ("FEASIBLE", 0.0, False))
+    assert out is not None and [c[0] for c in calls] == ["block"] and calls[0][1] is not None
+    out, calls = attempt(3, out, ("FEASIBLE", 0.0, False))
+    assert out is None and calls == [("block", None)]
+
+
+def test_an_item_whose_plan_is_far_above_the_incumbent_keeps_it_in_every_retry(scripted):
+    """The free retries are for items whose own plan is within FREE_NEAR of the incumbent (CP-SAT may prove that plan
+    optimal sooner than that nothing beats the incumbent); an item whose plan is further above gets the incumbent as
+    its upper bound in every retry: proving its own optimum would close more than the proof against the incumbent."""
+    st, item, attempt = scripted
+    out, _ = attempt(0, 100.0, ("FEASIBLE", 150.0, True))
+    own = st.found[item]
+    better = int(own.solution.objective / (1 + 2 * search.FREE_NEAR))
+    st.found[("seed", 0)] = search.Found(cfg=own.cfg, tables=own.tables,
+                                         solution=replace(own.solution, objective=better))
+    v = st.tables_of[item].vpp
+    for n in range(1, search.MAX_RETRIES):
+        out, calls = attempt(n, out, ("UNKNOWN", 0.0, False))
+        assert calls == [("block", st.upper_bound(v))] and out is not None
+    closed = len(st.closed_bounds)
+    out, calls = attempt(search.MAX_RETRIES, out, ("INFEASIBLE", float("inf"), False))
+    assert out is None and calls == [("block", st.upper_bound(v))]
+    assert st.closed_bounds[closed:] == [pytest.approx(st.upper_bound(v) / v)]
 
 
 def test_a_retry_that_proves_the_items_plan_optimal_settles_it(scripted):
@@ -161,7 +199,8 @@ def test_after_a_stage_level_solve_that_got_nowhere_a_like_item_with_a_closed_bl
     """A stage-level solve that found no plan and no bound above its item's is recorded (interleaving, node groups,
     stages); an item of the same interleaving and at least as many groups and stages whose block model is then closed
     (optimal) closes at the block model's bound without a stage-level solve. One whose block model is still open
-    comes back for the block model's retry, its stage-level solve deferred."""
+    comes back for the block model's retry, its stage-level solve deferred, and when its retries end it goes on with
+    the block model's retries instead of that solve."""
     st, item, attempt = scripted
     out, calls = attempt(0, 100.0, ("OPTIMAL", 100.0, True))
     tables = st.tables_of[item]
@@ -175,6 +214,10 @@ def test_after_a_stage_level_solve_that_got_nowhere_a_like_item_with_a_closed_bl
     out, calls = attempt(0, 100.0, ("FEASIBLE", 0.9 * own, False))
     assert [c[0] for c in calls] == ["block"] and item in st.block_open and item in st.deferred
     assert out == pytest.approx(max(100.0, 0.9 * own / v))
+    # its retries end (a free one that got nowhere): the deferred stage-level solve would follow, but a like one got
+    # nowhere, so the block model's next retry comes instead
+    out, calls = attempt(1, out, ("FEASIBLE", 0.0, False))
+    assert [c[0] for c in calls] == ["block"] and item not in st.deferred and out is not None
 
 
 def test_no_stage_level_solve_when_less_time_is_left_than_the_block_model_took(scripted):

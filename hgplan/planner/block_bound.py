@@ -58,26 +58,40 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
         reached, feasible_at = bb.beyond(enough - cost, role, wan)
         best = enough if reached else bb.floor(feasible_at)[0] + cost
     else:
-        # The unknown-ends roles ask less of every group than any choice of ends, so their value is a lower bound
-        # on each order's compute term (orders whose ends alone already reach the best found are skipped), and a
-        # cycle they rule out rules out every order's placements too: each order's bisection starts there.
-        floor_value, below = bb.floor()
-        best = math.inf
-        for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in _end_choices(ctx, subset)):
-            target = min(best, enough)
-            if floor_value + cost >= target:
-                best = min(best, floor_value + cost)  # every order left is at least this
-                break
-            role, wan = bb.roles(first, last)
-            reached, feasible_at = bb.beyond(target - cost, role, wan)
-            if reached:
-                best = min(best, target)
-                continue
-            best = min(best, bb.compute_value(role, wan, charged=best >= enough or enough_us == math.inf,
-                                              feasible_at=feasible_at, above=below)[0] + cost)
+        best = _ends_pass(bb, ctx, subset, enough, enough_us)[0]
     if not math.isfinite(best):
         return math.inf
     return (best + terms.fill_extra) / cfg.vpp * US
+
+
+def _ends_pass(bb: _BlockBound, ctx: BoundContext, subset: tuple[str, ...], enough: float,
+               enough_us: float) -> tuple[float, dict[tuple[str, str], tuple[float, float]]]:
+    """The bound with known ends: the least over the (first, last) choices of their compute term plus their edge and
+    tail costs (compute-term units), and per choice what it proved: (a cycle no placement with those ends is at or
+    below, seconds; the choice's value). The unknown-ends roles ask less of every group than any choice of ends, so
+    their value is a lower bound on each choice's compute term (choices whose ends alone already reach the best found
+    are not bisected: they keep that value and the unknown-ends roles' cycle), and a cycle they rule out rules out
+    every choice's placements too: each choice's bisection starts there. `enough` (`enough_us` in compute-term
+    units): see block_bound_us."""
+    floor_value, below = bb.floor()
+    best, proved = math.inf, {}
+    for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in _end_choices(ctx, subset)):
+        target = min(best, enough)
+        if floor_value + cost >= target:
+            proved[first, last] = (below, floor_value + cost)
+            best = min(best, floor_value + cost)  # every order left is at least this
+            continue
+        role, wan = bb.roles(first, last)
+        reached, feasible_at = bb.beyond(target - cost, role, wan)
+        if reached:
+            proved[first, last] = (below, target)
+            best = min(best, target)
+            continue
+        value, lo = bb.compute_value(role, wan, charged=best >= enough or enough_us == math.inf,
+                                     feasible_at=feasible_at, above=below)
+        proved[first, last] = (max(lo, below), value + cost)
+        best = min(best, value + cost)
+    return best, proved
 
 
 def _end_choices(ctx: BoundContext, subset: tuple[str, ...]) -> list[tuple[str, str]]:

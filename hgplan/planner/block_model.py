@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from hgplan.planner.block_cuts import BlockCuts
 from hgplan.planner.block_paths import add_steady_paths
 from hgplan.planner.heuristic import blocks_of
 from hgplan.planner.model import SolverParams, configure_solver, unsolved_bound
@@ -271,7 +272,7 @@ def _add_group_order(md: cp_model.CpModel, xv: _Vars, classes: tuple[tuple[int, 
 
 def build_block_model(t: CostTables, *, upper_bound: int | None = None,
                       classes: tuple[tuple[int, ...], ...] | None = None,
-                      paths: bool = False) -> tuple[cp_model.CpModel, _Vars]:
+                      paths: bool = False, cuts: BlockCuts | None = None) -> tuple[cp_model.CpModel, _Vars]:
     """The block model of one item (t.require_all: every group of the table hosts a block). With upper_bound, only
     solutions strictly below it are feasible. `classes`: the table's interchangeable groups, when the caller has
     them. `paths`: with interleaving, also the relaxed steady paths (planner/block_paths.py)."""
@@ -282,8 +283,11 @@ def build_block_model(t: CostTables, *, upper_bound: int | None = None,
     _add_layers(md, t, xv)
     _add_group_order(md, xv, table_classes(t) if classes is None else classes)
     v = t.vpp
-    horizon = t.max_stage_us + 4 * v * t.most_send_us + 1
+    # a crossing's loop (2 cycle >= both stages' demands + 2 x latency) can set the cycle: its latency counts too
+    horizon = t.max_stage_us + 4 * v * t.most_send_us + max(max(row) for row in t.lat_us) + 1
     cycle = md.new_int_var(0, horizon, "cycle")
+    if cuts is not None:
+        _add_cuts(md, t, xv, cycle, cuts, upper_bound)
     sends = _sends(t, xv)
     _, last = _add_cycle(md, t, xv, cycle, horizon, sends)
     pipe = (v * t.microbatches - 1) * cycle + _fill(t, xv)
@@ -293,6 +297,23 @@ def build_block_model(t: CostTables, *, upper_bound: int | None = None,
         md.add(objective <= upper_bound - 1)
     md.minimize(objective)
     return md, xv
+
+
+def _add_cuts(md: cp_model.CpModel, t: CostTables, xv: _Vars, cycle: cp_model.IntVar, cuts: BlockCuts,
+              upper_bound: int | None) -> None:
+    """What the block bound proved (block_cuts.BlockCuts): the cycle above its floor, and above the (first, last)
+    pair's own floor for the pair the plan has (exactly one w is set); a pair whose bound reaches upper_bound is
+    ruled out."""
+    md.add(cycle >= cuts.floor_us)
+    lifted = []
+    for (k, k2), var in xv.w.items():
+        floor_us, value_us = cuts.at(t.groups[k], t.groups[k2])
+        if upper_bound is not None and value_us * t.vpp >= upper_bound:
+            md.add(var == 0)
+        elif floor_us > cuts.floor_us:
+            lifted.append((floor_us - cuts.floor_us) * var)
+    if lifted:
+        md.add(cycle >= cuts.floor_us + sum(lifted))
 
 
 def add_block_hint(md: cp_model.CpModel, t: CostTables, xv: _Vars, assign: list[int], layers: list[int]) -> None:
@@ -348,12 +369,12 @@ def expand(t: CostTables, solver: cp_model.CpSolver, xv: _Vars) -> tuple[list[in
 
 def solve_blocks(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[int]] | None = None,
                  upper_bound: int | None = None, log: Callable[[str], None] | None = None,
-                 keep_model: bool = False, paths: bool = False) -> BlockSolution:
+                 keep_model: bool = False, paths: bool = False, cuts: BlockCuts | None = None) -> BlockSolution:
     """Solve the block model of one item. The bound holds for every plan of the item (below upper_bound when one is
     given); the expanded plan is to be checked with CostTables.objective (it may break a dropped constraint).
     `paths`: with interleaving's relaxed steady paths (planner/block_paths.py), under PATHS_PARAMS."""
     classes = table_classes(t)
-    md, xv = build_block_model(t, upper_bound=upper_bound, classes=classes, paths=paths)
+    md, xv = build_block_model(t, upper_bound=upper_bound, classes=classes, paths=paths, cuts=cuts)
     if hint is not None:
         add_block_hint(md, t, xv, canonical_assign(classes, hint[0]), list(hint[1]))
     solver = cp_model.CpSolver()
@@ -362,9 +383,9 @@ def solve_blocks(t: CostTables, params: SolverParams, *, hint: tuple[list[int], 
     name, text = solver.status_name(status), str(md.proto) if keep_model else None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         assign, layers = expand(t, solver, xv)
-        return BlockSolution(status=name, bound=float(solver.best_objective_bound), relaxed=int(solver.objective_value),
-                             assign=tuple(assign), layers=tuple(layers), deterministic_time=solver.deterministic_time,
-                             model_text=text)
+        return BlockSolution(status=name, bound=float(solver.best_objective_bound),
+                             relaxed=round(solver.objective_value), assign=tuple(assign), layers=tuple(layers),
+                             deterministic_time=solver.deterministic_time, model_text=text)
     return BlockSolution(status=name, bound=unsolved_bound(solver, status), relaxed=None, assign=(), layers=(),
                          deterministic_time=solver.deterministic_time, model_text=text)
 

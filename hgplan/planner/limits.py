@@ -36,6 +36,14 @@ benchmark fleet's three first solves over all ten groups: 2.3-2.9 s each, then s
 s). With a quarter: the same plans and gaps on every `--quick` fleet (2026-11-26), the 10-group fleet 28.2 -> 23.6 s,
 the 1000-GPU five-type fleet 11.6 -> 9.6 s."""
 
+FREE_NEAR = 0.005
+"""An open block model's first and third retries drop the incumbent as upper bound only for an item whose own best
+plan is within this fraction of the incumbent: CP-SAT may prove that plan optimal sooner than that nothing beats the
+incumbent, but for an item whose plan is further above, its optimum is further above too, and the free solve has more
+to prove than the bounded one (the 8-group benchmark fleet's 26-stage item over all eight groups: its optimum 5.069 s
+against the 4.966 s incumbent, 8.9 deterministic seconds without the incumbent, 3.6-4.5 with it and the block
+bound's cuts; docs/planner.md, "Block model first")."""
+
 PATH_DOUBLINGS = 2
 """The block model with interleaving's steady paths (block_model.paths_bind) gets 2^this times its attempt's
 deterministic time (the first attempt's full time, not FIRST_BLOCK_SHARE of it). Its proof comes in one piece: its

@@ -273,7 +273,7 @@ def _solve_one(md: cp_model.CpModel, v: _Vars, t: MeshTables, params: SolverPara
         assign = tuple(next(h for h in range(H) if solver.boolean_value(v.x[s][h])) for s in range(t.pp))
         choice = tuple((h, o) for h in range(H) for o in range(len(t.options[h])) if solver.boolean_value(v.w[h][o])
                        and h in assign)
-        return MeshSolution(status=name, objective=int(solver.objective_value),
+        return MeshSolution(status=name, objective=round(solver.objective_value),
                             bound=float(solver.best_objective_bound), assign=assign, choice=choice,
                             layers=tuple(solver.value(n) for n in v.n), deterministic_time=solver.deterministic_time,
                             wall_time_s=solver.wall_time)

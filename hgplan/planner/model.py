@@ -441,7 +441,7 @@ def run_model(md: cp_model.CpModel, xv: PlacementVars, t: CostTables, classes: t
     text = str(md.proto) if keep_model else None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         assign, layers = xv.extract(solver, t.vpp)
-        return Solution(status=name, objective=int(solver.objective_value), bound=float(solver.best_objective_bound),
+        return Solution(status=name, objective=round(solver.objective_value), bound=float(solver.best_objective_bound),
                         assign=assign, layers=layers, deterministic_time=solver.deterministic_time,
                         wall_time_s=solver.wall_time, model_text=text)
     # INFEASIBLE: nothing (better than upper_bound) exists. UNKNOWN: no plan found, but CP-SAT's bound still holds

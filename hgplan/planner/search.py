@@ -20,6 +20,7 @@ from typing import Callable
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.plan import ParallelConfig
 from hgplan.planner.block_bound import block_bound_us
+from hgplan.planner.block_cuts import block_cuts
 from hgplan.planner import limits
 from hgplan.planner.bounds import subset_bounds_us
 from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
@@ -28,8 +29,8 @@ from hgplan.planner.costs import US, CostSource
 from hgplan.planner.found import Found, SearchResult
 from hgplan.planner.block_model import BlockSolution, paths_bind, solve_blocks
 from hgplan.planner.heuristic import best_layers, greedy_hint, improve
-from hgplan.planner.limits import (FIRST_BLOCK_SHARE, MAX_RETRIES, PATH_DOUBLINGS, SOLVE_EVERY_SUBSETS, solve_params,
-                                  within)
+from hgplan.planner.limits import (FIRST_BLOCK_SHARE, FREE_NEAR, MAX_RETRIES, PATH_DOUBLINGS, SOLVE_EVERY_SUBSETS,
+                                  solve_params, within)
 from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
@@ -104,20 +105,24 @@ def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float
     (params, path_params), before, began = both, st.found.get(item), time.perf_counter()
     block_params = params if attempt else replace(
         params, max_deterministic_time=params.max_deterministic_time * FIRST_BLOCK_SHARE)
-    step = _block_step(tables, cfg, item, lb, st, block_params, opts, free=attempt % 2 == 1, path_params=path_params)
+    free = attempt % 2 == 1 and before is not None and before.time_us <= st.best_us() * (1 + FREE_NEAR)
+    step = _block_step(tables, cfg, item, lb, st, block_params, opts, free=free, path_params=path_params)
     if item in st.paths_waiting and not st.paths_now:
         return True, step
     if step is not None and item in st.block_open and attempt == 0:
         st.deferred.add(item)
         return True, step
-    # the block model's retries go on while one gets somewhere (a better plan for the item, a higher bound)
-    more = attempt < MAX_RETRIES and step is not None and (step > lb or st.found.get(item) is not before)
+    # the block model's retries go on after one bounded by the incumbent (its proof comes at once or not at all), and
+    # after a free one while it gets somewhere (a better plan for the item, a higher bound)
+    more = attempt < MAX_RETRIES and step is not None and (step > lb or st.found.get(item) is not before or not free)
     if step is None or (attempt > 0 and item in st.block_open and (more or item not in st.deferred)):
         return True, _block_retry(st, step, more)
     st.deferred.discard(item)
     if _left_s(opts) < time.perf_counter() - began:
         return True, step  # the larger stage-level model would overrun the time limit in its build (model_build.py)
-    if item not in st.block_open and st.is_futile(cfg, len(item[1])):
+    if st.is_futile(cfg, len(item[1])):
+        if item in st.block_open and attempt < MAX_RETRIES:
+            return True, step  # the block model's retries go on without it
         st.closed_bounds.append(step)
         return True, None
     return False, step
@@ -159,7 +164,7 @@ def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float,
             if path_params is not None:
                 st.record_limits(path_params)
             bs = _block_solve(tables, cfg, item, st, path_params or params, opts, upper, hint=None, paths=True,
-                              done=_solve_paths(st, tables, path_params or params, first, upper, opts))
+                              done=_solve_paths(st, item, path_params or params, first, upper, opts))
         if bs.status not in ("OPTIMAL", "INFEASIBLE"):  # open: its bound, if higher, and the block model's retries
             bs = replace(bs, bound=max(bs.bound, first.bound))
     if bs.status in ("OPTIMAL", "INFEASIBLE"):
@@ -202,19 +207,20 @@ def _prefetch_paths(st: SearchState, released: list[tuple], threshold: float, ca
         batch = [(item, cfg, configured, bs, st.upper_bound(cfg.vpp)) for item, cfg, configured, bs in
                  jobs[k:k + limits.SOLVE_THREADS]]
         with ThreadPoolExecutor(len(batch)) as pool:
-            done = list(pool.map(lambda j: _solve_paths(st, st.tables_of[j[0]], j[2], j[3], j[4], opts), batch))
+            done = list(pool.map(lambda j: _solve_paths(st, j[0], j[2], j[3], j[4], opts), batch))
         for (item, cfg, configured, _, upper), bs in zip(batch, done):
             st.record_limits(configured)
             st.paths_ready[item] = (upper, _block_solve(st.tables_of[item], cfg, item, st, configured, opts, upper,
                                                         hint=None, paths=True, done=bs))
 
 
-def _solve_paths(st: SearchState, tables: CostTables, configured: SolverParams, first: BlockSolution,
-                 upper: int | None, opts: SearchOptions) -> BlockSolution:
+def _solve_paths(st: SearchState, item: tuple, configured: SolverParams, first: BlockSolution, upper: int | None,
+                 opts: SearchOptions) -> BlockSolution:
     """One solve of an item's block model with the steady paths, warm-started from `first` (its optimum without them),
     against `upper`, with `configured` cut to the time left; nothing counted (_block_solve counts it)."""
-    return solve_blocks(tables, within(configured, opts.wall_deadline_s), hint=(list(first.assign), list(first.layers)),
-                        upper_bound=upper, log=st.log, keep_model=opts.keep_model, paths=True)
+    return solve_blocks(st.tables_of[item], within(configured, opts.wall_deadline_s),
+                        hint=(list(first.assign), list(first.layers)), upper_bound=upper, log=st.log,
+                        keep_model=opts.keep_model, paths=True, cuts=st.cuts_of.get(item))
 
 
 def _block_solve(tables: CostTables, cfg: ParallelConfig, item: tuple, st: SearchState, params: SolverParams,
@@ -223,7 +229,7 @@ def _block_solve(tables: CostTables, cfg: ParallelConfig, item: tuple, st: Searc
     """One solve of the item's block model (or `done`, one run already), its time and status counted, its plan kept
     when it is the item's best."""
     bs = done or solve_blocks(tables, params, hint=hint, upper_bound=upper, log=st.log, keep_model=opts.keep_model,
-                              paths=paths)
+                              paths=paths, cuts=st.cuts_of.get(item))
     st.last_model = bs.model_text or st.last_model
     st.dtime += bs.deterministic_time
     name = ("BLOCK_PATHS_" if paths else "BLOCK_") + bs.status
@@ -295,14 +301,19 @@ def _take_ready(heap: list, below: float, cands: list[Candidate], L: int, m_of: 
     return lb, key, max(stage, Stage.SOLVE), i, subset
 
 
-def _bound_to_solve(cand: Candidate, subset: tuple[str, ...], stage: int, lb: float, L: int, m: int) -> float:
+def _bound_to_solve(cand: Candidate, item: tuple, stage: int, lb: float, L: int, m: int, st: SearchState) -> float:
     """An item's bound before its first solve. On the way there its block bound, without and then with the choice of
     end groups (either often closes the item), stopped early at the incumbent (block_bound_us, enough_us); now the
     full one, its closed bound if the solve gets nowhere or the budget ends during it (a single group's bound has no
-    early exit: it is already on the item)."""
+    early exit: it is already on the item), and what it proved per choice of ends, cuts for the item's block model
+    (SearchState.cuts_of)."""
+    subset = item[1]
     if stage != Stage.SOLVE or len(subset) == 1:
         return lb
-    return max(lb, block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m))
+    bound, cuts = block_cuts(cand.ctx, cand.cfg, subset, L=L, m=m, enough_us=st.best_us())
+    if cuts is not None:
+        st.cuts_of[item] = cuts
+    return max(lb, bound)
 
 
 def _left_s(opts: SearchOptions) -> float:
@@ -370,7 +381,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             st.open_items[i] += 1
         else:
             st.listed = 0
-            lb = _bound_to_solve(cand, subset, stage, lb, L, m_of(cand.cfg))
+            lb = _bound_to_solve(cand, (i, subset), stage, lb, L, m_of(cand.cfg), st)
             retry = _solve_item(costs, cand, (i, subset), stage, lb, st, opts, remaining, order, by_key)
             if retry is not None:
                 st.push_retry(heap, (retry, key, stage + 1, i, subset))

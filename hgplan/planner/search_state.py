@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Callable
 
 from hgplan.plan import ParallelConfig
+from hgplan.planner.block_cuts import BlockCuts
 from hgplan.planner.block_model import BlockSolution
 from hgplan.planner.costs import US
 from hgplan.planner.found import Found
@@ -42,6 +43,8 @@ class SearchState:
 
     found: dict[tuple, Found]
     tables_of: dict[tuple, CostTables] = field(default_factory=dict)
+    cuts_of: dict[tuple, BlockCuts] = field(default_factory=dict)
+    """What the block bound proved of a multi-group item before its first solve, for its block model's solves."""
     solved: int = 0
     infeasible: int = 0
     closed_bounds: list[float] = field(default_factory=list)
