@@ -101,18 +101,24 @@ def test_block_model_on_a_wan_island():
     assert min(ratio for v, has_plan, _, ratio in results if has_plan and v > 1) >= 0.99
 
 
-def _one_item(layers: int):
-    """An H100 and an A100 group on two sites, tp 2, pp 4, no interleaving: one multi-group item."""
-    spec = [("a", "H100-SXM5-80GB", 1), ("b", "A100-SXM4-80GB", 1)]
-    links = (Link(scope="site", a="a", b="b", gbps=100, latency_ms=5, transport=Transport.ETHERNET,
+def _pair_items(second_gpu: str, latency_ms: float, *, batch: int, tp: int, max_pp: int, model) -> list:
+    """The multi-group items (no interleaving) of an H100 group and a `second_gpu` group, one node each, on two sites
+    `latency_ms` apart over 100 Gbit/s."""
+    spec = [("a", "H100-SXM5-80GB", 1), ("b", second_gpu, 1)]
+    links = (Link(scope="site", a="a", b="b", gbps=100, latency_ms=latency_ms, transport=Transport.ETHERNET,
                   egress_usd_per_gb=None),)
     fleet = Fleet(name="pair", groups=tuple(_group(i, *s) for i, s in enumerate(spec)), links=links,
                   transports=catalog().transports)
-    train = TrainingSettings(seq_length=2048, global_batch_size=32)
-    opts = SearchOptions(max_pp=4, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(2,),
+    train = TrainingSettings(seq_length=2048, global_batch_size=batch)
+    opts = SearchOptions(max_pp=max_pp, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(tp,),
                          vpp_options=(1,))
-    items = [t for t in _multi_group_items(fleet, small_model(layers, hidden=4096, heads=32), train, opts)
-             if t.pp == 4]
+    return list(_multi_group_items(fleet, model, train, opts))
+
+
+def _one_item(layers: int):
+    """An H100 and an A100 group on two sites, tp 2, pp 4, no interleaving: one multi-group item."""
+    items = [t for t in _pair_items("A100-SXM4-80GB", 5, batch=32, tp=2, max_pp=4,
+                                    model=small_model(layers, hidden=4096, heads=32)) if t.pp == 4]
     assert items, "the fleet has a pp 4 item over both groups"
     return items[0]
 
@@ -134,15 +140,7 @@ def test_a_cycle_the_wan_latency_sets_is_within_the_models_range():
     stages' demands + 2 x 20 ms) sets the cycle, above every stage's demand with every layer plus four sends. The
     model's cycle must reach it, or the item looks infeasible and the search would close it as such (found by
     tests/test_block_cuts.py, seed 0: until 2026-11-27 the cycle's range left the latency out)."""
-    spec = [("a", "H100-SXM5-80GB", 1), ("b", "H100-SXM5-80GB", 1)]
-    links = (Link(scope="site", a="a", b="b", gbps=100, latency_ms=20, transport=Transport.ETHERNET,
-                  egress_usd_per_gb=None),)
-    fleet = Fleet(name="far-pair", groups=tuple(_group(i, *s) for i, s in enumerate(spec)), links=links,
-                  transports=catalog().transports)
-    train = TrainingSettings(seq_length=2048, global_batch_size=16)
-    opts = SearchOptions(max_pp=2, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,),
-                         vpp_options=(1,))
-    items = list(_multi_group_items(fleet, small_model(4, hidden=2048, heads=32), train, opts))
+    items = _pair_items("H100-SXM5-80GB", 20, batch=16, tp=4, max_pp=2, model=small_model(4, hidden=2048, heads=32))
     assert items
     for t in items:
         best = best_for_tables(t)
