@@ -45,7 +45,9 @@ def block_cuts(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ...], 
     choice's) and below `enough_us` (the incumbent) is bisected now for its own cycle floor, or shown at or above
     enough_us; the bound itself is block_bound_us's."""
     terms = subset_terms(ctx, subset, L=L, p=cfg.pp)
-    if len(subset) == 1 or terms is None:
+    if terms is None:
+        return math.inf, None
+    if len(subset) == 1:
         return block_bound_us(ctx, cfg, subset, L=L, m=m), None
     bb = _BlockBound(ctx, cfg, subset, L=L, m=m, tail=terms.tail, edges=terms.edges)
     best, proved = _ends_pass(bb, ctx, subset, math.inf, math.inf)

@@ -41,7 +41,7 @@ FREE_NEAR = 0.005
 plan is within this fraction of the incumbent: CP-SAT may prove that plan optimal sooner than that nothing beats the
 incumbent, but for an item whose plan is further above, its optimum is further above too, and the free solve has more
 to prove than the bounded one (the 8-group benchmark fleet's 26-stage item over all eight groups: its optimum 5.069 s
-against the 4.966 s incumbent, 8.9 deterministic seconds without the incumbent, 3.6-4.5 with it and the block
+against the 4.966 s incumbent, 8.9 deterministic seconds without the incumbent, 3.9-4.5 with it and the block
 bound's cuts; docs/planner.md, "Block model first")."""
 
 PATH_DOUBLINGS = 2
