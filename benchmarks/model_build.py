@@ -1,6 +1,6 @@
 """What the search spends outside CP-SAT on the largest benchmark fleet (search_scaling.py's 64 node groups, 4096
 GPUs, llama3.1-405b): building the stage-level CP-SAT model of its pp 64 tp 8 item over all 64 groups (the search's
-first solve there), and the subset bounds (planner/bounds.subset_bounds_us) of the N candidates with the lowest
+first solve there), and the subset bounds (planner/subset_split.subset_bounds_us) of the N candidates with the lowest
 lower bounds, the first the search expands. Medians over --repeat runs (docs/planner.md, Performance).
 
 Usage: python benchmarks/model_build.py [--repeat 3] [--candidates 60]
@@ -16,7 +16,7 @@ from dataclasses import replace
 from search_scaling import model_for, synthetic
 
 from hgplan.domain import TrainingSettings
-from hgplan.planner.bounds import subset_bounds_us
+from hgplan.planner.subset_split import subset_bounds_us
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
 from hgplan.planner.model import build_model

@@ -18,7 +18,7 @@ from hgplan.plan import Recompute
 from hgplan.planner.block_bound import block_bound_us
 from hgplan.planner.block_cuts import block_cuts
 from hgplan.planner.block_model import solve_blocks
-from hgplan.planner.bounds import subset_bounds_us
+from hgplan.planner.subset_split import subset_bounds_us
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
 from hgplan.planner.model import SolverParams

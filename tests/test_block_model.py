@@ -20,7 +20,7 @@ from hgplan.domain import Fleet, Link, TrainingSettings, Transport
 from hgplan.io import catalog
 from hgplan.plan import Recompute
 from hgplan.planner.block_model import build_block_model, solve_blocks
-from hgplan.planner.bounds import subset_bounds_us
+from hgplan.planner.subset_split import subset_bounds_us
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
 from hgplan.planner.model import SolverParams

@@ -16,7 +16,7 @@ from hgplan.domain import Fleet, Link, NodeGroup, TrainingSettings, Transport
 from hgplan.io import catalog
 from hgplan.plan import Recompute
 from hgplan.planner.block_bound import block_bound_us
-from hgplan.planner.bounds import subset_bounds_us
+from hgplan.planner.subset_split import subset_bounds_us
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
 from hgplan.planner.options import SearchOptions

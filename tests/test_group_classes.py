@@ -15,7 +15,7 @@ from test_planner import small_model
 from hgplan.domain import Fleet, Link, NodeGroup, TrainingSettings, Transport
 from hgplan.io import catalog
 from hgplan.plan import Recompute
-from hgplan.planner.bounds import subset_bounds_us
+from hgplan.planner.subset_split import subset_bounds_us
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.classes import canonical_subsets, interchangeable_classes
 from hgplan.planner.costs import CostSource

@@ -168,7 +168,7 @@ def test_lower_bounds_never_exceed_the_exhaustive_optimum(seed):
     from exhaustive import best_for_tables
 
     from hgplan.planner.block_bound import block_bound_us
-    from hgplan.planner.bounds import subset_bounds_us
+    from hgplan.planner.subset_split import subset_bounds_us
     from hgplan.planner.candidates import enumerate_candidates
 
     rng = random.Random(1000 + seed)
@@ -227,7 +227,7 @@ def test_block_bound_charges_the_wan_ends_of_every_site():
     from exhaustive import best_for_tables
 
     from hgplan.planner.block_bound import block_bound_us
-    from hgplan.planner.bounds import subset_bounds_us
+    from hgplan.planner.subset_split import subset_bounds_us
     from hgplan.planner.candidates import enumerate_candidates
 
     fleet = _sites_of_threes(wan_gbps=10)

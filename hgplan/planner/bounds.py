@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -27,6 +26,7 @@ from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
 from hgplan.planner.classes import canonical_subsets, interchangeable_classes
 from hgplan.planner.costs import TAIL_CLASSES, US, CostSource
+from hgplan.planner.site_spans import Span, site_spans, span_terms
 
 BLOCK_GRID = 24
 """Intervals over which block_bound_us minimises (v m - 1) C + W(C); each costs at most 1/BLOCK_GRID of W's range."""
@@ -93,15 +93,18 @@ class BoundContext:
     first_min_s: float
     """The least embedding work of a first stage on any group, and the least LM-head work of a last stage."""
     last_min_s: float
+    spans: tuple[Span, ...] = ()
+    """Where a pipeline over two or more groups may lie: inside each site (its groups' slots and crossings), or over
+    two or more sites (every slot; a WAN crossing at least). candidate_bound_s takes the least over them."""
     floors: dict[tuple, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
     """The block bound's first pass per (set, depth, interleaving, layers, v m): its value and a cycle it rules out
     (block_bound._BlockBound.floor), memoised for the pass with ends."""
 
-    def subsets(self, stages: int | None = None) -> list[tuple[str, ...]]:
+    def subsets(self, stages: int | None = None, box: tuple | None = None) -> list[tuple[str, ...]]:
         """The sets of groups a placement (of `stages` stages, when given) may use, one per class of interchangeable
-        sets."""
+        sets; `box`: (least, most) groups per class (subset_split.Box)."""
         return list(canonical_subsets(self.classes, slots=[self.groups[c[0]].slots for c in self.classes],
-                                      stages=stages))
+                                      stages=stages, box=box))
 
     def members(self, subset: tuple[str, ...]) -> list[list[str]]:
         """The groups of `subset` class by class (classes with none left out), in the classes' order."""
@@ -143,7 +146,8 @@ def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup])
                         cross_send_s=min(pair_send.values(), default=math.inf),
                         cross_lat_s=min(pair_lat.values(), default=math.inf), fastest=fastest,
                         total_slots=sum(n for _, n in fastest), first_min_s=min(gb.first_s for gb, _ in per_class),
-                        last_min_s=min(gb.last_s for gb, _ in per_class))
+                        last_min_s=min(gb.last_s for gb, _ in per_class),
+                        spans=site_spans(classes, bounds, pair_send, pair_lat))
 
 
 def tail_bound(costs: CostSource, g: NodeGroup, cfg: ParallelConfig) -> TailBound:
@@ -159,35 +163,25 @@ def tail_bound(costs: CostSource, g: NodeGroup, cfg: ParallelConfig) -> TailBoun
 def candidate_bound_s(ctx: BoundContext, *, L: int, p: int, v: int, m: int) -> float:
     """Lower bound (seconds) on the predicted iteration time of any placement with p stages.
 
-    min over (a) all stages inside one group, (b) stages over several groups, which pay at least one crossing:
-    in the fill, and in the cycle of a stage that also holds at least v layers.
+    min over (a) all stages inside one group, (b) stages over several groups of one site, or of several sites
+    (ctx.spans), which pay at least one crossing (one that joins two sites, for the latter): in the fill, and in the
+    cycle of a stage that also holds at least v layers. Every stage holds at least v layers.
     Each adds the compute-only bounds, the edge layers and the smallest DP/optimizer tail of the fullest stage.
     """
-    vm = v * m
-    per_class = ctx.per_class
-    tail = min(gb.tail.least(math.ceil(L / p)) for gb, _ in per_class)
-    best = math.inf
-    for gb, _ in per_class:
+    vm, tail, best = v * m, min(gb.tail.least(math.ceil(L / p)) for gb, _ in ctx.per_class), math.inf
+    for gb, _ in ctx.per_class:
         if gb.slots >= p:
             tau = gb.layer_s
             compute = max(_one_slot_relaxation(tau, p, L, vm), (vm - 1) * _one_slot_cycle(tau, p, L, v) + L * tau)
             best = min(best, compute + gb.first_s + gb.last_s)
-    cross_send, cross_lat = ctx.cross_send_s, ctx.cross_lat_s
-    fastest = ctx.fastest
-    if p > 1 and ctx.total_slots >= p and math.isfinite(cross_send) and len(ctx.groups) > 1:
-        grouped: Slots = []
-        need = p
-        for tau, n in fastest:
-            take = min(n, need)
-            if take:
-                grouped.append((tau, take, 0.0))
-            need -= take
-        # a stage next to the crossing sends it and holds at least v layers
-        cyc = max(integer_cycle_bound(grouped, L, v), v * cross_send + v * fastest[0][0])
-        if v == 1 and m >= 3:  # 1F1B's loop of two micro-batches through the crossing (costmodel/pipeline.py)
-            cyc = max(cyc, cross_send + cross_lat + fastest[0][0])
-        compute = max(relaxation_bound(grouped, L, vm), (vm - 1) * cyc + L * fastest[0][0])
-        best = min(best, compute + 2 * cross_send + 2 * cross_lat + ctx.first_min_s + ctx.last_min_s)
+    spans = [t for span in ctx.spans if (t := span_terms(span, L=L, p=p, v=v, m=m))] if p > 1 else []
+    for floor, cyc, work, rest, span, j in sorted(spans, key=lambda t: t[0]):  # least first; the rest rarely pass it
+        if floor >= best:
+            break
+        grouped = [(tau, n, 0.0) for tau, n in span.fastest[:j] if n] + [(span.fastest[j][0], p - span.upto[j] +
+                                                                            span.fastest[j][1], 0.0)]
+        cyc = max(cyc, integer_cycle_bound(grouped, L, v))
+        best = min(best, max(relaxation_bound(grouped, L, vm), (vm - 1) * cyc + work) + rest)
     return (best + v * tail) / v if math.isfinite(best) else math.inf
 
 
@@ -208,12 +202,10 @@ class SubsetTerms:
     tail: float
 
 
-def _class_pairs(ctx: BoundContext, subset: tuple[str, ...],
-                 present: list[list[str]] | None = None) -> list[tuple[float, float, float, bool, int]]:
-    """The linked pairs of groups inside `subset`, as (fill cost, send, latency, joins two sites, count): pairs of
-    interchangeable groups have the same path, so each pair of classes is one row (64 groups in four classes: ten
-    rows for 2,016 pairs). The fill pays two sends and two latencies per crossing."""
-    present = ctx.members(subset) if present is None else present
+def _class_pairs(ctx: BoundContext, present: list[list[str]]) -> list[tuple[float, float, float, bool, int]]:
+    """The linked pairs of groups of `present` (a set class by class), as (fill cost, send, latency, joins two sites,
+    count): pairs of interchangeable groups have the same path, so each pair of classes is one row (64 groups in four
+    classes: ten rows for 2,016 pairs). The fill pays two sends and two latencies per crossing."""
     rows = []
     for i, ci in enumerate(present):
         for cj in present[i:]:
@@ -245,18 +237,35 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int,
     `present`: ctx.members(subset), when the caller has it.
 
     A contiguous placement on exactly S has one block per group, so |S| - 1 crossings: distinct linked pairs inside S,
-    of which at least (sites - 1) join two sites (the path crosses every site boundary). Their fill costs are
-    therefore at least those of the (sites - 1) cheapest inter-site pairs plus the cheapest of the rest.
+    of which at least (sites - 1) join two sites (the path crosses every site boundary; path_terms).
     """
     r, gs = len(subset), ctx.groups
     present = ctx.members(subset) if present is None else present
     reps = [members[0] for members in present]  # interchangeable groups have the same costs and site
     if sum(gs[members[0]].slots * len(members) for members in present) < p or r > p:
         return None
-    pairs = _class_pairs(ctx, subset, present)  # (fill cost, send, latency, joins two sites, how many pairs)
+    path = path_terms(ctx, present, r, len({k.split("/")[0] for k in reps}))
+    if path is None:
+        return None
+    crossings, dearest, wan_loop, fill = path
+    per_stage = math.ceil(L / p)
+    return SubsetTerms(crossings=crossings, dearest=dearest, wan_loop=wan_loop,
+                       edges=min(gs[k].first_s for k in reps) + min(gs[k].last_s for k in reps),
+                       fill_extra=fill + _inside_fill(ctx, present, p),
+                       tail=min(gs[k].tail.least(per_stage) for k in reps))
+
+
+def path_terms(ctx: BoundContext, present: list[list[str]], r: int,
+               sites: int) -> tuple[int, float, float, float] | None:
+    """A path through r groups of `present` (groups class by class) over `sites` sites, or through more of them
+    over more sites: (crossings r - 1, a bound on its dearest send, on its dearest WAN crossing's send + latency, on
+    the crossings' fill), None when no such path exists. The crossings are distinct linked pairs of which at least
+    (sites - 1) join two sites, so their fill is at least that of the (sites - 1) cheapest inter-site pairs plus the
+    cheapest of the rest; the dearest send, at least the (sites - 1)-th cheapest inter-site send and the (r - 1)-th
+    cheapest send of all."""
+    pairs = _class_pairs(ctx, present)  # (fill cost, send, latency, joins two sites, how many pairs)
     if sum(n for *_, n in pairs) < r - 1:
         return None
-    sites = len({k.split("/")[0] for k in reps})
     inter = [e for e in pairs if e[3]]
     if sum(n for *_, n in inter) < sites - 1:
         return None
@@ -267,16 +276,11 @@ def subset_terms(ctx: BoundContext, subset: tuple[str, ...], *, L: int, p: int,
     for e, n in must:
         left[e] -= n
     rest = _cheapest([(*e, n) for e, n in left.items()], r - 1 - sum(n for _, n in must))
-    # the dearest send is at least the (sites-1)-th cheapest inter-site send and the (r-1)-th cheapest send of all
     dearest = _cheapest(inter, sites - 1, by_send=True)[-1][0][1] if sites > 1 else 0.0
     if r > 1:
         dearest = max(dearest, _cheapest(pairs, r - 1, by_send=True)[-1][0][1])
-    per_stage = math.ceil(L / p)
     wan_loop = max((send + lat for (_, send, lat, _), _ in must), default=0.0)  # fill cost orders by send + lat
-    return SubsetTerms(crossings=sum(n for _, n in must + rest), dearest=dearest, wan_loop=wan_loop,
-                       edges=min(gs[k].first_s for k in reps) + min(gs[k].last_s for k in reps),
-                       fill_extra=sum(fill * n for (fill, *_), n in must + rest) + _inside_fill(ctx, present, p),
-                       tail=min(gs[k].tail.least(per_stage) for k in reps))
+    return sum(n for _, n in must + rest), dearest, wan_loop, sum(fill * n for (fill, *_), n in must + rest)
 
 
 def _inside_fill(ctx: BoundContext, present: list[list[str]], p: int) -> float:
@@ -314,61 +318,16 @@ def _sure(p: int, total_slots: int, own_slots: int) -> int:
     return max(1, p - (total_slots - own_slots))
 
 
-def subset_bounds_us(ctx: BoundContext, cfg: ParallelConfig, *, L: int, m: int,
-                     stop_at: float | None = None) -> dict[tuple[str, ...], float] | None:
-    """Lower bound (us) per set S of groups a placement uses (fast; block_bound_us refines one S later).
-
-    Compute uses the slots every group of S must fill (one, or the stages the others' slots leave over, each with v
-    layers at that group's rate) plus the fastest others; the crossings' sends and latencies sit in the fill, and
-    the stage next to the dearest crossing holds at least v layers besides sending it.
-    (Charging the sends to particular slots' cycles is left to block_bound_us: with whole layers per stage, which
-    slot absorbs a send best is not known in advance.)
-    None when time.perf_counter() passes `stop_at` before every set is bounded (the 64-group benchmark fleet lists
-    up to 43,400 sets for one candidate, 5 s).
-    """
-    p, v = cfg.pp, cfg.vpp
-    vm = v * m
-    out: dict[tuple[str, ...], float] = {}
-    for n, subset in enumerate(ctx.subsets(p)):
-        if stop_at is not None and n % 512 == 511 and time.perf_counter() > stop_at:
-            return None
-        present = ctx.members(subset)
-        terms = subset_terms(ctx, subset, L=L, p=p, present=present)
-        if terms is None:
-            continue
-        slots, sure_s, sure_n = _chosen_slots(ctx, present, p)
-        fastest = slots[0][0]
-        cyc = integer_cycle_bound(slots, L, v)
-        if terms.crossings:  # the stage next to the dearest crossing sends it and works on >= v layers
-            cyc = max(cyc, v * terms.dearest + v * fastest)
-        if v == 1 and m >= 3:  # the loop of two micro-batches through the dearest WAN crossing (segment_loops)
-            cyc = max(cyc, terms.wan_loop + fastest)
-        work = v * sure_s + (L - v * sure_n) * fastest
-        compute = max(relaxation_bound(slots, L, vm), (vm - 1) * cyc + work)
-        out[subset] = (compute + terms.edges + terms.fill_extra + v * terms.tail) / v * US
-    return out
+def held_cycle(slots: Slots, v: int) -> float:
+    """The cycle every placement on (at least as slow as) these p slots reaches: each stage holds at least v layers
+    (validate.py: layers_positive, vpp_layers), so the slowest slot's stage works v tau on each micro-batch."""
+    return v * max(tau for tau, n, _ in slots if n > 0)
 
 
-def _chosen_slots(ctx: BoundContext, present: list[list[str]], p: int) -> tuple[Slots, float, int]:
-    """The p stage slots subset_bounds_us counts, grouped by speed, fastest first: every group's sure stages
-    (sure_stages), then the fastest of the other slots; and the sure stages' seconds per layer in all and their
-    count. Interchangeable groups have the same speed, slots and sure stages, so each class is counted once (a
-    64-group set in four classes: four entries, not 64 stages). `present`: the set class by class."""
-    chosen: dict[float, int] = {}
-    spare: dict[float, int] = {}
-    sure_s, sure_n = 0.0, 0
-    for gb, n, sure in _class_stages(ctx, present, p):
-        chosen[gb.layer_s] = chosen.get(gb.layer_s, 0) + sure * n
-        spare[gb.layer_s] = spare.get(gb.layer_s, 0) + (gb.slots - sure) * n
-        sure_s += sure * n * gb.layer_s
-        sure_n += sure * n
-    need = p - sum(chosen.values())
-    for tau in sorted(spare):
-        take = min(need, spare[tau])
-        if take > 0:
-            chosen[tau] += take
-            need -= take
-    return [(tau, n, 0.0) for tau, n in sorted(chosen.items()) if n > 0], sure_s, sure_n
+def least_work(slots: Slots, L: int, v: int) -> float:
+    """The least sum over stages of layers x seconds per layer on these p slots (fastest first): v layers on each,
+    the L - v p others on the fastest."""
+    return v * sum(tau * n for tau, n, _ in slots) + (L - v * sum(n for _, n, _ in slots)) * slots[0][0]
 
 
 def relaxation_bound(slots: Slots, layers: int, vm: int) -> float:

@@ -39,23 +39,26 @@ def interchangeable_classes(fleet: Fleet, groups: Sequence[NodeGroup]) -> tuple[
 
 
 def canonical_subsets(classes: Sequence[Sequence[str]], *, slots: Sequence[int] | None = None,
-                      stages: int | None = None) -> Iterator[tuple[str, ...]]:
+                      stages: int | None = None,
+                      box: tuple[Sequence[int], Sequence[int]] | None = None) -> Iterator[tuple[str, ...]]:
     """One non-empty set of groups per orbit under swapping interchangeable groups: the first k of each class, for
     every choice of the k's. Each set comes out sorted. With `stages` (and each class's stage `slots` per group),
     only the sets a pipeline of that many stages can use, one stage at least on each group: at most `stages`
     groups, at least `stages` slots (tested on the k's, before a set is built: 64 groups in four classes have
-    83,520 sets)."""
-    for counts in _counts([len(c) for c in classes], slots, stages):
+    83,520 sets). `box`: (least, most) k per class, the k's limited to those ranges."""
+    lo, hi = box if box is not None else ([0] * len(classes), [len(c) for c in classes])
+    for counts in _counts(lo, hi, slots, stages):
         if any(counts):
             yield tuple(sorted(k for c, n in zip(classes, counts) for k in c[:n]))
 
 
-def _counts(sizes: Sequence[int], slots: Sequence[int] | None, stages: int | None) -> Iterator[tuple[int, ...]]:
-    """How many groups of each class, in itertools.product's order, skipping the branches that cannot pass the
-    stage test (more groups than stages so far, or too few slots even with every group still to come): of the 83,521
-    vectors of 64 groups in four classes, at most 495 have at most eight groups (an 8-stage pipeline)."""
+def _counts(lo: Sequence[int], sizes: Sequence[int], slots: Sequence[int] | None,
+            stages: int | None) -> Iterator[tuple[int, ...]]:
+    """How many groups of each class (from lo to sizes), in itertools.product's order, skipping the branches that
+    cannot pass the stage test (more groups than stages so far, or too few slots even with every group still to come):
+    of the 83,521 vectors of 64 groups in four classes, at most 495 have at most eight groups (an 8-stage pipeline)."""
     if stages is None:
-        yield from itertools.product(*(range(n + 1) for n in sizes))
+        yield from itertools.product(*(range(a, n + 1) for a, n in zip(lo, sizes)))
         return
     room = [sum(n * s for n, s in zip(sizes[i:], slots[i:])) for i in range(len(sizes) + 1)]
 
@@ -63,7 +66,7 @@ def _counts(sizes: Sequence[int], slots: Sequence[int] | None, stages: int | Non
         if i == len(sizes):
             yield prefix
             return
-        for n in range(sizes[i] + 1):
+        for n in range(lo[i], sizes[i] + 1):
             if groups + n > stages:
                 break
             if have + n * slots[i] + room[i + 1] >= stages:

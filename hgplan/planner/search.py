@@ -22,7 +22,6 @@ from hgplan.plan import ParallelConfig
 from hgplan.planner.block_bound import block_bound_us
 from hgplan.planner.block_cuts import block_cuts
 from hgplan.planner import limits
-from hgplan.planner.bounds import subset_bounds_us
 from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
 from hgplan.planner.classes import interchangeable_classes
 from hgplan.planner.costs import US, CostSource
@@ -35,6 +34,7 @@ from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
 from hgplan.planner.search_state import SearchState, Stage
+from hgplan.planner.subset_split import split_item
 from hgplan.planner.tables import CostTables, build_tables
 
 
@@ -360,9 +360,9 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             st.closed_bounds.append(lb)
             break
         remaining = DTIME_PER_WALL * opts.budget_s - st.dtime
-        split = None  # a candidate is split by the set of node groups it uses, each set with its bound
+        split = None  # a candidate, or a box of its sets (subset_split), is split into sets or boxes with bounds
         if stage == Stage.CANDIDATE and remaining > 0 and time.perf_counter() <= stop_at:
-            split = subset_bounds_us(cand.ctx, cand.cfg, L=L, m=m_of(cand.cfg), stop_at=stop_at)
+            split = split_item(cand.ctx, cand.cfg, subset or None, L=L, m=m_of(cand.cfg), stop_at=stop_at)
         # out of time, before it or while splitting the candidate (which then keeps its own bound)
         if remaining <= 0 or time.perf_counter() > stop_at or (stage == Stage.CANDIDATE and split is None):
             stopped = "budget" if remaining <= 0 else "wall"
@@ -370,8 +370,8 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             st.closed_bounds.append(min([lb] + [e[0] for e in st.paths_due]))
             break
         if split is not None:
-            for sub, sub_lb in sorted(split.items()):
-                heapq.heappush(heap, (max(lb, sub_lb), key, Stage.SUBSET, i, sub))
+            for is_set, sub, sub_lb in split:  # a set of groups, or a box of them (a candidate's part)
+                heapq.heappush(heap, (max(lb, sub_lb), key, Stage.SUBSET if is_set else Stage.CANDIDATE, i, sub))
             st.open_items[i] += len(split)
             st.listed += len(split)
         elif stage in (Stage.SUBSET, Stage.BLOCK):

@@ -23,7 +23,8 @@ class Stage(IntEnum):
     """Where an item stands on the heap; its bound only grows from one stage to the next."""
 
     CANDIDATE = 0
-    """A whole candidate: split it into one item per set of node groups."""
+    """A whole candidate (its subset ()) or a box of its sets (subset_split.Box): split it into one item per set of
+    node groups, or into two boxes."""
     SUBSET = 1
     """A (candidate, group set) item with its subset bound: refine with the block bound, ends unknown."""
     BLOCK = 2
