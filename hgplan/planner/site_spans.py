@@ -44,9 +44,11 @@ def site_spans(classes: tuple[tuple[str, ...], ...], bounds: dict, pair_send: di
     parts = [(s, [c for c in classes if site[c[0]] == s]) for s in sorted(set(site.values()))]
     out = []
     for where, members in parts + ([(None, list(classes))] if len(parts) > 1 else []):
+        if where not in cheapest:  # no crossing there (one group): no pipeline of two groups or more lies there
+            continue
         per_class = [(bounds[c[0]], len(c)) for c in members]
         fastest = tuple(sorted((gb.layer_s, gb.slots * n) for gb, n in per_class))
-        send, lat = cheapest.get(where, (math.inf, math.inf))
+        send, lat = cheapest[where]
         out.append(Span(fastest=fastest, total_slots=sum(n for _, n in fastest), cross_send=send, cross_lat=lat,
                         first_min=min(gb.first_s for gb, _ in per_class),
                         last_min=min(gb.last_s for gb, _ in per_class),
