@@ -196,3 +196,24 @@ def test_interchangeable_groups_come_in_index_order():
         assert _optimum(t, alone, reverse=(k, k2)) == (status, best)
         sol = solve_blocks(t, PARAMS)
         assert sol.assign.index(k) < sol.assign.index(k2)
+
+
+def test_interleaved_block_model_with_an_unlinked_pair_of_groups():
+    """Three sites in a line (a - b - c, no link between a and c): an interleaved pipeline over the three groups
+    cannot wrap around between a and c, whose wrap-around variable the model fixes at 0. Its sends skip that pair
+    (block_model._sends multiplied the missing send, None, and raised a TypeError: seed 61 of the forced path waits
+    of tests/test_block_paths.py); each item's bound stays below its exhaustive optimum and its plan is a plan."""
+    wan = dict(gbps=100, latency_ms=5, transport=Transport.ETHERNET, egress_usd_per_gb=None)
+    fleet = Fleet(name="line", groups=(_group(0, "a", "H100-SXM5-80GB", 1), _group(1, "b", "A100-SXM4-80GB", 1),
+                                       _group(2, "c", "H100-SXM5-80GB", 1)),
+                  links=(Link(scope="site", a="a", b="b", **wan), Link(scope="site", a="b", b="c", **wan)),
+                  transports=catalog().transports)
+    model, train = small_model(12, hidden=4096, heads=32), TrainingSettings(seq_length=2048, global_batch_size=32)
+    opts = SearchOptions(max_pp=6, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(2,))
+    checked = 0
+    for t in _multi_group_items(fleet, model, train, opts):
+        if t.vpp > 1 and len(t.groups) == 3:
+            assert any(t.send_us[k][k2] is None for k in range(3) for k2 in range(3) if k != k2)
+            _check(t)
+            checked += 1
+    assert checked >= 1

@@ -188,9 +188,11 @@ def _sends(t: CostTables, xv: _Vars) -> list[tuple]:
         inward = v * sum(t.send_us[k0][k] * var for (k0, k2), var in xv.z.items() if k2 == k)
         outward = v * sum(t.send_us[k][k2] * var for (k0, k2), var in xv.z.items() if k0 == k)
         wrap_in = 0
-        if v > 1:
-            wrap_in = v * sum(t.send_us[k2][k] * var for (k0, k2), var in xv.w.items() if k0 == k)
-            outward += v * sum(t.send_us[k][k0] * var for (k0, k2), var in xv.w.items() if k2 == k)
+        if v > 1:  # an unlinked (first, last) pair has no wrap-around send: its w is 0 (_add_order)
+            wrap_in = v * sum(t.send_us[k2][k] * var for (k0, k2), var in xv.w.items()
+                              if k0 == k and t.send_us[k2][k] is not None)
+            outward += v * sum(t.send_us[k][k0] * var for (k0, k2), var in xv.w.items()
+                               if k2 == k and t.send_us[k][k0] is not None)
         out.append((inward, wrap_in, outward))
     return out
 
