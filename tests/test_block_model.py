@@ -217,3 +217,20 @@ def test_interleaved_block_model_with_an_unlinked_pair_of_groups():
             _check(t)
             checked += 1
     assert checked >= 1
+
+
+def test_search_on_a_fleet_with_an_unlinked_pair_finds_the_exhaustive_optimum():
+    """tests/test_planner.py's random multi-site fleet of seed 61 (two of its groups have no link between them): the
+    search raised the TypeError above; it returns the exhaustive optimum with a zero gap."""
+    from exhaustive import exhaustive_best
+
+    from hgplan.planner.search import run_search
+
+    fleet = random_multisite_fleet(random.Random(61))
+    model, train = small_model(12, hidden=4096, heads=32), TrainingSettings(seq_length=2048, global_batch_size=64)
+    opts = SearchOptions(top_k=1, budget_s=60, per_solve_s=30, max_gap=0.0, solve_gap=0.0, max_pp=4,
+                         mbs_options=(1,), recompute_options=(Recompute.NONE,))
+    best_us, best = exhaustive_best(fleet, model, train, opts)
+    res = run_search(fleet, model, train, opts)
+    assert best is not None and res.found[0].time_us == pytest.approx(best_us, abs=1.0)
+    assert res.gap == pytest.approx(0.0, abs=1e-9)
