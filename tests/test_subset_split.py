@@ -18,6 +18,7 @@ from hgplan.domain import Fleet, Link, NodeGroup, TrainingSettings, Transport
 from hgplan.io import catalog
 from hgplan.plan import Recompute
 from hgplan.planner import subset_split
+from hgplan.planner import block_bound
 from hgplan.planner.bounds import candidate_bound_s
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
@@ -194,3 +195,31 @@ def test_candidate_bound_charges_the_wan_of_a_pipeline_no_site_holds():
         else:
             assert gain <= 1e-12, (cfg, gain)
     assert raised >= 3
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_block_bound_below_the_incumbent_settles_early_and_stays_below_the_optimum(seed, monkeypatch):
+    """block_bound_us with the incumbent (enough_us) above the item's bound stops at the first choice of end groups
+    below it and bounds the rest by the unknown-ends value plus their end cost (block_bound._ends_pass, settle): never
+    above the item's exhaustive optimum, whatever the incumbent, and below the bound without an incumbent on some
+    items (the choices it did not bisect). On sets of two groups and more here (limits.SETTLE_GROUPS: 6 in the
+    search)."""
+    monkeypatch.setattr(block_bound, "SETTLE_GROUPS", 2)
+    fleet, costs, layers, train, cands, _ = _cases(seed, most=12)
+    by_key = {g.key: g for g in fleet.groups}
+    checked, settled = 0, 0
+    for cand in cands:
+        m = cand.cfg.num_microbatches(train.global_batch_size)
+        for subset in [s for s in subset_bounds_us(cand.ctx, cand.cfg, L=layers, m=m) if len(s) > 1][:4]:
+            best = best_for_tables(replace(build_tables(costs, cand.cfg, [by_key[k] for k in subset]),
+                                           require_all=True))
+            if best is None:
+                continue
+            optimum = best[0] / cand.cfg.vpp
+            alone = block_bound.block_bound_us(cand.ctx, cand.cfg, subset, L=layers, m=m)
+            for enough in (optimum * 0.9, optimum * 1.5, optimum * 4):
+                got = block_bound.block_bound_us(cand.ctx, cand.cfg, subset, L=layers, m=m, enough_us=enough)
+                assert got <= optimum + 1, (cand.cfg, subset, enough, got, optimum)
+                settled += enough > alone and got < alone
+            checked += 1
+    assert checked >= 10 and settled >= 1

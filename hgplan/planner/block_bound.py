@@ -31,6 +31,7 @@ import numpy as np
 from hgplan.plan import ParallelConfig
 from hgplan.planner.bounds import FLOOR_EPS, BoundContext, integer_cycle_bound, subset_terms, sure_stages
 from hgplan.planner.costs import US
+from hgplan.planner.limits import SETTLE_GROUPS
 from hgplan.planner.block_capacity import most_layers, rising
 from hgplan.planner.wan_loops import LoopSlack, Single, most_lone, pair_loops
 from hgplan.planner.block_work import block_pools, cheapest_fill, ends_charge, least_value, loops_charge
@@ -42,9 +43,11 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
     """Block-structured lower bound (us) on any placement of cfg's stages on exactly `subset`.
 
     With ends_known=False one pass gives every group the least demanding role (no edge work, and one crossing
-    without interleaving): weaker, but |S| (|S| - 1) times cheaper. `enough_us` (the incumbent): once an order of
-    end groups is below it, the orders left are bounded without the WAN's charges to W (what the search needs is
-    whether the bound reaches it; the charges make an order's value several times dearer).
+    without interleaving): weaker, but |S| (|S| - 1) times cheaper. `enough_us` (the incumbent, finite): once an order
+    of end groups is below it the item will be solved, and what the search needs is whether the bound reaches it, so
+    the orders left are bounded by the unknown-ends value plus their end cost, without their bisections (_ends_pass,
+    settle; the item's full bound comes with its cuts before its solve, search._bound_to_solve), on sets of at least
+    limits.SETTLE_GROUPS groups (on smaller ones the pass is cheap, and its full bound orders the heap).
     """
     terms = subset_terms(ctx, subset, L=L, p=cfg.pp)
     if terms is None:
@@ -58,24 +61,27 @@ def block_bound_us(ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ..
         reached, feasible_at = bb.beyond(enough - cost, role, wan)
         best = enough if reached else bb.floor(feasible_at)[0] + cost
     else:
-        best = _ends_pass(bb, ctx, subset, enough, enough_us)[0]
+        best = _ends_pass(bb, ctx, subset, enough, enough_us, settle=len(subset) >= SETTLE_GROUPS)[0]
     if not math.isfinite(best):
         return math.inf
     return (best + terms.fill_extra) / cfg.vpp * US
 
 
-def _ends_pass(bb: _BlockBound, ctx: BoundContext, subset: tuple[str, ...], enough: float,
-               enough_us: float) -> tuple[float, dict[tuple[str, str], tuple[float, float]]]:
+def _ends_pass(bb: _BlockBound, ctx: BoundContext, subset: tuple[str, ...], enough: float, enough_us: float, *,
+               settle: bool = False) -> tuple[float, dict[tuple[str, str], tuple[float, float]]]:
     """The bound with known ends: the least over the (first, last) choices of their compute term plus their edge and
     tail costs (compute-term units), and per choice what it proved: (a cycle no placement with those ends is at or
     below, seconds; the choice's value). The unknown-ends roles ask less of every group than any choice of ends, so
     their value is a lower bound on each choice's compute term (choices whose ends alone already reach the best found
     are not bisected: they keep that value and the unknown-ends roles' cycle), and a cycle they rule out rules out
     every choice's placements too: each choice's bisection starts there. `enough` (`enough_us` in compute-term
-    units): see block_bound_us."""
+    units) and `settle`: see block_bound_us; block_cuts passes neither (every choice's proof)."""
     floor_value, below = bb.floor()
     best, proved = math.inf, {}
     for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in _end_choices(ctx, subset)):
+        if settle and best < enough < math.inf:  # below the incumbent: each choice left >= floor_value + its cost
+            best = min(best, floor_value + cost)
+            break
         target = min(best, enough)
         if floor_value + cost >= target:
             proved[first, last] = (below, floor_value + cost)

@@ -27,6 +27,11 @@ ready items' block bounds, and on the 64-group benchmark fleet (4,096 GPUs) each
 with block bounds that charge the WAN crossings the search split 67 candidates in its 60 s and solved none (a
 257.6 s plan, the seeds'). A count, not a clock, so the same inputs give the same plan. On every other fleet of the
 benchmark the first solve comes before 12,200 items (the 8- and 32-group fleets), so the rule does not change them."""
+SETTLE_GROUPS = 6
+"""Sets of at least this many groups get the block bound's cheaper pass below the incumbent (block_bound_us,
+enough_us): the pass with ends bisects one choice of end groups per ordered pair of classes in the set (56 for the
+8-group benchmark fleet's eight groups, 380 for 20 groups all different). On smaller sets the full pass is cheap and
+its exact value orders the heap (the random fleets of 2-5 groups of the tests keep the searches they had)."""
 FIRST_BLOCK_SHARE = 0.25
 """The first block-model solve of an item gets this share of its attempt's deterministic time; its retries get the full
 2, 4 and 8 times. That first solve, bounded by the incumbent, either proves quickly that nothing beats it or finds a

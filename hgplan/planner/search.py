@@ -40,8 +40,12 @@ from hgplan.planner.tables import CostTables, build_tables
 
 def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, ...]], stage: int, lb: float,
                 st: SearchState, opts: SearchOptions, remaining: float, order: list[str], by_key: dict) -> float | None:
-    """Solve one item; returns its new bound if it should go back on the heap for a retry, else None."""
+    """Solve one item; returns its new bound if it should go back on the heap for a retry, else None. An item whose
+    full bound (_bound_to_solve) reaches the incumbent less the gap is closed at it without a solve."""
     subset = item[1]
+    if lb >= st.best_us() * (1 - opts.max_gap):
+        st.closed_bounds.append(lb)
+        return None
     if item not in st.tables_of:
         tables = build_tables(costs, cand.cfg, [by_key[k] for k in subset])
         if tables is None or len(tables.groups) != len(subset):
@@ -86,10 +90,8 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     if sol.status == "OPTIMAL":
         st.closed_bounds.append(bound)
         return None
-    # Retry with twice the time only if this solve got somewhere: a better plan, or a bound above what the
-    # item already had; or if the block model is still open (its retry may close the item). A stage-level solve that
-    # found nothing and whose relaxation stayed below the item's bound (many node groups, tens of stages) gains
-    # nothing from more time.
+    # Retry with twice the time only if this solve got somewhere (a better plan, a bound above the item's) or the block
+    # model is still open; a stage-level solve whose relaxation stayed below the item's bound gains nothing from more.
     if attempt < MAX_RETRIES and (sol.objective is not None or bound > lb or item in st.block_open):
         return bound
     st.closed_bounds.append(bound)
@@ -130,8 +132,7 @@ def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float
 
 def _keep(st: SearchState, item: tuple, cfg: ParallelConfig, tables: CostTables, status: str, objective: int,
           plan: tuple, bound: float = 0.0) -> None:
-    """Keep a valid plan found for an item without CP-SAT (the warm start, the block model's) if it is the item's
-    best so far."""
+    """Keep a valid plan found for an item without CP-SAT (the warm start, the block model's) if it is its best."""
     current = st.found.get(item)
     if current is None or objective < current.solution.objective:
         st.found[item] = Found(cfg=cfg, tables=tables, solution=Solution(
@@ -194,9 +195,8 @@ def _prefetch_paths(st: SearchState, released: list[tuple], threshold: float, ca
                     opts: SearchOptions) -> None:
     """The path solves of the items released together (SearchState.release) that are due (_paths_due) and below
     `threshold`, run limits.SOLVE_THREADS at a time against the incumbent of their batch, in heap order; each is
-    counted and its plan kept now, and the result waits in SearchState.paths_ready for the item's turn (_block_step).
-    The 16-group benchmark fleet's two pp 16 items had theirs one after the other, 2.3-2.6 s each: the search 12.5 ->
-    9.9 s (2026-11-27), the same plan and gap."""
+    counted and its plan kept now, and the result waits in SearchState.paths_ready for the item's turn (_block_step);
+    docs/planner.md has what it saved."""
     jobs, remaining = [], DTIME_PER_WALL * opts.budget_s - st.dtime
     for lb, _, stage, i, subset in sorted(released):
         item, cfg = (i, subset), cands[i].cfg
