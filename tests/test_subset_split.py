@@ -183,9 +183,10 @@ def test_candidate_bound_charges_the_wan_of_a_pipeline_no_site_holds():
     raised = 0
     for cand in cands:
         ctx, cfg = cand.ctx, cand.cfg
-        fleet_wide = [s for s in ctx.spans if s.total_slots == ctx.total_slots]
-        flat = replace(ctx, spans=tuple(s._replace(cross_send=ctx.cross_send_s, cross_lat=ctx.cross_lat_s)
-                                        for s in fleet_wide))
+        # the span over every slot, with the fleet's cheapest crossing (inside a site) as the candidate bound had it
+        fleet_wide = [s for s in ctx.spans if s.total_slots == sum(gb.slots * n for gb, n in ctx.per_class)]
+        flat = replace(ctx, spans=tuple(s._replace(cross_send=min(ctx.pair_send.values()),
+                                                   cross_lat=min(ctx.pair_lat.values())) for s in fleet_wide))
         m = cfg.num_microbatches(train.global_batch_size)
         kw = dict(L=model.num_layers, p=cfg.pp, v=cfg.vpp, m=m)
         gain = candidate_bound_s(ctx, **kw) - candidate_bound_s(flat, **kw)

@@ -26,7 +26,7 @@ from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
 from hgplan.planner.classes import canonical_subsets, interchangeable_classes
 from hgplan.planner.costs import TAIL_CLASSES, US, CostSource
-from hgplan.planner.site_spans import Span, site_spans, span_terms
+from hgplan.planner.site_spans import Span, site_spans, span_slots, span_terms
 
 BLOCK_GRID = 24
 """Intervals over which block_bound_us minimises (v m - 1) C + W(C); each costs at most 1/BLOCK_GRID of W's range."""
@@ -84,16 +84,7 @@ class BoundContext:
     """Interchangeable groups (planner/classes.py), each class sorted; a group unlike every other is a class alone."""
     per_class: tuple[tuple[GroupBound, int], ...]
     """Each class's costs and its number of groups (what candidate_bound_s reads: one pass per class, not group)."""
-    cross_send_s: float
-    """The cheapest send and latency between two different groups (inf: no two are linked)."""
-    cross_lat_s: float
-    fastest: tuple[tuple[float, int], ...]
-    """(tau, stage slots) of each class, fastest first (ties by slots)."""
-    total_slots: int
-    first_min_s: float
-    """The least embedding work of a first stage on any group, and the least LM-head work of a last stage."""
-    last_min_s: float
-    spans: tuple[Span, ...] = ()
+    spans: tuple[Span, ...]
     """Where a pipeline over two or more groups may lie: inside each site (its groups' slots and crossings), or over
     two or more sites (every slot; a WAN crossing at least). candidate_bound_s takes the least over them."""
     floors: dict[tuple, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
@@ -140,13 +131,8 @@ def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup])
                                   slots=g.num_gpus // cfg.gpus_per_stage, tail=tail_bound(costs, g, cfg),
                                   self_send_s=inner.send_us / US, self_fill_s=2 * (inner.send_us + inner.lat_us) / US)
     groups = {g.key: bounds[class_of[g.key][0]] for g in hosts}
-    per_class = tuple((bounds[c[0]], len(c)) for c in classes)
-    fastest = tuple(sorted((gb.layer_s, gb.slots * n) for gb, n in per_class))
-    return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat, classes=classes, per_class=per_class,
-                        cross_send_s=min(pair_send.values(), default=math.inf),
-                        cross_lat_s=min(pair_lat.values(), default=math.inf), fastest=fastest,
-                        total_slots=sum(n for _, n in fastest), first_min_s=min(gb.first_s for gb, _ in per_class),
-                        last_min_s=min(gb.last_s for gb, _ in per_class),
+    return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat, classes=classes,
+                        per_class=tuple((bounds[c[0]], len(c)) for c in classes),
                         spans=site_spans(classes, bounds, pair_send, pair_lat))
 
 
@@ -178,8 +164,7 @@ def candidate_bound_s(ctx: BoundContext, *, L: int, p: int, v: int, m: int) -> f
     for floor, cyc, work, rest, span, j in sorted(spans, key=lambda t: t[0]):  # least first; the rest rarely pass it
         if floor >= best:
             break
-        grouped = [(tau, n, 0.0) for tau, n in span.fastest[:j] if n] + [(span.fastest[j][0], p - span.upto[j] +
-                                                                            span.fastest[j][1], 0.0)]
+        grouped = span_slots(span, p, j)
         cyc = max(cyc, integer_cycle_bound(grouped, L, v))
         best = min(best, max(relaxation_bound(grouped, L, vm), (vm - 1) * cyc + work) + rest)
     return (best + v * tail) / v if math.isfinite(best) else math.inf
@@ -300,20 +285,20 @@ def _inside_fill(ctx: BoundContext, present: list[list[str]], p: int) -> float:
 
 def _class_stages(ctx: BoundContext, present: list[list[str]], p: int) -> list[tuple[GroupBound, int, int]]:
     """Per class of a set S (`present`: S class by class), its costs, how many of its groups S has, and the stages
-    each of them surely hosts (_sure)."""
+    each of them surely hosts (sure_count)."""
     gbs = [(ctx.groups[members[0]], len(members)) for members in present]
     total = sum(gb.slots * n for gb, n in gbs)
-    return [(gb, n, _sure(p, total, gb.slots)) for gb, n in gbs]
+    return [(gb, n, sure_count(p, total, gb.slots)) for gb, n in gbs]
 
 
 def sure_stages(ctx: BoundContext, subset: tuple[str, ...], p: int) -> dict[str, int]:
     """The stages each group of `subset` hosts in any placement of p stages on exactly it: one, or the stages the
     others' slots leave over (each holds >= v layers at that group's rate, whatever its speed)."""
     slots = sum(ctx.groups[k].slots for k in subset)
-    return {k: _sure(p, slots, ctx.groups[k].slots) for k in subset}
+    return {k: sure_count(p, slots, ctx.groups[k].slots) for k in subset}
 
 
-def _sure(p: int, total_slots: int, own_slots: int) -> int:
+def sure_count(p: int, total_slots: int, own_slots: int) -> int:
     """Stages a group of `own_slots` surely hosts when p stages lie on groups of `total_slots` slots in all."""
     return max(1, p - (total_slots - own_slots))
 

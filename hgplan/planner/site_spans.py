@@ -77,3 +77,10 @@ def span_terms(span: Span, *, L: int, p: int, v: int, m: int) -> tuple | None:
         cyc = max(cyc, cross_send + cross_lat + fastest[0][0])
     rest = 2 * cross_send + 2 * cross_lat + span.first_min + span.last_min
     return (v * m - 1) * cyc + work + rest, cyc, work, rest, span, j
+
+
+def span_slots(span: Span, p: int, j: int) -> list[tuple[float, int, float]]:
+    """The p fastest slots of `span` as bounds.Slots: the classes before the j-th whole (span_terms' j), the rest of
+    the p on the j-th."""
+    before = span.upto[j] - span.fastest[j][1]
+    return [(tau, n, 0.0) for tau, n in span.fastest[:j] if n] + [(span.fastest[j][0], p - before, 0.0)]

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from hgplan.plan import ParallelConfig
 from hgplan.planner.bounds import (BoundContext, GroupBound, Slots, held_cycle, integer_cycle_bound, least_work,
-                                   path_terms, relaxation_bound, subset_terms)
+                                   path_terms, relaxation_bound, subset_terms, sure_count)
 from hgplan.planner.costs import US
 
 SPLIT_LEAVES = 1024
@@ -124,7 +124,7 @@ def _chosen_slots(per_class: list[tuple[GroupBound, int, int]], p: int) -> Slots
     chosen: dict[float, int] = {}
     spare: dict[float, int] = {}
     for gb, least, most in per_class:
-        sure = max(1, p - (total - gb.slots))
+        sure = sure_count(p, total, gb.slots)
         chosen[gb.layer_s] = chosen.get(gb.layer_s, 0) + sure * least
         spare[gb.layer_s] = spare.get(gb.layer_s, 0) + gb.slots * most - sure * least
     need = p - sum(chosen.values())
