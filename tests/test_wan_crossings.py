@@ -19,7 +19,7 @@ from hgplan.io import catalog
 from hgplan.plan import Recompute
 from hgplan.planner.block_capacity import most_layers
 from hgplan.planner.options import SearchOptions
-from hgplan.planner.wan_loops import _site_trees
+from hgplan.planner.wan_loops import _site_trees, single_cases
 
 
 def _best_split(shapes, p, lone_ok=None, least=0, most=None):
@@ -94,7 +94,10 @@ def test_block_bound_bounds_the_crossings_below_the_optimum():
     bound of the items over two or more sites without interleaving (where 1F1B's loops cross the WAN) closer to it
     than before the exact split, the crossings' trees and walks and the cases of single-stage blocks. Measured on
     30 such fleets (1,759 items): 231 raised, none lowered; on these three (162 items over two or more sites) the
-    median 0.951 -> 0.963 of the optimum, the items within 5% of it 82 -> 100."""
+    median 0.951 -> 0.963 of the optimum, the items within 5% of it 82 -> 100 (with 100 the check below).
+    Then the cases of two single-stage blocks by pair of classes (wan_loops.single_cases), on the same 30 fleets: 12
+    items raised, none lowered, none above the optimum; on these three the median 0.9627 -> 0.9639, within 5% 103 ->
+    106."""
     ratios = []
     for seed in (5, 19, 28):
         rng = random.Random(seed)
@@ -106,5 +109,37 @@ def test_block_bound_bounds_the_crossings_below_the_optimum():
             if len({k.split("/")[0] for k in subset}) >= 2 and cand.cfg.vpp == 1:
                 ratios.append(block / optimum)
     assert len(ratios) >= 150
-    assert statistics.median(ratios) >= 0.958
-    assert sum(r >= 0.95 for r in ratios) >= 95
+    assert statistics.median(ratios) >= 0.9635
+    assert sum(r >= 0.95 for r in ratios) >= 106
+
+
+def test_single_stage_cases_cover_every_placement():
+    """Every count of single-stage blocks on every choice of groups falls in one case, or in one part of the case of
+    two or more when that case is refined; each part lies inside that case (no group it does not allow, no fewer or
+    more blocks, no more crossing sides per class)."""
+    rng = random.Random(3)
+    for _ in range(300):
+        present = [[f"s/g{c}{j}" for j in range(rng.randint(1, 3))] for c in range(rng.randint(1, 9))]
+        keys = [k for c in present for k in c]
+        by_speed = rng.sample(keys, len(keys))
+        class_of = {k: i for i, c in enumerate(present) for k in c}
+        sure = {k: rng.choice([0, 1, 1, 2]) for k in keys}
+        lone = rng.randint(0, sum(sure[k] < 2 for k in keys))
+        cases, refined = single_cases(present, by_speed, class_of, sure, lone)
+        if refined:
+            hosts, least, most, (sides, total) = cases[-1]
+            for part_hosts, part_least, part_most, (part_sides, part_total) in refined:
+                assert all(h or not ph for h, ph in zip(hosts, part_hosts))
+                assert least <= part_least <= part_most <= most and part_total <= total
+                assert all(ps <= s for ps, s in zip(part_sides, sides))
+        leaves = (cases[:-1] + refined) if refined else cases
+        may = [k for k in by_speed if sure[k] < 2]
+        for n in range(0, min(lone, 4) + 1):
+            for chosen in itertools.combinations(may, n):
+                per_class = [sum(class_of[k] == i for k in chosen) for i in range(len(present))]
+                inside = [
+                    (hosts, least, most, single) for hosts, least, most, single in leaves
+                    if least <= n <= most and single[1] >= n
+                    and all(hosts[by_speed.index(k)] for k in chosen)
+                    and all(2 * c <= s for c, s in zip(per_class, single[0]))]
+                assert inside, (present, sure, lone, chosen)

@@ -33,7 +33,7 @@ from hgplan.planner.bounds import FLOOR_EPS, BoundContext, integer_cycle_bound, 
 from hgplan.planner.costs import US
 from hgplan.planner.limits import SETTLE_GROUPS
 from hgplan.planner.block_capacity import most_layers, rising
-from hgplan.planner.wan_loops import LoopSlack, Single, most_lone, pair_loops
+from hgplan.planner.wan_loops import LoopSlack, most_lone, pair_loops, single_cases
 from hgplan.planner.block_work import block_pools, cheapest_fill, ends_charge, least_value, loops_charge
 from hgplan.planner.wan_ends import Role, WanEnds
 
@@ -143,7 +143,11 @@ class _BlockBound:
         self.classes = [self.class_of[k] for k in self.by_speed]
         """The same, group by group in the bound's order (fastest first)."""
         self.loops = self._loop_slack(m, sure)
-        self.scenarios = self._scenarios(sure) if self.loops else []
+        cases, refined = single_cases(ctx.members(subset), self.by_speed, self.class_of, sure,
+                                      most_lone(ctx, subset, sure, self.p)) if self.loops else ([], [])
+        self.scenarios, self.refined = cases + refined, len(cases)
+        """The cases of single-stage blocks the loops' loss is bounded in, then the refinement of the last one
+        (wan_loops.single_cases), from index self.refined on."""
         self.held_memo: dict[tuple, dict[int | None, float]] = {}
         """most_layers per shapes (the stages' whole-layer capacities at a cycle) and case (_held)."""
         self.sure_stages = [sure[k] for k in self.by_speed]
@@ -168,23 +172,6 @@ class _BlockBound:
         pairs = pair_loops(self.ctx, self.subset, tau=self.tau, cross=self.cross, wan=self.wan, site=self.site,
                            sure=sure, p=self.p)
         return LoopSlack(stages=tuple(stages), need=need, v=self.v, pairs=pairs) if need or pairs else None
-
-    def _scenarios(self, sure: dict[str, int]) -> list[tuple[tuple[bool, ...], int, int, Single]]:
-        """The cases of single-stage blocks the loops' loss is bounded in, each as (which groups may host one, the
-        fewest and most that do, what PairLoops may count): none; one, of each class that may; two or more. A
-        placement falls in one case, and its layers and loss are bounded within it."""
-        present = self.ctx.members(self.subset)
-        cls = self.class_of
-        may = tuple(sure[k] < 2 for k in self.by_speed)
-        lone = most_lone(self.ctx, self.subset, sure, self.p)
-        out = [(tuple(False for _ in may), 0, 0, ((0,) * len(present), 0))]
-        if lone >= 1:
-            out += [(tuple(ok and cls[k] == i for k, ok in zip(self.by_speed, may)), 1, 1,
-                     (tuple(2 if j == i else 0 for j in range(len(present))), 1))
-                    for i, c in enumerate(present) if any(sure[k] < 2 for k in c)]
-        if lone >= 2:
-            out.append((may, 2, lone, (tuple(2 * len(c) for c in present), lone)))
-        return out
 
     def roles(self, first: str | None, last: str | None) -> tuple[list[Role], WanEnds | None]:
         """Per group, fastest first, its Role, and the WAN ends the sites demand (None within one site). Without
@@ -288,10 +275,14 @@ class _BlockBound:
             return False
         # the crossings' loss, split by the single-stage blocks a placement has (they change both the layers and the
         # loss)
-        for i, (_, _, _, single) in enumerate(self.scenarios):
+        def fits(i: int) -> bool:
             room = self._held(shapes, held, i) - self.L
-            if room >= least and room >= loops.crossings(c, single, path):
-                return True
+            return room >= least and room >= loops.crossings(c, self.scenarios[i][3], path)
+
+        for i in range(self.refined):
+            if fits(i):  # the last case, when refined, holds only if one of its parts does
+                refining = i == self.refined - 1 and self.refined < len(self.scenarios)
+                return not refining or any(fits(j) for j in range(self.refined, len(self.scenarios)))
         return False
 
     def _held(self, shapes: list, memo: dict, case: int | None) -> float:
