@@ -108,6 +108,8 @@ class PairLoops:
     groups."""
     losses: dict[tuple, float] = field(default_factory=dict)
     """loss() per (options, case of single-stage blocks, path ends)."""
+    usable: dict[tuple, dict] = field(default_factory=dict)
+    """_usable per (options, each class's most single-stage sides): the orders of end groups share them."""
 
     def loss(self, c: float, single: Single | None = None, path: PathEnds | None = None,
              price: tuple[float, ...] | None = None) -> float:
@@ -118,7 +120,9 @@ class PairLoops:
         key = (shape, single, path)  # the losses step with the cycle: most cycles of a bisection share their options
         if key not in self.losses:
             allowed = single or (self.ends, self.lone)  # ends // 2 is each class's groups
-            self.losses[key] = _walk_loss(self.site, _usable(options, allowed[0]), self.ends, allowed, path)
+            if (shape, allowed[0]) not in self.usable:
+                self.usable[shape, allowed[0]] = _usable(options, allowed[0])
+            self.losses[key] = _walk_loss(self.site, self.usable[shape, allowed[0]], self.ends, allowed, path)
         return self.losses[key]
 
     def _options(self, c: float, price: tuple[float, ...] | None = None
