@@ -97,7 +97,10 @@ def test_block_bound_bounds_the_crossings_below_the_optimum():
     median 0.951 -> 0.963 of the optimum, the items within 5% of it 82 -> 100 (with 100 the check below).
     Then the cases of two single-stage blocks by pair of classes (wan_loops.single_cases), on the same 30 fleets: 12
     items raised, none lowered, none above the optimum; on these three the median 0.9627 -> 0.9639, within 5% 103 ->
-    106."""
+    106. Then each crossing's sides (wan_loops.Side: a single stage with one crossing only in the path's end classes,
+    and only single stages beside a class whose every group hosts one): 242 more raised, none lowered, none above the
+    optimum; over the 964 items of the 30 fleets the median 0.9578 -> 0.9634 and within 5% 572 -> 616 (both changes);
+    on these three 0.9646 and 107."""
     ratios = []
     for seed in (5, 19, 28):
         rng = random.Random(seed)
@@ -109,14 +112,15 @@ def test_block_bound_bounds_the_crossings_below_the_optimum():
             if len({k.split("/")[0] for k in subset}) >= 2 and cand.cfg.vpp == 1:
                 ratios.append(block / optimum)
     assert len(ratios) >= 150
-    assert statistics.median(ratios) >= 0.9635
-    assert sum(r >= 0.95 for r in ratios) >= 106
+    assert statistics.median(ratios) >= 0.964
+    assert sum(r >= 0.95 for r in ratios) >= 107
 
 
 def test_single_stage_cases_cover_every_placement():
     """Every count of single-stage blocks on every choice of groups falls in one case, or in one part of the case of
     two or more when that case is refined; each part lies inside that case (no group it does not allow, no fewer or
-    more blocks, no more crossing sides per class)."""
+    more blocks, no more crossing sides per class); a case that says every group of a class hosts a single stage
+    (its crossings are all beside one) holds only placements where they do."""
     rng = random.Random(3)
     for _ in range(300):
         present = [[f"s/g{c}{j}" for j in range(rng.randint(1, 3))] for c in range(rng.randint(1, 9))]
@@ -127,8 +131,9 @@ def test_single_stage_cases_cover_every_placement():
         lone = rng.randint(0, sum(sure[k] < 2 for k in keys))
         cases, refined = single_cases(present, by_speed, class_of, sure, lone)
         if refined:
-            hosts, least, most, (sides, total) = cases[-1]
-            for part_hosts, part_least, part_most, (part_sides, part_total) in refined:
+            hosts, least, most, (sides, total, forced) = cases[-1]
+            assert forced == ()
+            for part_hosts, part_least, part_most, (part_sides, part_total, _) in refined:
                 assert all(h or not ph for h, ph in zip(hosts, part_hosts))
                 assert least <= part_least <= part_most <= most and part_total <= total
                 assert all(ps <= s for ps, s in zip(part_sides, sides))
@@ -141,5 +146,6 @@ def test_single_stage_cases_cover_every_placement():
                     (hosts, least, most, single) for hosts, least, most, single in leaves
                     if least <= n <= most and single[1] >= n
                     and all(hosts[by_speed.index(k)] for k in chosen)
-                    and all(2 * c <= s for c, s in zip(per_class, single[0]))]
+                    and all(2 * c <= s for c, s in zip(per_class, single[0]))
+                    and all(per_class[c] == len(present[c]) for c in single[2])]
                 assert inside, (present, sure, lone, chosen)

@@ -88,11 +88,16 @@ class PairLoops:
     crossings a path has, and which blocks are single stages, is bounded in _walk_loss (the 8-group benchmark fleet's
     pp 25 set: with every crossing the least pair's loss and single stages at 1/2 everywhere, 1.5 layers lost at a
     cycle where its placements lose 6). The pooled bound of LoopSlack lets the latency slack of one crossing be met
-    by stages next to another; this one does not."""
+    by stages next to another; this one does not. Each side of an option says what stage it is (Side): a single
+    stage with one crossing (counted at c1, or c1 and its edge work) is a path end's, so with the path's ends known
+    the other classes' single stages pay two crossings; and in a case where every group of a class hosts a single
+    stage (Single), that class's crossings are all beside one (the 8-group fleet's pp 28 set: 4.919 -> 4.944 s, its
+    least cycle 55.44 -> 55.84 ms, the block model's)."""
 
     rows: np.ndarray
-    """(tau_a, e'_a, e_a, w_a, tau_b, e'_b, e_b, w_b, latency, class_a, class_b) of every pair of classes of
-    interchangeable groups in two sites and choice of extras."""
+    """(tau_a, e'_a, e_a, w_a, tau_b, e'_b, e_b, w_b, latency, class_a, class_b, end_a, end_b) of every pair of classes
+    of interchangeable groups in two sites and choice of extras; end: 1 for a single stage with one crossing, which
+    only a path's first or last group has (v = 1)."""
     site: tuple[int, ...]
     """Per class (the rows' class indices), its site."""
     ends: tuple[int, ...]
@@ -101,15 +106,15 @@ class PairLoops:
     """The most groups of the set that host a single stage in one placement."""
     starts: np.ndarray
     """Where each option's rows begin (rows sorted by option)."""
-    options: tuple[tuple[tuple[int, int], int, int, bool, bool], ...]
-    """Per option: its pair of sites, classes and single-stage sides."""
+    options: tuple[tuple[tuple[int, int], int, int, int, int], ...]
+    """Per option: its pair of sites, classes and sides (Side)."""
     memo: dict[tuple, tuple] = field(default_factory=dict)
     """Each (cycle, prices)' options per pair of sites: the bound bisects the same cycles for every choice of end
     groups."""
     losses: dict[tuple, float] = field(default_factory=dict)
     """loss() per (options, case of single-stage blocks, path ends)."""
     usable: dict[tuple, dict] = field(default_factory=dict)
-    """_usable per (options, each class's most single-stage sides): the orders of end groups share them."""
+    """_usable per (options, case of single-stage blocks): the orders of end groups share them."""
 
     def loss(self, c: float, single: Single | None = None, path: PathEnds | None = None,
              price: tuple[float, ...] | None = None) -> float:
@@ -119,10 +124,11 @@ class PairLoops:
         options, shape = self._options(c, price)
         key = (shape, single, path)  # the losses step with the cycle: most cycles of a bisection share their options
         if key not in self.losses:
-            allowed = single or (self.ends, self.lone)  # ends // 2 is each class's groups
-            if (shape, allowed[0]) not in self.usable:
-                self.usable[shape, allowed[0]] = _usable(options, allowed[0])
-            self.losses[key] = _walk_loss(self.site, self.usable[shape, allowed[0]], self.ends, allowed, path)
+            allowed = single or (self.ends, self.lone, ())  # ends // 2 is each class's groups
+            if (shape, allowed) not in self.usable:
+                self.usable[shape, allowed] = _usable(options, allowed)
+            usable = self.usable[shape, allowed] if path is None else _at_path_ends(self.usable[shape, allowed], path)
+            self.losses[key] = _walk_loss(self.site, usable, self.ends, allowed, path)
         return self.losses[key]
 
     def _options(self, c: float, price: tuple[float, ...] | None = None
@@ -132,7 +138,7 @@ class PairLoops:
         (each >= 1), each side's loss weighted (times its class's price when priced)."""
         if (c, price) in self.memo:
             return self.memo[c, price]
-        tau_a, cap_ea, e_a, w_a, tau_b, cap_eb, e_b, w_b, lat, cls_a, cls_b = self.rows.T
+        tau_a, cap_ea, e_a, w_a, tau_b, cap_eb, e_b, w_b, lat, cls_a, cls_b, _, _ = self.rows.T
         if price is not None:
             each = np.array(price)
             w_a, w_b = w_a * each[cls_a.astype(int)], w_b * each[cls_b.astype(int)]
@@ -149,9 +155,9 @@ class PairLoops:
         each_b = w_a[:, None] * (cap_a[:, None] - n_a) + w_b[:, None] * (cap_b[:, None] - n_b)
         lost = np.maximum(0.0, np.min(np.where(ok, each_b, np.inf), axis=1))
         least = np.minimum.reduceat(lost, self.starts)
-        options: dict[tuple[int, int], dict[tuple[int, int, bool, bool], float]] = {}
+        options: dict[tuple[int, int], dict[tuple[int, int, int, int], float]] = {}
         for val, (pair, *key) in zip(least.tolist(), self.options):
-            if val < math.inf:  # la, lb: a single-stage block's stage on that side
+            if val < math.inf:  # la, lb: what stage is on that side (Side)
                 options.setdefault(pair, {})[tuple(key)] = val
         out = {pair: sorted((val, *key) for key, val in opt.items()) for pair, opt in options.items()}
         self.memo[c, price] = out, tuple(sorted((pair, tuple(opt)) for pair, opt in out.items()))
@@ -161,9 +167,17 @@ class PairLoops:
 PathEnds = tuple[int, int, int, int]
 """The path's first and last group (without interleaving): their sites and their classes of PairLoops."""
 
-Single = tuple[tuple[int, ...], int]
+Single = tuple[tuple[int, ...], int, tuple[int, ...]]
 """The single-stage blocks a placement may have: per class of PairLoops, twice the most of its groups that host one
-stage, and the most in all."""
+stage; the most in all; and the classes all of whose groups surely host one (their crossings are all beside single
+stages)."""
+
+Side = int
+"""What a crossing has on one side, in the order of what it asks of a placement: BLOCK_END, the end stage of a block of
+two or more stages; SINGLE, a single-stage block's stage between two crossings (one WAN crossing and the cheapest
+other send at least); SINGLE_END, a single stage with one crossing, which only the path's first or last group has
+(v = 1: any other single stage has two neighbours). A side asking more is never preferred by _usable's pruning."""
+BLOCK_END, SINGLE, SINGLE_END = 0, 1, 2
 
 
 @functools.lru_cache(maxsize=8)
@@ -198,22 +212,42 @@ MAX_TREE_SITES = 5
 tree (Kruskal), without the limits on each group's crossings (6 sites: 1,296 trees)."""
 
 
-def _usable(options: dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]],
-            most: tuple[int, ...]) -> dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]]:
-    """The options a case of single-stage blocks allows, without those another option of the same classes beats at
-    no more single-stage sides (each list stays cheapest first; a pair of sites left with none is dropped)."""
+def _usable(options: dict[tuple[int, int], list[tuple[float, int, int, int, int]]],
+            single: Single) -> dict[tuple[int, int], list[tuple[float, int, int, int, int]]]:
+    """The options a case of single-stage blocks allows (a single stage only where the case has one, and nothing else
+    beside a class all of whose groups host one), without those another option of the same classes beats at no more
+    than they ask (each list stays cheapest first; a pair of sites left with none is dropped)."""
+    most, _, forced = single
     out = {}
     for pair, opts in options.items():
-        seen: dict[tuple[int, int], list[tuple[bool, bool]]] = {}
+        seen: dict[tuple[int, int], list[tuple[int, int]]] = {}
         kept = []
         for val, ca, cb, la, lb in opts:
-            if (la and not most[ca]) or (lb and not most[cb]):
+            if not all(_side_allowed(side, c, most, forced) for side, c in ((la, ca), (lb, cb))):
                 continue
             before = seen.setdefault((ca, cb), [])
-            if any(a <= la and b <= lb for a, b in before):  # a cheaper option that needs no more
+            if any(a <= la and b <= lb for a, b in before):  # a cheaper option that asks no more
                 continue
             before.append((la, lb))
             kept.append((val, ca, cb, la, lb))
+        if kept:
+            out[pair] = kept
+    return out
+
+
+def _side_allowed(side: int, c: int, most: tuple[int, ...], forced: tuple[int, ...]) -> bool:
+    """Whether class c may have this Side in a crossing under the case's limits."""
+    return c not in forced if side == BLOCK_END else bool(most[c])
+
+
+def _at_path_ends(options: dict[tuple[int, int], list[tuple[float, int, int, int, int]]],
+                  path: PathEnds) -> dict[tuple[int, int], list[tuple[float, int, int, int, int]]]:
+    """The options without a single stage with one crossing outside the path's first and last classes (dropping them
+    after _usable's: an option they beat asks as much on their side, so it goes too)."""
+    ends = path[2:]
+    out = {}
+    for pair, opts in options.items():
+        kept = [o for o in opts if (o[3] != SINGLE_END or o[1] in ends) and (o[4] != SINGLE_END or o[2] in ends)]
         if kept:
             out[pair] = kept
     return out
@@ -293,10 +327,11 @@ def _assign(tree: tuple[tuple[int, int], ...], i: int, after: list[float], optio
     single-stage blocks so far, which need `blocks` such blocks in all)."""
     if i == len(tree):
         return spent
-    most, total = single
+    most, total, _ = single
     for val, ca, cb, la, lb in options[tree[i]]:
         if spent + val + after[i + 1] >= best:
             break
+        la, lb = la > BLOCK_END, lb > BLOCK_END  # a single stage's side, with one crossing or two
         if ends[ca] < 1 or ends[cb] < 1 or sides[ca] + la > most[ca] or sides[cb] + lb > most[cb]:
             continue
         more = (la and sides[ca] % 2 == 0) + (lb and sides[cb] % 2 == 0)  # a new single-stage block per odd side
@@ -314,8 +349,9 @@ def _assign(tree: tuple[tuple[int, int], ...], i: int, after: list[float], optio
     return best
 
 
-Extras = list[tuple[list[tuple[float, float]], float]]
-"""Per group, its stage's choices next to the WAN: (the (counted, paid) extras it may have, its weight)."""
+Extras = list[tuple[list[tuple[float, float, int]], float]]
+"""Per group, its stage's choices next to the WAN: (the (counted, paid, one crossing only) extras it may have, its
+weight)."""
 
 
 def pair_loops(ctx: BoundContext, subset: tuple[str, ...], *, tau: dict[str, float],
@@ -329,11 +365,11 @@ def pair_loops(ctx: BoundContext, subset: tuple[str, ...], *, tau: dict[str, flo
     for k in subset:
         c1, c2 = cross[k]
         gb, far = ctx.groups[k], wan[k]
-        ends[k] = [([(c + gb.self_send_s, max(far, c) + gb.self_send_s) for c in (c1, c2)], 1.0)] \
+        ends[k] = [([(c + gb.self_send_s, max(far, c) + gb.self_send_s, 0) for c in (c1, c2)], 1.0)] \
             if gb.slots >= 2 else []
         if sure[k] < 2:  # a block of one stage: one crossing (a path's end, with its edge work) or two
-            ends[k].append(([(c1, max(far, c1)), (c1 + c2, max(far + c1, c1 + c2))]
-                            + [(c1 + f, max(far, c1) + f) for f in (gb.first_s, gb.last_s)], 0.5))
+            ends[k].append(([(c1, max(far, c1), 1), (c1 + c2, max(far + c1, c1 + c2), 0)]
+                            + [(c1 + f, max(far, c1) + f, 1) for f in (gb.first_s, gb.last_s)], 0.5))
     return _loop_rows(ctx, subset, ends, tau=tau, site=site, lone=most_lone(ctx, subset, sure, p))
 
 
@@ -347,19 +383,20 @@ def _loop_rows(ctx: BoundContext, subset: tuple[str, ...], ends: dict[str, Extra
         key = (a, b) if a < b else (b, a)
         if site[a] == site[b] or key not in ctx.pair_lat:
             continue
-        rows += [(tau[a], *ea, w_a, tau[b], *eb, w_b, ctx.pair_lat[key], ia, ib) for ext_a, w_a in ends[a]
-                 for ext_b, w_b in ends[b] for ea in ext_a for eb in ext_b]
+        rows += [(tau[a], *ea[:2], w_a, tau[b], *eb[:2], w_b, ctx.pair_lat[key], ia, ib, ea[2], eb[2])
+                 for ext_a, w_a in ends[a] for ext_b, w_b in ends[b] for ea in ext_a for eb in ext_b]
     if not rows:
         return None
     table = np.unique(np.array(rows), axis=0)
     # rows of one (classes, single-stage sides) option next to each other, so each option's least is one reduceat
-    kind = np.stack([table[:, 9], table[:, 10], table[:, 3] < 1, table[:, 7] < 1], axis=1).astype(int)
+    sides = [np.where(table[:, w] >= 1, BLOCK_END, np.where(table[:, end] > 0, SINGLE_END, SINGLE)) for w, end in
+             ((3, 11), (7, 12))]
+    kind = np.stack([table[:, 9], table[:, 10], *sides], axis=1).astype(int)
     order = np.lexsort(kind.T[::-1])
     table, kind = table[order], kind[order]
     starts = np.flatnonzero(np.r_[True, np.any(kind[1:] != kind[:-1], axis=1)])
     sites = tuple(site[c[0]] for c in present)
-    options = tuple((tuple(sorted((sites[ca], sites[cb]))), ca, cb, bool(la), bool(lb))
-                    for ca, cb, la, lb in kind[starts].tolist())
+    options = tuple((tuple(sorted((sites[ca], sites[cb]))), ca, cb, la, lb) for ca, cb, la, lb in kind[starts].tolist())
     return PairLoops(rows=table, site=sites, ends=tuple(2 * len(c) for c in present), lone=lone, starts=starts,
                      options=options)
 
@@ -401,16 +438,19 @@ def single_cases(present: list[list[str]], by_speed: list[str], class_of: dict[s
     can = [i for i, c in enumerate(present) if any(sure[k] < 2 for k in c)]
 
     def case(classes: tuple[int, ...], least: int, most: int) -> Case:
+        """Exactly `least` = `most` single stages, one per entry of `classes` (a class once per stage it hosts)."""
         hosts = tuple(ok and class_of[k] in classes for k, ok in zip(by_speed, may))
-        return hosts, least, most, (tuple(2 * min(classes.count(i), len(c)) for i, c in enumerate(present)), most)
+        forced = tuple(sorted({i for i in classes if classes.count(i) >= len(present[i])}))
+        return hosts, least, most, (tuple(2 * min(classes.count(i), len(c)) for i, c in enumerate(present)), most,
+                                    forced)
 
     cases = [case((), 0, 0)] + ([case((i,), 1, 1) for i in can] if lone >= 1 else [])
     if lone < 2:
         return cases, []
-    cases.append((may, 2, lone, (tuple(2 * len(c) for c in present), lone)))
+    cases.append((may, 2, lone, (tuple(2 * len(c) for c in present), lone, ())))
     pairs = [(i, j) for i, j in itertools.combinations_with_replacement(can, 2)
              if i != j or sum(sure[k] < 2 for k in present[i]) >= 2]
     if len(pairs) > PAIR_CASES:
         return cases, []
-    more = [(may, 3, lone, (tuple(2 * len(c) for c in present), lone))] if lone >= 3 else []
+    more = [(may, 3, lone, (tuple(2 * len(c) for c in present), lone, ()))] if lone >= 3 else []
     return cases, more + [case(pair, 2, 2) for pair in pairs]
