@@ -19,7 +19,8 @@ from hgplan.io import catalog
 from hgplan.plan import Recompute
 from hgplan.planner.block_capacity import most_layers
 from hgplan.planner.options import SearchOptions
-from hgplan.planner.wan_loops import _site_trees, single_cases
+from hgplan.planner.single_stages import single_cases
+from hgplan.planner.wan_loops import _site_trees
 
 
 def _best_split(shapes, p, lone_ok=None, least=0, most=None):
@@ -95,7 +96,7 @@ def test_block_bound_bounds_the_crossings_below_the_optimum():
     than before the exact split, the crossings' trees and walks and the cases of single-stage blocks. Measured on
     30 such fleets (1,759 items): 231 raised, none lowered; on these three (162 items over two or more sites) the
     median 0.951 -> 0.963 of the optimum, the items within 5% of it 82 -> 100 (with 100 the check below).
-    Then the cases of two single-stage blocks by pair of classes (wan_loops.single_cases), on the same 30 fleets: 12
+    Then the cases of two single-stage blocks by pair of classes (single_stages.single_cases), on the same 30 fleets: 12
     items raised, none lowered, none above the optimum; on these three the median 0.9627 -> 0.9639, within 5% 103 ->
     106. Then each crossing's sides (wan_loops.Side: a single stage with one crossing only in the path's end classes,
     and only single stages beside a class whose every group hosts one): 242 more raised, none lowered, none above the

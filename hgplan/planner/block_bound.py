@@ -33,7 +33,8 @@ from hgplan.planner.bounds import FLOOR_EPS, BoundContext, integer_cycle_bound, 
 from hgplan.planner.costs import US
 from hgplan.planner.limits import SETTLE_GROUPS
 from hgplan.planner.block_capacity import most_layers, rising
-from hgplan.planner.wan_loops import LoopSlack, most_lone, pair_loops, single_cases
+from hgplan.planner.single_stages import single_cases
+from hgplan.planner.wan_loops import LoopSlack, most_lone, pair_loops
 from hgplan.planner.block_work import block_pools, cheapest_fill, ends_charge, least_value, loops_charge
 from hgplan.planner.wan_ends import Role, WanEnds
 
@@ -147,7 +148,7 @@ class _BlockBound:
                                       most_lone(ctx, subset, sure, self.p)) if self.loops else ([], [])
         self.scenarios, self.refined = cases + refined, len(cases)
         """The cases of single-stage blocks the loops' loss is bounded in, then the refinement of the last one
-        (wan_loops.single_cases), from index self.refined on."""
+        (single_stages.single_cases), from index self.refined on."""
         self.held_memo: dict[tuple, dict[int | None, float]] = {}
         """most_layers per shapes (the stages' whole-layer capacities at a cycle) and case (_held)."""
         self.sure_stages = [sure[k] for k in self.by_speed]
