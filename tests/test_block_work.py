@@ -93,8 +93,13 @@ def test_charged_block_bound_stays_below_the_optimum(monkeypatch):
     optimum and at least the bound without the charges; raised on 26 of them (by up to 1% of the optimum). Stopped
     early at an incumbent just above the optimum (enough_us), neither pass (ends unknown or known) is above it either:
     the early exits (one feasibility check at the incumbent's cycle; the bisection from the cycle that check found
-    feasible, above least_cycle) prove what they return."""
-    raised = 0
+    feasible, above least_cycle) prove what they return. One exception to "at least" since the crossings' sides
+    (wan_loops.Side, 2026-11-27): seed 19's pp 5 set over four groups, whose feasibility is not monotone in the cycle
+    for its (c/g2, b/g1) ends (feasible at 12.33-12.99 ms, not at 13.00-13.59, again from 13.60): each verdict holds
+    for its own cycle (no placement runs at 13.0 ms, so none at 12.33 either), but a bisection started elsewhere, as
+    the other pass's different values make it, ends at another infeasible cycle. Both bounds stay below the optimum;
+    of the 1,759 items of the 30 fleets of test_wan_crossings.py this is the only one."""
+    raised, below_plain = 0, 0
     for seed in (5, 19):
         rng = random.Random(seed)
         fleet = _crossing_fleet(rng)
@@ -105,13 +110,14 @@ def test_charged_block_bound_stays_below_the_optimum(monkeypatch):
             with monkeypatch.context() as off:
                 _uncharged(off)
                 plain = block_bound_us(cand.ctx, cand.cfg, subset, L=layers, m=cand.cfg.num_microbatches(gbs))
-            assert plain - 1e-6 <= charged <= optimum + 1, (seed, cand.cfg, subset, plain, charged, optimum)
+            assert plain <= optimum + 1 and charged <= optimum + 1, (seed, cand.cfg, subset, plain, charged, optimum)
+            below_plain += charged < plain - 1e-6
             for known in (False, True):
                 early = block_bound_us(cand.ctx, cand.cfg, subset, L=layers, m=cand.cfg.num_microbatches(gbs),
                                        ends_known=known, enough_us=optimum * 1.0005)
                 assert early <= optimum + 1, (seed, known, cand.cfg, subset, early, optimum)
             raised += charged > plain + 1
-    assert raised >= 20
+    assert raised >= 20 and below_plain <= 1
 
 
 def test_eight_group_item_bound_reaches_near_its_optimum():
