@@ -42,10 +42,11 @@ def single_cases(present: list[list[str]], by_speed: list[str], class_of: dict[s
     cases = [case((), 0, 0)] + ([case((i,), 1, 1) for i in can] if lone >= 1 else [])
     if lone < 2:
         return cases, []
-    cases.append((may, 2, lone, (tuple(2 * len(c) for c in present), lone, ())))
+    anyone: Single = (tuple(2 * len(c) for c in present), lone, ())  # any groups that may, up to lone of them
+    cases.append((may, 2, lone, anyone))
     pairs = [(i, j) for i, j in itertools.combinations_with_replacement(can, 2)
              if i != j or sum(sure[k] < 2 for k in present[i]) >= 2]
     if len(pairs) > PAIR_CASES:
         return cases, []
-    more = [(may, 3, lone, (tuple(2 * len(c) for c in present), lone, ()))] if lone >= 3 else []
+    more = [(may, 3, lone, anyone)] if lone >= 3 else []
     return cases, more + [case(pair, 2, 2) for pair in pairs]
