@@ -240,3 +240,57 @@ def test_mesh_solves_run_without_probing_unless_the_user_says(a100_t4, monkeypat
     mesh_model.solve_mesh(t, SolverParams(max_deterministic_time=1.0, extra="cp_model_probing_level: 2"))
     assert n >= 1 and seen == [mesh_model.MESH_MODEL_PARAMS] * n + [
         mesh_model.MESH_MODEL_PARAMS + " cp_model_probing_level: 2"] * n
+
+
+@pytest.mark.parametrize("target, with_baselines", [(Target.FLAGSCALE, False), (Target.MEGATRON, True)])
+def test_polishing_runs_beside_the_mesh_search_and_changes_nothing(a100_t4, monkeypatch, target, with_baselines):
+    """The stock plans are polished in a thread while the mesh search (--target flagscale) and the baselines run
+    (api._after_search): on different threads, and the report is the one they give one after the other."""
+    import threading
+    from concurrent.futures import Future
+
+    from hgplan.documents import ClusterInput
+    from hgplan.planner import api
+
+    _, fleet, model, train = a100_t4
+    threads: dict[str, int] = {}
+
+    def traced(name, real):
+        return lambda *a, **k: (threads.__setitem__(name, threading.get_ident()), real(*a, **k))[1]
+
+    monkeypatch.setattr(api, "polish", traced("polish", api.polish))
+    monkeypatch.setattr(api, "_mesh_family", traced("meshes", api._mesh_family))
+
+    def report() -> dict:
+        doc, _ = api.plan_training(fleet, model, train, SearchOptions(target=target, budget_s=30),
+                                   cluster=ClusterInput(ref="a100-t4", sha256=""), model_ref="gpt-1.7b",
+                                   with_baselines=with_baselines)
+        out = doc.to_json_dict()
+        out["search"].pop("wall_time_s")
+        return out
+
+    beside = report()
+    assert threads["polish"] != threads["meshes"]
+
+    class OneAfterTheOther:  # runs each submitted call at once, in the caller's thread
+        def __init__(self, n):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn):
+            done = Future()
+            done.set_result(fn())
+            return done
+
+    monkeypatch.setattr(api, "ThreadPoolExecutor", OneAfterTheOther)
+    after = report()
+    assert threads["polish"] == threads["meshes"]
+    assert beside["search"]["stopped_by"] == "complete"
+    assert ("single_group" in beside.get("baselines", {})) == with_baselines
+    assert target != Target.FLAGSCALE or beside["asymmetric"]["speedup_over_stock"] > 1
+    assert json.dumps(beside, sort_keys=True) == json.dumps(after, sort_keys=True)
