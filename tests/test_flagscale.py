@@ -242,10 +242,9 @@ def test_mesh_solves_run_without_probing_unless_the_user_says(a100_t4, monkeypat
         mesh_model.MESH_MODEL_PARAMS + " cp_model_probing_level: 2"] * n
 
 
-@pytest.mark.parametrize("target, with_baselines", [(Target.FLAGSCALE, False), (Target.MEGATRON, True)])
-def test_polishing_runs_beside_the_mesh_search_and_changes_nothing(a100_t4, monkeypatch, target, with_baselines):
-    """The stock plans are polished in a thread while the mesh search (--target flagscale) and the baselines run
-    (api._after_search): on different threads, and the report is the one they give one after the other."""
+def test_polishing_runs_beside_the_mesh_search_and_changes_nothing(a100_t4, monkeypatch):
+    """With --target flagscale the stock plans are polished in a thread while the mesh search runs
+    (api._polish_and_meshes): on different threads, and the report is the one they give one after the other."""
     import threading
     from concurrent.futures import Future
 
@@ -262,9 +261,9 @@ def test_polishing_runs_beside_the_mesh_search_and_changes_nothing(a100_t4, monk
     monkeypatch.setattr(api, "_mesh_family", traced("meshes", api._mesh_family))
 
     def report() -> dict:
-        doc, _ = api.plan_training(fleet, model, train, SearchOptions(target=target, budget_s=30),
+        doc, _ = api.plan_training(fleet, model, train, SearchOptions(target=Target.FLAGSCALE, budget_s=30),
                                    cluster=ClusterInput(ref="a100-t4", sha256=""), model_ref="gpt-1.7b",
-                                   with_baselines=with_baselines)
+                                   with_baselines=False)
         out = doc.to_json_dict()
         out["search"].pop("wall_time_s")
         return out
@@ -290,7 +289,5 @@ def test_polishing_runs_beside_the_mesh_search_and_changes_nothing(a100_t4, monk
     monkeypatch.setattr(api, "ThreadPoolExecutor", OneAfterTheOther)
     after = report()
     assert threads["polish"] == threads["meshes"]
-    assert beside["search"]["stopped_by"] == "complete"
-    assert ("single_group" in beside.get("baselines", {})) == with_baselines
-    assert target != Target.FLAGSCALE or beside["asymmetric"]["speedup_over_stock"] > 1
+    assert beside["search"]["stopped_by"] == "complete" and beside["asymmetric"]["speedup_over_stock"] > 1
     assert json.dumps(beside, sort_keys=True) == json.dumps(after, sort_keys=True)

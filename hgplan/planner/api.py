@@ -303,25 +303,24 @@ def _mesh_family(costs: CostSource, opts: SearchOptions, result: SearchResult, l
                        incumbent_us=result.best_us, log=log)
 
 
-def _after_search(costs: CostSource, result: SearchResult, opts: SearchOptions, stock_opts: SearchOptions,
-                  started: float, log: Callable[[str], None] | None, progress: ProgressFn | None,
-                  baselines: Callable[[], list[bl.Baseline]] | None) -> tuple[list[Found], MeshResult | None, list]:
-    """What follows the stock search: its plans polished (certify.polish), the asymmetric family with --target
-    flagscale, and the baselines. None of them reads what another writes, so the polishing runs in a thread beside
-    the other two: its CP-SAT solves release the interpreter and use the core that the mesh search's bounds and the
-    baselines' evaluations (None: none wanted), pure Python, leave idle. Each is deterministic on its own, so together
-    they are."""
+def _polish_and_meshes(costs: CostSource, result: SearchResult, opts: SearchOptions, stock_opts: SearchOptions,
+                       started: float, log: Callable[[str], None] | None,
+                       progress: ProgressFn | None) -> tuple[list[Found], MeshResult | None]:
+    """The stock plans polished (certify.polish) and, with --target flagscale, the asymmetric family. Neither reads
+    what the other writes, so there the polishing runs in a thread beside the mesh search: its CP-SAT solves release
+    the interpreter and use the core the mesh search's bounds, pure Python, leave idle. Each is deterministic on its
+    own, so the pair is. Without the mesh search nothing gains from the thread (beside the baselines, also pure
+    Python, the 1024-GPU three-site benchmark fleet took 0.2 s longer): the polishing runs first, in this thread."""
     def polishing() -> list[Found]:
         return polish(costs, result.found, opts, stop_at_s=stock_opts.stop_at_s(started),
                       dtime_budget=max(0.0, DTIME_PER_WALL * stock_opts.budget_s - result.deterministic_time) / 2)
 
+    if opts.target != Target.FLAGSCALE:
+        return polishing(), None
     with ThreadPoolExecutor(1) as pool:
         polished = pool.submit(polishing)
         mesh = _mesh_family(costs, opts, result, log, progress)
-        if baselines is None:
-            return polished.result(), mesh, []
-        _phase(progress, "baselines", "evaluating three baselines", result)
-        return polished.result(), mesh, baselines()
+        return polished.result(), mesh
 
 
 def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
@@ -358,17 +357,17 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     # whose mesh search would otherwise run to the deadline and leave none: the stock best it returned on two-site was
     # the closed form's 10.935 s while plain search returned the polished 10.228 s)
     _phase(progress, "ranking", f"simulating and polishing {len(result.found)} plans", result)
-    polished, mesh, baselines = _after_search(
-        costs, result, opts, stock_opts, started, log, progress,
-        (lambda: _baselines(fleet, model, train, opts, seeds)) if with_baselines else None)
+    polished, mesh = _polish_and_meshes(costs, result, opts, stock_opts, started, log, progress)
     found = list(result.found) + polished + (mesh.found[:RERANKED] if mesh else [])
     checked = _fastest_per_config(_checked(found, fleet, model, train, warnings))
     proof, faster = (_prove(costs, opts, result, checked, warnings, progress) if opts.prove_gap
                      else (None, []))
+    _phase(progress if with_baselines else None, "baselines", "evaluating three baselines", result)
     checked = sorted(checked + faster, key=lambda e: e[1].iteration_time_s)
     stock_best = next((e for e in checked if isinstance(e[2], Found)), None)
     ranked = [(plan, pred, f, "proof" if f.solution.status.startswith("BOUND_") else "search")
               for plan, pred, f in checked]
+    baselines = _baselines(fleet, model, train, opts, seeds) if with_baselines else []
     ranked = _with_faster_baselines(ranked, baselines, warnings)
     entries = [plan_entry(rank, plan, pred, origin=origin,
                           **({} if f is None else {"objective_s": f.time_us / 1e6, "status": f.solution.status}))
