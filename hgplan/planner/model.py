@@ -409,7 +409,7 @@ def configure_solver(solver: cp_model.CpSolver, params: SolverParams, log: Calla
     sp.max_time_in_seconds = params.max_time_in_seconds
     sp.relative_gap_limit = params.relative_gap_limit
     sp.log_search_progress = params.log_search_progress
-    sp.log_to_stdout = False
+    sp.log_to_stdout = sp.catch_sigint_signal = False  # Ctrl-C: the command ends (cli.interrupt_ends_the_process)
     if params.extra:
         assert sp.merge_text_format(params.extra), "solver parameters are validated before the search"
     if params.log_search_progress and log is not None:
