@@ -58,3 +58,18 @@ def test_the_console_entry_point_watches_for_ctrl_c():
              "c.main()\n")
     child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert child.returncode == 0 and child.stdout.split() == ["True", "True"], (child.stdout, child.stderr)
+
+
+def test_without_non_blocking_pipes_python_keeps_ctrl_c(monkeypatch):
+    """Windows before Python 3.12 has no non-blocking pipes: the entry point leaves SIGINT to Python."""
+    import signal
+
+    from hgplan import cli
+
+    def refuse(fd, blocking):
+        raise OSError("not on this platform")
+
+    before = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(cli.os, "set_blocking", refuse)
+    cli.interrupt_ends_the_process()
+    assert signal.getsignal(signal.SIGINT) is before

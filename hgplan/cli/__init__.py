@@ -28,10 +28,16 @@ def interrupt_ends_the_process() -> None:
     signal in, and the search went on). The signal reaches the interpreter's wakeup descriptor at once, though, and a
     thread waiting on it shows the terminal's cursor again (the live progress display hides it), says so on stderr
     and ends the process. Output files are written whole or not at all (io.write_file_atomic): an interrupted command
-    leaves none half-written (at most a hidden temporary file, if the signal lands during a write)."""
+    leaves none half-written (at most a hidden temporary file, if the signal lands during a write). Where the platform
+    has no non-blocking pipe (Windows before Python 3.12), Python's own KeyboardInterrupt stays."""
     read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    try:
+        os.set_blocking(write_fd, False)
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (AttributeError, OSError, ValueError):
+        os.close(read_fd)
+        os.close(write_fd)
+        return
     signal.signal(signal.SIGINT, lambda signum, frame: None)  # the thread acts; the main thread may be in a solve
     threading.Thread(target=_end_on_interrupt, args=(read_fd,), name="hgplan-interrupt", daemon=True).start()
 
