@@ -95,7 +95,7 @@ def test_block_bound_bounds_the_crossings_below_the_optimum():
     bound of the items over two or more sites without interleaving (where 1F1B's loops cross the WAN) closer to it
     than before the exact split, the crossings' trees and walks and the cases of single-stage blocks. Measured on
     30 such fleets (1,759 items): 231 raised, none lowered; on these three (162 items over two or more sites) the
-    median 0.951 -> 0.963 of the optimum, the items within 5% of it 82 -> 100 (with 100 the check below).
+    median 0.951 -> 0.963 of the optimum, the items within 5% of it 82 -> 100.
     Then the cases of two single-stage blocks by pair of classes (single_stages.single_cases), on the same 30 fleets: 12
     items raised, none lowered, none above the optimum; on these three the median 0.9627 -> 0.9639, within 5% 103 ->
     106. Then each crossing's sides (wan_loops.Side: a single stage with one crossing only in the path's end classes,

@@ -131,8 +131,7 @@ class PairLoops:
             self.losses[key] = _walk_loss(self.site, usable, self.ends, allowed, path)
         return self.losses[key]
 
-    def _options(self, c: float, price: tuple[float, ...] | None = None
-                 ) -> tuple[dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]], tuple]:
+    def _options(self, c: float, price: tuple[float, ...] | None = None) -> tuple[Options, tuple]:
         """Per pair of sites, each crossing's least loss at cycle c by its classes and single-stage sides, cheapest
         first (and the same as a key): the least over the whole layers n_a, n_b the loop and the stages' extras leave
         (each >= 1), each side's loss weighted (times its class's price when priced)."""
@@ -155,7 +154,7 @@ class PairLoops:
         each_b = w_a[:, None] * (cap_a[:, None] - n_a) + w_b[:, None] * (cap_b[:, None] - n_b)
         lost = np.maximum(0.0, np.min(np.where(ok, each_b, np.inf), axis=1))
         least = np.minimum.reduceat(lost, self.starts)
-        options: dict[tuple[int, int], dict[tuple[int, int, int, int], float]] = {}
+        options: dict[tuple[int, int], dict[tuple[int, int, Side, Side], float]] = {}
         for val, (pair, *key) in zip(least.tolist(), self.options):
             if val < math.inf:  # la, lb: what stage is on that side (Side)
                 options.setdefault(pair, {})[tuple(key)] = val
@@ -178,6 +177,9 @@ two or more stages; SINGLE, a single-stage block's stage between two crossings (
 other send at least); SINGLE_END, a single stage with one crossing, which only the path's first or last group has
 (v = 1: any other single stage has two neighbours). A side asking more is never preferred by _usable's pruning."""
 BLOCK_END, SINGLE, SINGLE_END = 0, 1, 2
+
+Options = dict[tuple[int, int], list[tuple[float, int, int, Side, Side]]]
+"""Per pair of sites, its crossings' options cheapest first: (least loss, class on each side, Side on each side)."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -212,8 +214,7 @@ MAX_TREE_SITES = 5
 tree (Kruskal), without the limits on each group's crossings (6 sites: 1,296 trees)."""
 
 
-def _usable(options: dict[tuple[int, int], list[tuple[float, int, int, int, int]]],
-            single: Single) -> dict[tuple[int, int], list[tuple[float, int, int, int, int]]]:
+def _usable(options: Options, single: Single) -> Options:
     """The options a case of single-stage blocks allows (a single stage only where the case has one, and nothing else
     beside a class all of whose groups host one), without those another option of the same classes beats at no more
     than they ask (each list stays cheapest first; a pair of sites left with none is dropped)."""
@@ -240,8 +241,7 @@ def _side_allowed(side: int, c: int, most: tuple[int, ...], forced: tuple[int, .
     return c not in forced if side == BLOCK_END else bool(most[c])
 
 
-def _at_path_ends(options: dict[tuple[int, int], list[tuple[float, int, int, int, int]]],
-                  path: PathEnds) -> dict[tuple[int, int], list[tuple[float, int, int, int, int]]]:
+def _at_path_ends(options: Options, path: PathEnds) -> Options:
     """The options without a single stage with one crossing outside the path's first and last classes (dropping them
     after _usable's: an option they beat asks as much on their side, so it goes too)."""
     ends = path[2:]
@@ -253,8 +253,8 @@ def _at_path_ends(options: dict[tuple[int, int], list[tuple[float, int, int, int
     return out
 
 
-def _walk_loss(site: tuple[int, ...], options: dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]],
-               ends: tuple[int, ...], single: Single, path: PathEnds | None) -> float:
+def _walk_loss(site: tuple[int, ...], options: Options, ends: tuple[int, ...], single: Single,
+               path: PathEnds | None) -> float:
     """_tree_loss, with the path's ends when known: the first and last groups' blocks cross on one side only, and
     the crossings, contracted to sites, are a walk from the first group's site to the last's through every site:
     with sites - 1 crossings a path through the sites in some order, with more a spanning tree and at least one
@@ -288,8 +288,7 @@ def _walk_loss(site: tuple[int, ...], options: dict[tuple[int, int], list[tuple[
     return best
 
 
-def _tree_loss(sites: int, options: dict[tuple[int, int], list[tuple[float, int, int, bool, bool]]],
-               ends: tuple[int, ...], single: Single) -> float:
+def _tree_loss(sites: int, options: Options, ends: tuple[int, ...], single: Single) -> float:
     """Least total loss of the WAN crossings of a placement over `sites` sites (inf: none).
 
     The crossings of a path through every site, contracted to sites, connect them, so they contain a spanning tree
