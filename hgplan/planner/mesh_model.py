@@ -38,14 +38,20 @@ than the search saved); with the pairs' cuts (planner/mesh_cuts.py) and limits.S
 two-site fleet 4.3 -> 3.8 s). With four hosts (the 1024-GPU three-site fleet) the sixteen pairs proved nothing the whole
 model did not, with the cuts and threads neither (1.96% at the time limit both ways)."""
 
-MESH_MODEL_PARAMS = "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false symmetry_level: 0"
+MESH_MODEL_PARAMS = (
+    "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false symmetry_level: 0 max_presolve_iterations: 1")
 """CP-SAT parameters every mesh solve gets before --solver-params (which win): most mesh solves prove that nothing
 beats the incumbent, and presolve's probing took two thirds of that work (measured 2026-11-24 on six candidates
 each of mixed-nic and mixed-vendor: 3.11 -> 1.01 and 2.62 -> 0.77 deterministic seconds, the same statuses); MIR
 and Chvatal-Gomory cuts cost more than they prove on these models (five hard candidates of v100-a100-t4: 15.4 ->
 9.1 deterministic seconds to prove; the same settings as path_model.PATH_MODEL_PARAMS). Symmetry detection is off
 (2026-11-27): the one-worker search does not use what it finds; replaying the solves of v100-a100-t4, mixed-nic,
-the 504-GPU and the three-site fleet gave the same statuses and deterministic time, and 2-10% less wall time."""
+the 504-GPU and the three-site fleet gave the same statuses and deterministic time, and 2-10% less wall time.
+Presolve runs one iteration, not three (2026-11-27): most mesh solves are proofs of 20-70 ms whose presolve is half
+their wall time (replayed: mixed-nic's 56 pair solves 4.6 -> 3.5 s, v100-a100-t4's 73 7.3 -> 6.5 s, the six hardest
+of the 504-GPU fleet 8.0 -> 7.2 s, the same statuses; without presolve the hard ones took twice as long);
+benchmarks/mesh_search.py --quick, the same plans, gaps and solves on every row, the 504-GPU fleet 22.9 -> 19.9 s
+(medians of three). The stock family's models keep three: replayed, its solves on the 16-group fleet took longer."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
