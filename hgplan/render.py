@@ -36,6 +36,8 @@ def validate_summary(out: Console, summary: dict[str, Any]) -> None:
         out.print(lt)
     if "model" in summary:
         out.print(f"model {summary['model']['name']}: {summary['model']['params_b']:g} B parameters")
+    for note in summary["notes"]:
+        out.print(f"note: {note}")
 
 
 def rows_table(out: Console, rows: list[dict[str, Any]]) -> None:

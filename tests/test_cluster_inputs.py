@@ -193,3 +193,45 @@ def test_inline_gpu_spec_carries_its_own_hbm_rate(cli, write):
                if g.gpu.id != "MyAccel")
     r = cli("validate", write(text.replace("hbm_efficiency: 0.8", "hbm_efficiency: 1.3")))
     assert r.code == 2 and "hbm_efficiency" in r.stderr
+
+
+RACKS = GOOD.replace("""      - name: h100
+        count: 2
+        gpu: H100-SXM5-80GB
+        gpus_per_node: 8
+        nics: {transport: infiniband, gbps: 400, count: 8}
+""", """      - name: h100
+        count: 2
+        gpu: H100-SXM5-80GB
+        gpus_per_node: 8
+        nics: {transport: infiniband, gbps: 400, count: 8}
+      - name: rack2
+        count: 3
+        gpu: H100-SXM5-80GB
+        gpus_per_node: 8
+        nics: {transport: infiniband, gbps: 400, count: 8}
+      - name: rack3
+        count: 1
+        gpu: H100-SXM5-80GB
+        gpus_per_node: 8
+        nics: {transport: infiniband, gbps: 200, count: 8}
+""")
+
+
+def test_node_groups_on_one_fabric_get_a_note(cli, write):
+    """Racks of the same nodes on one fabric, described as node groups, bound every stage to one rack: validate says
+    so and how to merge them (the rack with slower NICs is another fabric's; the groups of site b stand alone)."""
+    r = cli("validate", write(RACKS), "--json")
+    assert r.code == 0, r.stderr
+    notes = r.json()["notes"]
+    assert len(notes) == 1 and notes[0].startswith("node groups a/h100, a/rack2 have the same nodes on one fabric")
+    assert "describe them as one node group (count: 5)" in notes[0]
+    r = cli("validate", write(RACKS))
+    assert "note: node groups a/h100, a/rack2" in r.stdout
+    # a link of their own between the two: not one fabric, no note
+    link = "    links:\n      - {between: [h100, rack2], gbps: 100, latency_ms: 0.01}\n"
+    linked = RACKS.replace("  - name: b\n", link + "  - name: b\n", 1)
+    r = cli("validate", write(linked), "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["notes"] == []
+    assert cli("validate", write(GOOD), "--json").json()["notes"] == []
