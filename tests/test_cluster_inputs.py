@@ -195,27 +195,13 @@ def test_inline_gpu_spec_carries_its_own_hbm_rate(cli, write):
     assert r.code == 2 and "hbm_efficiency" in r.stderr
 
 
-RACKS = GOOD.replace("""      - name: h100
-        count: 2
-        gpu: H100-SXM5-80GB
-        gpus_per_node: 8
-        nics: {transport: infiniband, gbps: 400, count: 8}
-""", """      - name: h100
-        count: 2
-        gpu: H100-SXM5-80GB
-        gpus_per_node: 8
-        nics: {transport: infiniband, gbps: 400, count: 8}
-      - name: rack2
-        count: 3
-        gpu: H100-SXM5-80GB
-        gpus_per_node: 8
-        nics: {transport: infiniband, gbps: 400, count: 8}
-      - name: rack3
-        count: 1
-        gpu: H100-SXM5-80GB
-        gpus_per_node: 8
-        nics: {transport: infiniband, gbps: 200, count: 8}
-""")
+def _h100_group(name: str, count: int, nic_gbps: int) -> str:
+    return (f"      - {{name: {name}, count: {count}, gpu: H100-SXM5-80GB, gpus_per_node: 8,\n"
+            f"         nics: {{transport: infiniband, gbps: {nic_gbps}, count: 8}}}}\n")
+
+
+# site a: h100 (2 nodes) and two racks more of H100 nodes, rack3 with slower NICs
+RACKS = GOOD.replace("  - name: b\n", _h100_group("rack2", 3, 400) + _h100_group("rack3", 1, 200) + "  - name: b\n", 1)
 
 
 def test_node_groups_on_one_fabric_get_a_note(cli, write):
