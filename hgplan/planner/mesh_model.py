@@ -50,8 +50,10 @@ the 504-GPU and the three-site fleet gave the same statuses and deterministic ti
 Presolve runs one iteration, not three (2026-11-27): most mesh solves are proofs of 20-70 ms whose presolve is half
 their wall time (replayed: mixed-nic's 56 pair solves 4.6 -> 3.5 s, v100-a100-t4's 73 7.3 -> 6.5 s, the six hardest
 of the 504-GPU fleet 8.0 -> 7.2 s, the same statuses; without presolve the hard ones took twice as long);
-benchmarks/mesh_search.py --quick, the same plans, gaps and solves on every row, the 504-GPU fleet 22.9 -> 19.9 s
-(medians of three). The stock family's models keep three: replayed, its solves on the 16-group fleet took longer."""
+benchmarks/mesh_search.py --quick (single runs): the same plans, gaps and solves on every row; with --only, medians
+of three: the 504-GPU fleet 22.9 -> 19.9 s. The stock family's models keep three: replayed, the ordinary solves of
+the 16-group fleet were faster but its path solves slower, and the 8-group fleet's 5% faster, a gain too small for a
+change of every stock plan file's solver record."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
