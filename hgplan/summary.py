@@ -58,7 +58,7 @@ def one_fabric_groups(fleet: Fleet) -> list[tuple[str, ...]]:
 
 def _nodes(g: NodeGroup) -> tuple:
     """What a group's nodes and fabric are, less their number."""
-    return (g.site, g.gpu.id, g.gpus_per_node, g.intra_node_kind, g.intra_node_gbytes_per_s, g.nic_transport,
+    return (g.site, g.gpu, g.gpus_per_node, g.intra_node_kind, g.intra_node_gbytes_per_s, g.nic_transport,
             g.nic_gbps, g.nic_count, g.gpu_hour_usd, g.pcie)
 
 
