@@ -66,7 +66,8 @@ def _one_fabric_note(keys: tuple[str, ...], fleet: Fleet) -> str:
     nodes = sum(g.num_nodes for g in fleet.groups if g.key in keys)
     return (f"node groups {', '.join(keys)} have the same nodes on one fabric; a pipeline stage (its tp x cp x dp "
             f"GPUs) and, with --target flagscale, a process mesh never span node groups, so their stages are at most "
-            f"one group's size: describe them as one node group (count: {nodes}) to let stages span them")
+            f"one group's size: describe them as one node group (count: {nodes}) to let stages span them (with "
+            f"--target flagscale that group then runs one mesh, where each of them may run its own)")
 
 
 def gpu_row(g: Any, gpu: GpuType) -> dict[str, Any]:
