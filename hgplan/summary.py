@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hgplan.domain import Fleet, GpuType, ModelArch, NodeGroup, Precision
+from hgplan.planner.classes import node_signature
 
 
 def fleet_summary(fleet: Fleet, warnings: list[str], model: ModelArch | None = None) -> dict[str, Any]:
@@ -33,41 +34,36 @@ def fleet_summary(fleet: Fleet, warnings: list[str], model: ModelArch | None = N
         "links": [{"scope": lk.scope, "between": [lk.a, lk.b], "gbps": lk.gbps, "latency_ms": lk.latency_ms,
                    "transport": lk.transport.value} for lk in fleet.links],
         "warnings": warnings,
-        "notes": [_one_fabric_note(keys, fleet) for keys in one_fabric_groups(fleet)],
+        "notes": [_one_fabric_note(groups) for groups in one_fabric_groups(fleet)],
     }
     if model is not None:
         out["model"] = {"name": model.name, "params_b": round(model.num_params() / 1e9, 3)}
     return out
 
 
-def one_fabric_groups(fleet: Fleet) -> list[tuple[str, ...]]:
-    """Node groups (keys, two or more per tuple) of one site with the same nodes (GPU, intra-node link, NICs, price)
-    and no link of their own between them: one fabric, so nothing but the file tells them apart. A pipeline stage (or
-    a FlagScale mesh) never spans node groups, so such groups bound the stages' size where one group would not."""
+def one_fabric_groups(fleet: Fleet) -> list[list[NodeGroup]]:
+    """Node groups (two or more per list) of one site with the same nodes (planner/classes.node_signature: GPU,
+    intra-node link, NICs, price) and no link of their own between them: one fabric, so nothing but the file tells
+    them apart. A pipeline stage (or a FlagScale mesh) never spans node groups, so such groups bound the stages' size
+    where one group would not."""
     linked = {frozenset((lk.a, lk.b)) for lk in fleet.links if lk.scope == "group"}
     out: list[list[NodeGroup]] = []
     for g in fleet.groups:
-        home = next((c for c in out if _nodes(c[0]) == _nodes(g)
+        home = next((c for c in out if node_signature(c[0]) == node_signature(g)
                      and all(frozenset((h.name, g.name)) not in linked for h in c)), None)
         if home is None:
             out.append([g])
         else:
             home.append(g)
-    return [tuple(g.key for g in c) for c in out if len(c) > 1]
+    return [c for c in out if len(c) > 1]
 
 
-def _nodes(g: NodeGroup) -> tuple:
-    """What a group's nodes and fabric are, less their number."""
-    return (g.site, g.gpu, g.gpus_per_node, g.intra_node_kind, g.intra_node_gbytes_per_s, g.nic_transport,
-            g.nic_gbps, g.nic_count, g.gpu_hour_usd, g.pcie)
-
-
-def _one_fabric_note(keys: tuple[str, ...], fleet: Fleet) -> str:
-    nodes = sum(g.num_nodes for g in fleet.groups if g.key in keys)
-    return (f"node groups {', '.join(keys)} have the same nodes on one fabric; a pipeline stage (its tp x cp x dp "
-            f"GPUs) and, with --target flagscale, a process mesh never span node groups, so their stages are at most "
-            f"one group's size: describe them as one node group (count: {nodes}) to let stages span them (with "
-            f"--target flagscale that group then runs one mesh, where each of them may run its own)")
+def _one_fabric_note(groups: list[NodeGroup]) -> str:
+    return (f"node groups {', '.join(g.key for g in groups)} have the same nodes on one fabric; a pipeline stage (its "
+            f"tp x cp x dp GPUs) and, with --target flagscale, a process mesh never span node groups, so their stages "
+            f"are at most one group's size: describe them as one node group (count: {sum(g.num_nodes for g in groups)})"
+            f" to let stages span them (with --target flagscale that group then runs one mesh, where each of them may "
+            f"run its own)")
 
 
 def gpu_row(g: Any, gpu: GpuType) -> dict[str, Any]:

@@ -17,10 +17,16 @@ from collections.abc import Iterator, Sequence
 from hgplan.domain import Fleet, NodeGroup
 
 
+def node_signature(g: NodeGroup) -> tuple:
+    """Everything about a group's nodes that any cost depends on but their number: its site (the links), hardware,
+    NICs and price (shared with summary.one_fabric_groups)."""
+    return (g.site, g.gpu, g.gpus_per_node, g.intra_node_kind, g.intra_node_gbytes_per_s, g.nic_transport, g.nic_gbps,
+            g.nic_count, g.gpu_hour_usd, g.pcie)
+
+
 def _signature(g: NodeGroup) -> tuple:
-    """Everything about a group that any cost depends on: its site (the links), hardware, NICs, size and price."""
-    return (g.site, g.gpu, g.num_nodes, g.gpus_per_node, g.intra_node_kind, g.intra_node_gbytes_per_s,
-            g.nic_transport, g.nic_gbps, g.nic_count, g.gpu_hour_usd, g.pcie)
+    """Everything about a group that any cost depends on: its nodes and their number."""
+    return (*node_signature(g), g.num_nodes)
 
 
 def interchangeable_classes(fleet: Fleet, groups: Sequence[NodeGroup]) -> tuple[tuple[str, ...], ...]:
