@@ -21,6 +21,7 @@ from hgplan.documents import (
     ModelSourceText,
     PlanFile,
     PlanInputs,
+    PlanRecord,
     RegressionRecord,
     SearchReport,
     SourceText,
@@ -234,26 +235,37 @@ def regression_check(baseline: PlanFile, report: SearchReport, bound: float) -> 
                                     f"allowed -{bound:.2%})")
 
 
-DIFF_FIELDS = ("tp", "pp", "dp", "cp", "micro_batch_size", "vpp", "recompute", "sequence_parallel", "zero_stage")
+DIFF_FIELDS = ("tp", "pp", "dp", "cp", "micro_batch_size", "vpp", "recompute", "sequence_parallel", "zero_stage",
+               "distributed_optimizer", "overlap_grad_reduce")
 """Plan fields `diff` compares one by one (the stages are compared as a whole)."""
 
 
+def _stages_text(plan: PlanRecord) -> str:
+    """A plan's stages as `diff` prints them: group:layers, with an asymmetric plan's own tp/dp/recompute."""
+    return " ".join(f"{s.node_group}:{s.layers}" + (f"({s.tp}/{s.dp}/{s.recompute})" if s.tp is not None else "")
+                    for s in plan.stages)
+
+
 def diff_plans(a: PlanFile, b: PlanFile, name_a: str, name_b: str) -> dict[str, Any]:
-    """What changed between two plan files: degrees, stages, input digests and predicted throughput."""
+    """What changed between two plan files: degrees, stages (with an asymmetric plan's per-stage degrees), the inputs
+    (cluster, model and profile digests, training settings, target) and predicted throughput."""
     changes = []
     for key in DIFF_FIELDS:
         va, vb = getattr(a.plan, key), getattr(b.plan, key)
         if va != vb:
             changes.append({"field": key, "a": va, "b": vb})
-    sa = [(s.node_group, s.layers) for s in a.plan.stages]
-    sb = [(s.node_group, s.layers) for s in b.plan.stages]
+    sa, sb = _stages_text(a.plan), _stages_text(b.plan)
     if sa != sb:
-        changes.append({"field": "stages", "a": " ".join(f"{g}:{n}" for g, n in sa),
-                        "b": " ".join(f"{g}:{n}" for g, n in sb)})
-    for key in ("cluster", "model"):
-        ha, hb = getattr(a.inputs, key).sha256, getattr(b.inputs, key).sha256
+        changes.append({"field": "stages", "a": sa, "b": sb})
+    for key in ("cluster", "model", "profile"):
+        ha, hb = (getattr(f.inputs, key).sha256 if getattr(f.inputs, key) else None for f in (a, b))
         if ha != hb:
-            changes.append({"field": f"inputs.{key}", "a": ha[:12], "b": hb[:12]})
+            changes.append({"field": f"inputs.{key}", "a": ha and ha[:12], "b": hb and hb[:12]})
+    ta_, tb_ = a.inputs.training.model_dump(), b.inputs.training.model_dump()
+    changes += [{"field": f"inputs.training.{key}", "a": ta_.get(key), "b": tb_.get(key)}
+                for key in sorted(set(ta_) | set(tb_)) if ta_.get(key) != tb_.get(key)]
+    if a.inputs.target != b.inputs.target:
+        changes.append({"field": "inputs.target", "a": a.inputs.target, "b": b.inputs.target})
     ta, tb = a.prediction.tokens_per_s, b.prediction.tokens_per_s
     return {"a": name_a, "b": name_b, "changes": changes,
             "prediction": {"a_tokens_per_s": ta, "b_tokens_per_s": tb, "change": round(tb / ta - 1, 6),

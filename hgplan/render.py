@@ -56,7 +56,7 @@ def explanation(out: Console, report: ExplainReport, timeline: str | None) -> No
             f"TP {plan.tp} CP {plan.cp} PP {plan.pp} DP {plan.dp}")
     cluster = "<stdin>" if report.inputs.cluster == "-" else report.inputs.cluster
     out.print(f"[bold]{report.inputs.model_name}[/] on {cluster}: {head}, micro-batch "
-              f"{plan.micro_batch_size} (first mesh) x {p.num_microbatches}, vpp {plan.vpp}, "
+              f"{plan.micro_batch_size}{' (first mesh)' if asym else ''} x {p.num_microbatches}, vpp {plan.vpp}, "
               f"recompute {plan.recompute}, ZeRO {plan.zero_stage}")
     out.print(f"iteration {p.iteration_time_s:.3f} s  |  {p.tokens_per_s:,.0f} tokens/s  |  "
               f"{p.model_tflops_per_gpu:.1f} model TFLOP/s/GPU  |  MFU {p.mfu:.1%}  |  bubble {p.bubble_fraction:.1%}")

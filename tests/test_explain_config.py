@@ -34,6 +34,8 @@ def test_explain_table_output(cli):
     r = cli(*GOOD)
     assert r.code == 0
     assert "bottleneck: stage" in r.stdout and "tokens/s" in r.stdout
+    # a stock plan has one micro-batch size: its headline names no mesh (512 / (1 x 4) = 128 micro-batches)
+    assert "micro-batch 1 x 128," in r.stdout and "mesh" not in r.stdout
 
 
 def test_config_that_does_not_fit_is_still_explained(cli):

@@ -256,6 +256,34 @@ def test_ci_gate_and_diff(cli, plan_path, tmp_path):
     assert r.code == 1 and r.json()["prediction"]["change"] != 0  # different: exit 1
     assert cli("diff", plan_path, other, "--exit-zero").code == 0
     assert cli("diff", plan_path, plan_path).stdout.startswith("plans are identical")
+    # the same plan made for another global batch is not identical: the inputs are compared too
+    half = json.loads(plan_path.read_text())
+    half["inputs"]["training"]["global_batch_size"] //= 2
+    other.write_text(json.dumps(half))
+    r = cli("diff", plan_path, other, "--json")
+    assert r.code == 1 and [c["field"] for c in r.json()["changes"]] == ["inputs.training.global_batch_size"]
+
+
+def test_diff_names_an_asymmetric_plans_own_degrees(cli, tmp_path):
+    """Two mesh plans that differ only in one stage's own tp (the plan-level fields equal) are not identical."""
+    path = tmp_path / "mesh.json"
+    r = cli("search", "-c", "mixed-vendor", "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "512",
+            "--target", "flagscale", "--time-limit", "20", "--no-baselines", "--json", "-o", path)
+    assert r.code == 0, r.stderr
+    # the ranking lists each plan once (the mesh search starts from the stock best and finds it again)
+    listed = [json.dumps(p["plan"], sort_keys=True) for p in r.json()["plans"]]
+    assert len(listed) == 5 and len(set(listed)) == 5
+    doc = json.loads(path.read_text())
+    stage = doc["plan"]["stages"][0]
+    assert stage["tp"] is not None
+    stage["tp"], stage["dp"] = stage["tp"] * 2, stage["dp"] // 2
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(doc))
+    r = cli("diff", path, other, "--json")
+    assert r.code == 1, r.stderr
+    [change] = r.json()["changes"]
+    assert change["field"] == "stages" and f"({stage['tp'] // 2}/{stage['dp'] * 2}/" in change["a"]
+    assert f"({stage['tp']}/{stage['dp']}/" in change["b"]
 
 
 def test_plan_file_and_flags_contradict(cli, plan_path):

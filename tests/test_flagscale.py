@@ -192,6 +192,8 @@ def test_cli_search_and_export_flagscale(a100_t4, tmp_path):
                           != (b["reshard"]["to_tp"], b["reshard"]["to_dp"]) for b in meshes)
     assert any(f.startswith("mesh boundary: stage") for f in ex["findings"])
     assert ex["baselines"]["stock"]["speedup"] == pytest.approx(doc["asymmetric"]["speedup_over_stock"], abs=1e-3)
+    r = runner.invoke(app, ["explain", str(tmp_path / "plan.json")])
+    assert r.exit_code == 0 and "process meshes" in r.stdout and " (first mesh) x " in r.stdout
 
 
 def test_export_refuses_a_plan_breaking_a_rule(a100_t4):

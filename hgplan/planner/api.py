@@ -126,14 +126,20 @@ def _checked(found: list[Found], fleet: Fleet, model: ModelArch, train: Training
 
 
 def _fastest_per_config(checked: list[tuple[Plan, Prediction, Found]]) -> list[tuple[Plan, Prediction, Found]]:
-    """The fastest checked stock plan of each configuration (the search's or its polished twin) and every asymmetric
-    plan, fastest first."""
+    """The fastest checked stock plan of each configuration (the search's or its polished twin) and every other plan
+    of the mesh family, fastest first. A mesh solve whose meshes all share tp, dp and recompute is a stock plan: where
+    it equals one already listed (the mesh search starts from the stock best), the first listed stays."""
     best: dict[tuple, tuple[Plan, Prediction, Found]] = {}
     for n, entry in enumerate(checked):
         key = cand_key(entry[2].cfg) if isinstance(entry[2], Found) else ("mesh", n)
         if key not in best or entry[1].iteration_time_s < best[key][1].iteration_time_s:
             best[key] = entry
-    return sorted(best.values(), key=lambda e: e[1].iteration_time_s)
+    out, seen = [], set()
+    for entry in sorted(best.values(), key=lambda e: e[1].iteration_time_s):
+        if entry[0] not in seen:
+            seen.add(entry[0])
+            out.append(entry)
+    return out
 
 
 def _solver_record(result: SearchResult, opts: SearchOptions) -> SolverRecord:
