@@ -17,7 +17,7 @@ from hgplan.io import catalog
 from hgplan.plan import Recompute
 from hgplan.planner.subset_split import subset_bounds_us
 from hgplan.planner.candidates import enumerate_candidates
-from hgplan.planner.classes import canonical_subsets, interchangeable_classes
+from hgplan.planner.classes import alone_alike, canonical_subsets, interchangeable_classes
 from hgplan.planner.costs import CostSource
 from hgplan.planner.options import SearchOptions
 from hgplan.planner.search import run_search
@@ -117,3 +117,23 @@ def test_search_with_classes_finds_the_exhaustive_optimum():
     assert best is not None and res.found
     assert res.found[0].time_us == pytest.approx(best_us, abs=1.0)
     assert res.gap == pytest.approx(0.0, abs=1e-9)
+
+
+def test_groups_alike_but_for_their_site_are_searched_alone_once():
+    """A group alone crosses no link: groups of the same nodes in two sites (or an island) plan alike alone, so the
+    seeds search the first of them only; searched alone, the others give the same plans under other names."""
+    far = group("x2", "b", "A100-SXM4-80GB", 2)
+    island = Link(scope="group", a="x3", b="y", gbps=100, latency_ms=0.01, transport=Transport.ETHERNET,
+                  egress_usd_per_gb=None)
+    groups = [group("y", "a", "A100-SXM4-40GB", 2), far, group("x1", "a", "A100-SXM4-80GB", 2),
+              group("x3", "a", "A100-SXM4-80GB", 2), group("x4", "a", "A100-SXM4-80GB", 3)]
+    fleet = fleet_of(*groups, links=(WAN, island))
+    assert alone_alike(fleet.groups) == ("a/x1", "a/x4", "a/y")
+    model, train = small_model(8, hidden=2048, heads=16), TrainingSettings(seq_length=2048, global_batch_size=32)
+    opts = SearchOptions(top_k=3, max_pp=4, mbs_options=(1, 2))
+    plans = {}
+    for key in ("a/x1", "b/x2", "a/x3"):
+        found = run_search(fleet, model, train, replace(opts, groups=(key,))).found
+        plans[key] = [(f.time_us, f.cfg, [f.tables.groups[k].replace(key, "a/x1") for k in f.solution.assign],
+                       f.solution.layers) for f in found]
+    assert plans["a/x1"] and plans["b/x2"] == plans["a/x1"] == plans["a/x3"]

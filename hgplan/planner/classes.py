@@ -44,6 +44,16 @@ def interchangeable_classes(fleet: Fleet, groups: Sequence[NodeGroup]) -> tuple[
     return tuple(sorted([tuple(keys) for keys in by_sig.values()] + alone))
 
 
+def alone_alike(groups: Sequence[NodeGroup]) -> tuple[str, ...]:
+    """One group (key) of each kind that plans the same alone: a group alone crosses no link, so groups of the same
+    nodes and number of them in different sites (or islands) give the same single-group plans under other names. The
+    first key of each kind, in key order (its plans win ties: planner/search.py, seeded_search)."""
+    first: dict[tuple, str] = {}
+    for g in sorted(groups, key=lambda g: g.key):
+        first.setdefault((*node_signature(g)[1:], g.num_nodes), g.key)
+    return tuple(first.values())
+
+
 def canonical_subsets(classes: Sequence[Sequence[str]], *, slots: Sequence[int] | None = None,
                       stages: int | None = None,
                       box: tuple[Sequence[int], Sequence[int]] | None = None) -> Iterator[tuple[str, ...]]:

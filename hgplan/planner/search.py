@@ -23,7 +23,7 @@ from hgplan.planner.block_bound import block_bound_us
 from hgplan.planner.block_cuts import block_cuts
 from hgplan.planner import limits
 from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
-from hgplan.planner.classes import interchangeable_classes
+from hgplan.planner.classes import alone_alike
 from hgplan.planner.costs import US, CostSource
 from hgplan.planner.found import Found, SearchResult
 from hgplan.planner.block_model import BlockSolution, paths_bind, solve_blocks
@@ -422,7 +422,7 @@ def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                   progress: ProgressFn | None = None,
                   log: Callable[[str], None] | None = None,
                   costs: CostSource | None = None) -> tuple[SearchResult, list[Found]]:
-    """Each node group alone first (one per class of interchangeable groups; a quarter of the time limit, shared),
+    """Each node group alone first (one per kind of nodes, classes.alone_alike; a quarter of the time limit, shared),
     then the whole fleet seeded with their best plans as incumbents. Returns the main result and the per-group plans
     (the single-group baseline). `costs`: the caller's cost cache, to share with what follows the search."""
     start = time.perf_counter()
@@ -431,8 +431,9 @@ def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     limits: dict[str, float] = {}
     if len(fleet.groups) > 1 and opts.groups is None:
         # RERANKED plans per group: the single-group baseline is chosen among them by the reported model. One
-        # group per class of interchangeable groups: the others would give the same plans under other names.
-        alone = [c[0] for c in interchangeable_classes(fleet, fleet.groups)]
+        # group per kind of nodes, whatever its site: the others would give the same plans under other names (and
+        # lose every tie to the first's, which the fleet search and the baseline keep).
+        alone = alone_alike(fleet.groups)
         share = replace(opts, budget_s=opts.budget_s / (4 * len(alone)), top_k=RERANKED)
         used = 0.0
         for n, key in enumerate(alone):
