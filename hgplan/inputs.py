@@ -106,6 +106,25 @@ def _fields_at(root: type[BaseModel], loc: tuple) -> list[str]:
     return list(cur.model_fields) if cur is not None else []
 
 
+KEY_SYNONYMS = {"nodes": "count", "num_nodes": "count", "node_count": "count", "gpu_type": "gpu", "gpu_model": "gpu",
+                "num_hidden_layers": "num_layers", "n_layers": "num_layers", "n_layer": "num_layers",
+                "num_heads": "num_attention_heads", "n_heads": "num_attention_heads", "n_head": "num_attention_heads",
+                "num_key_value_heads": "num_query_groups", "n_kv_heads": "num_query_groups",
+                "intermediate_size": "ffn_hidden_size", "head_dim": "kv_channels", "n_embd": "hidden_size",
+                "n_positions": "max_position_embeddings"}
+"""Names other tools give a key (Hugging Face and GPT-2 configs, other planners' cluster files), for 'did you mean'
+where spelling alone does not find ours."""
+
+
+def suggested_key(key: str, allowed: list[str]) -> str | None:
+    """The allowed key an unknown one most likely means: its synonym (KEY_SYNONYMS; 'num_key_value_heads' is
+    spelt nearest to 'num_attention_heads' but means 'num_query_groups'), else the closest spelling."""
+    if KEY_SYNONYMS.get(key) in allowed:
+        return KEY_SYNONYMS[key]
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 _UNION_TAGS = {"str", "constrained-str", "GpuSpec"}
 """pydantic's names for the branches of the `gpu` union (an id, bounded in length, or an inline spec)."""
 
@@ -127,9 +146,9 @@ def _one_per_mistake(errors: list[dict], root: type[BaseModel]) -> list[dict]:
     for err in errors:
         if err["type"] == "extra_forbidden":
             raw_loc = tuple(err["loc"])
-            close = difflib.get_close_matches(str(raw_loc[-1]), _fields_at(root, raw_loc[:-1]), n=1, cutoff=0.6)
+            close = suggested_key(str(raw_loc[-1]), _fields_at(root, raw_loc[:-1]))
             if close:
-                misspelt.add(raw_loc[:-1] + (close[0],))
+                misspelt.add(raw_loc[:-1] + (close,))
     return [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) in misspelt)]
 
 
@@ -158,9 +177,9 @@ def pydantic_issues(exc: ValidationError, *, data: Any, lines: dict[Path_, int],
         if etype == "extra_forbidden":
             key = str(loc[-1])
             allowed = _fields_at(root, raw_loc[:-1])
-            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            close = suggested_key(key, allowed)
             msg = f"unknown key {shown(key)}"
-            msg += f"; did you mean '{close[0]}'?" if close else ""
+            msg += f"; did you mean '{close}'?" if close else ""
             msg += f" (allowed keys: {', '.join(allowed)})" if allowed else ""
         elif etype == "missing":
             msg = f"missing required key '{loc[-1]}'"

@@ -45,6 +45,8 @@ def test_good_file_validates(cli, write):
     (GOOD.replace("gpus_per_node: 8\n        nics: {transport: infiniband",
                   "gpus_per_nod: 8\n        gpus_per_node: 8\n        nics: {transport: infiniband"),
      ":7: sites.0.node_groups.0.gpus_per_nod: unknown key 'gpus_per_nod'; did you mean 'gpus_per_node'?"),
+    (GOOD.replace("count: 2\n        gpu: H100", "nodes: 2\n        gpu: H100"),
+     "sites.0.node_groups.0.nodes: unknown key 'nodes'; did you mean 'count'?"),
     (GOOD.replace("count: 2\n        gpu: H100", "count: two\n        gpu: H100"),
      "sites.0.node_groups.0.count: must be an integer"),
     (GOOD.replace("count: 2\n        gpu: H100", "count: 0\n        gpu: H100"),

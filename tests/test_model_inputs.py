@@ -67,6 +67,11 @@ def test_model_defaults(write, cli):
     (MODEL + "num_experts: 8\n", "mixture-of-experts models are not supported yet ('num_experts')"),
     (MODEL + "activation: gelu\n", "swiglu: true contradicts activation: gelu"),
     (MODEL.replace("num_layers: 32", "num_layer: 32"), "unknown key 'num_layer'; did you mean 'num_layers'?"),
+    # Hugging Face's names: the meaning, not the nearest spelling ('num_attention_heads')
+    (MODEL.replace("num_query_groups: 8", "num_key_value_heads: 8"),
+     "unknown key 'num_key_value_heads'; did you mean 'num_query_groups'?"),
+    (MODEL.replace("num_layers: 32", "num_hidden_layers: 32"),
+     "unknown key 'num_hidden_layers'; did you mean 'num_layers'?"),
     (MODEL.replace("num_layers: 32", "num_layers: 0"), "num_layers: must be >= 1 (got 0)"),
     (MODEL.replace("normalization: RMSNorm", "normalization: rmsnorm"), "must be one of 'LayerNorm' or 'RMSNorm'"),
     ("", "the file is empty"),
