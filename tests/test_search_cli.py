@@ -55,7 +55,19 @@ def test_plan_file_round_trip(cli, tmp_path):
 def test_model_that_does_not_fit_exits_1(cli):
     r = cli("search", "-c", "mixed-nic", "-m", "llama3.1-405b", "--seq-len", "4096", "--global-batch", "64")
     assert r.code == 1
-    assert "need at least" in r.stderr and "TiB" in r.stderr and "the fleet has" in r.stderr
+    assert "need at least 6.64 TiB" in r.stderr and "the fleet has 4.88 TiB" in r.stderr
+    # and the fix, in GPUs of the fleet's largest memory: (6.64 - 4.88) TiB / (80 - 2) GiB usable each
+    assert "add at least 24 GPUs like lab/roce's (A100-SXM4-80GB" in r.stderr
+
+
+def test_model_state_is_measured_in_gib_below_a_tib(cli, write):
+    """One 80 GB GPU and an 8B model: 134.6 GiB against 78.0 (both were '0.1 TiB' before)."""
+    fleet = write("name: one\nsites:\n  - name: s\n    node_groups:\n      - name: g\n        count: 1\n"
+                  "        gpu: H100-SXM5-80GB\n        gpus_per_node: 1\n"
+                  "        nics: {transport: ethernet, gbps: 10, count: 1}\n", "one.yaml")
+    r = cli("search", "-c", fleet, "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "8")
+    assert r.code == 1 and "need at least 134.6 GiB" in r.stderr and "has 78.0 GiB" in r.stderr
+    assert "add at least 1 GPUs like s/g's" in r.stderr
 
 
 @pytest.mark.parametrize("extra, expected", [

@@ -80,6 +80,11 @@ def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[IdleGpu
     return out
 
 
+def _gib_text(gib: float) -> str:
+    """A memory size for a message: GiB below 1 TiB, TiB above, never rounded to the same figure as its neighbour."""
+    return f"{gib:,.1f} GiB" if gib < 1024 else f"{gib / 1024:,.2f} TiB"
+
+
 def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, result: SearchResult,
                        opts: SearchOptions) -> str:
     """Why nothing fits, with the numbers."""
@@ -87,12 +92,15 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
     if not usable:
         return f"no GPU in the fleet supports {train.precision_name}; {precision_fix(train)}"
     per_param = sum(state_bytes_per_param(train.precision, 0, 1))
-    need = model.num_params() * per_param / GIB / 1024
-    have = sum(g.num_gpus * (g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) for g in usable) / 1024
+    need = model.num_params() * per_param / GIB
+    have = sum(g.num_gpus * (g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) for g in usable)
     if need > have:
+        big = max(usable, key=lambda g: (g.gpu.hbm_gib, g.key))
+        more = math.ceil((need - have) / (big.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB))
         return (f"the {model.num_layers} layers ({model.num_params() / 1e9:.1f} B parameters) need at least "
-                f"{need:.1f} TiB for weights, gradients and optimizer state ({per_param:g} bytes per parameter); the "
-                f"fleet has {have:.1f} TiB of usable GPU memory")
+                f"{_gib_text(need)} for weights, gradients and optimizer state ({per_param:g} bytes per parameter, "
+                f"sharded over every GPU at best); the fleet has {_gib_text(have)} of usable GPU memory: add at "
+                f"least {more} GPUs like {big.key}'s ({big.gpu.id}, before activations), or plan a smaller model")
     if result.candidates_total == 0 and next(base_configs(model, train, opts, usable), None) is not None:
         return (f"no pipeline of at most {opts.max_pp or model.num_layers} stages holds the model state (weights, "
                 "gradients and optimizer state) in GPU memory for any configuration; allow more stages (--max-pp) or "
