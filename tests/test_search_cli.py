@@ -70,6 +70,18 @@ def test_model_state_is_measured_in_gib_below_a_tib(cli, write):
     assert "add at least 1 GPUs like s/g's" in r.stderr
 
 
+def test_activations_that_do_not_fit_name_the_closest_configuration(cli, write):
+    """Model state fits four A100 40GB, a 131,072-token sequence does not: the message names the configuration that
+    comes closest and how many of the layers it holds, with a fix that helps (not a smaller global batch)."""
+    fleet = write("name: four\nsites:\n  - name: s\n    node_groups:\n      - name: g\n        count: 1\n"
+                  "        gpu: A100-SXM4-40GB\n        gpus_per_node: 4\n"
+                  "        nics: {transport: ethernet, gbps: 10, count: 1}\n", "four.yaml")
+    r = cli("search", "-c", fleet, "-m", "llama3.1-8b", "--seq-len", "131072", "--global-batch", "4")
+    assert r.code == 1, r.stderr
+    assert "sequence length 131072 plus model state); the closest, tp 4 cp 1 pp 1 dp 1, micro-batch 1, recompute " \
+           "full, on A100-SXM4-40GB (40 GiB), holds 13 of the 32 layers; add GPUs or shorten the sequence" in r.stderr
+
+
 @pytest.mark.parametrize("extra, expected", [
     (["--top", "0"], "--top must be >= 1"),
     (["--time-limit", "0"], "--time-limit must be a finite number of seconds > 0"),

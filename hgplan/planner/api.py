@@ -20,13 +20,13 @@ from hgplan.costmodel.reshard import cross_vendor_message
 from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus,
                               ModelInput, PlanEntry, ProofRecord, SearchFinding, SearchInputs, SearchReport,
                               SearchStats, SolverRecord)
-from hgplan.domain import Fleet, ModelArch, Target, TrainingSettings
+from hgplan.domain import Fleet, ModelArch, NodeGroup, Target, TrainingSettings
 from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import Plan
 from hgplan.planner import baselines as bl
 from hgplan.planner.candidates import base_configs, cand_key
 from hgplan.planner.certify import certify, polish
-from hgplan.planner.costs import US, CostSource
+from hgplan.planner.costs import US, CostSource, capacity_mib, layers_that_fit
 from hgplan.planner.mesh_model import MESH_MODEL_PARAMS
 from hgplan.planner.mesh_search import MeshResult, mesh_search
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
@@ -108,8 +108,28 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
     if result.candidates_total == 0:
         return (f"no configuration divides the global batch of {train.global_batch_size} into micro-batches x DP for a "
                 "stage size that tiles the nodes; use a global batch with more factors of 2")
+    closest = _closest_miss(CostSource(fleet, model, train), result.candidates, usable, model.num_layers)
     return (f"none of the {result.candidates_total} configurations fits in GPU memory (activations for sequence length "
-            f"{train.seq_length} plus model state); add GPUs, shorten the sequence or use a smaller global batch")
+            f"{train.seq_length} plus model state){closest}; add GPUs or shorten the sequence")
+
+
+def _closest_miss(costs: CostSource, cands: list, usable: list[NodeGroup], layers: int) -> str:
+    """', the closest: ...': the configuration whose stages, each on the GPU of most memory that hosts one, hold the
+    most layers (and how many), or '' when no candidate was listed."""
+    best: tuple[int, tuple, str] | None = None
+    for cand in cands:
+        cfg = cand.cfg
+        hosts = [g for g in usable if g.num_gpus >= cfg.gpus_per_stage]
+        if not hosts:
+            continue
+        g = max(hosts, key=lambda g: (g.gpu.hbm_gib, g.key))
+        held = sum(max(0, layers_that_fit(a, b, capacity_mib(g), layers)) for a, b in costs.memory(cfg, g))
+        key = (min(held, layers), tuple(-x for x in cand_key(cfg)))
+        if best is None or key > best[:2]:
+            what = (f"tp {cfg.tp} cp {cfg.cp} pp {cfg.pp} dp {cfg.dp}, micro-batch {cfg.micro_batch_size}, recompute "
+                    f"{cfg.recompute}, on {g.gpu.id} ({g.gpu.hbm_gib:g} GiB)")
+            best = (*key, what)
+    return "" if best is None else f"; the closest, {best[2]}, holds {best[0]} of the {layers} layers"
 
 
 def _checked(found: list[Found], fleet: Fleet, model: ModelArch, train: TrainingSettings,
