@@ -101,8 +101,11 @@ def findings(pred: Prediction, fleet: Fleet) -> list[str]:
                    "(more micro-batches per iteration shrink it)")
     worst_p2p = max(pred.stages, key=lambda s: s.p2p_s)
     if worst_p2p.p2p_s > EXPOSED_SHARE * total:
+        busy, pace = worst_p2p.compute_s + worst_p2p.p2p_s, b.compute_s + b.p2p_s
+        hidden = (f"; its compute and sends together ({busy:.2f} s) stay below the bottleneck stage's ({pace:.2f} s), "
+                  "so they fill time it would otherwise wait" if worst_p2p.index != b.index and busy < pace else "")
         out.append(f"pipeline transfers: stage {worst_p2p.index} spends {worst_p2p.p2p_s:.2f} s "
-                   f"({worst_p2p.p2p_s / total:.0%} of the iteration) sending activations and gradients")
+                   f"({worst_p2p.p2p_s / total:.0%} of the iteration) sending activations and gradients{hidden}")
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s)
     if worst_dp.dp_sync_s > EXPOSED_SHARE * total:
         out.append(f"data-parallel sync: stage {worst_dp.index} waits {worst_dp.dp_sync_s:.2f} s "

@@ -38,6 +38,17 @@ def test_explain_table_output(cli):
     assert "micro-batch 1 x 128," in r.stdout and "mesh" not in r.stdout
 
 
+def test_transfers_beside_the_bottleneck_say_they_fill_its_wait(cli):
+    """Stage 2 (8 layers after the WAN) sends for 3 s but works less than the bottleneck stage 3: the finding says
+    so; where the sending stage is the bottleneck itself (the 24,24,16,16 split), it does not."""
+    args = [a if a != "24,24,16,16" else "28,28,8,16" for a in GOOD]
+    lines = [x for x in cli(*args).stdout.splitlines() if x.startswith("pipeline transfers")]
+    assert lines and lines[0].startswith("pipeline transfers: stage 2 spends")
+    assert "stay below the bottleneck stage's (33.04 s), so they fill time it would otherwise wait" in lines[0]
+    lines = [x for x in cli(*GOOD).stdout.splitlines() if x.startswith("pipeline transfers")]
+    assert lines and lines[0].endswith("sending activations and gradients")
+
+
 def test_config_that_does_not_fit_is_still_explained(cli):
     r = cli(*BASE, "--tp", "1", "--pp", "1", "--dp", "8", "--stage-groups", "beijing/h100", "--json")
     assert r.code == 1, r.stderr
