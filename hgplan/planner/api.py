@@ -129,7 +129,7 @@ def _closest_miss(costs: CostSource, cands: list, usable: list[NodeGroup], layer
             what = (f"tp {cfg.tp} cp {cfg.cp} pp {cfg.pp} dp {cfg.dp}, micro-batch {cfg.micro_batch_size}, recompute "
                     f"{cfg.recompute}, on {g.gpu.id} ({g.gpu.hbm_gib:g} GiB)")
             best = (*key, what)
-    return "" if best is None else f"; the closest, {best[2]}, holds {best[0]} of the {layers} layers"
+    return "" if best is None else f"; the closest, {best[2]}, holds at most {best[0]} of the {layers} layers"
 
 
 def _checked(found: list[Found], fleet: Fleet, model: ModelArch, train: TrainingSettings,
