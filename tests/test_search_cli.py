@@ -79,7 +79,8 @@ def test_activations_that_do_not_fit_name_the_closest_configuration(cli, write):
     r = cli("search", "-c", fleet, "-m", "llama3.1-8b", "--seq-len", "131072", "--global-batch", "4")
     assert r.code == 1, r.stderr
     assert "sequence length 131072 plus model state); the closest, tp 4 cp 1 pp 1 dp 1, micro-batch 1, recompute " \
-           "full, on A100-SXM4-40GB (40 GiB), holds at most 13 of the 32 layers; add GPUs or shorten the sequence" in r.stderr
+           "full, on A100-SXM4-40GB (40 GiB), holds at most 13 of the 32 layers; add GPUs or shorten the sequence" \
+           in r.stderr
 
 
 @pytest.mark.parametrize("extra, expected", [

@@ -430,9 +430,8 @@ def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     seeds: list[Found] = []
     limits: dict[str, float] = {}
     if len(fleet.groups) > 1 and opts.groups is None:
-        # RERANKED plans per group: the single-group baseline is chosen among them by the reported model. One
-        # group per kind of nodes, whatever its site: the others would give the same plans under other names (and
-        # lose every tie to the first's, which the fleet search and the baseline keep).
+        # RERANKED plans per group, for the single-group baseline (by the reported model). One group per kind of
+        # nodes, whatever its site: the others give the same plans under other names and lose every tie to its.
         alone = alone_alike(fleet.groups)
         share = replace(opts, budget_s=opts.budget_s / (4 * len(alone)), top_k=RERANKED)
         used = 0.0
