@@ -52,7 +52,7 @@ def explanation(out: Console, report: ExplainReport, timeline: str | None) -> No
     """`hgplan explain`: headline, per-stage table, findings and the optional timeline."""
     p, plan = report.prediction, report.plan
     asym = plan.asymmetric
-    head = ("process meshes (per-stage TP, DP and recompute below)" if asym else
+    head = ("process meshes (per-stage TP, DP, micro-batch and recompute below)" if asym else
             f"TP {plan.tp} CP {plan.cp} PP {plan.pp} DP {plan.dp}")
     cluster = "<stdin>" if report.inputs.cluster == "-" else report.inputs.cluster
     out.print(f"[bold]{report.inputs.model_name}[/] on {cluster}: {head}, micro-batch "
@@ -60,11 +60,12 @@ def explanation(out: Console, report: ExplainReport, timeline: str | None) -> No
               f"recompute {plan.recompute}, ZeRO {plan.zero_stage}")
     out.print(f"iteration {p.iteration_time_s:.3f} s  |  {p.tokens_per_s:,.0f} tokens/s  |  "
               f"{p.model_tflops_per_gpu:.1f} model TFLOP/s/GPU  |  MFU {p.mfu:.1%}  |  bubble {p.bubble_fraction:.1%}")
-    table = Table("stage", "node group", *(("tp/dp/recompute",) if asym else ()), "GPUs", "layers", "fwd+bwd s/mb",
+    table = Table("stage", "node group", *(("tp/dp/mbs/recompute",) if asym else ()), "GPUs", "layers", "fwd+bwd s/mb",
                   "compute s", "p2p s", "DP sync s", "memory GiB", "capacity", "used", "headroom")
     for s, st in zip(report.stages, plan.stages):
         mark = "" if s.fits else " [red]OOM[/]"
-        mesh = (f"{st.tp}/{st.dp}/{st.recompute}",) if asym else ()
+        # a mesh's ranks take micro-batches of (dp x micro-batch) / their dp samples (plan.Plan.stage_config)
+        mesh = (f"{st.tp}/{st.dp}/{plan.dp * plan.micro_batch_size // st.dp}/{st.recompute}",) if asym else ()
         table.add_row(str(s.index), s.node_group, *mesh, str(s.gpus), str(s.layers), f"{s.fwd_s + s.bwd_s:.4f}",
                       f"{s.compute_s:.3f}", f"{s.p2p_s:.3f}", f"{s.dp_sync_s:.3f}", f"{s.memory_gib:.1f}{mark}",
                       f"{s.memory_capacity_gib:g}", f"{s.memory_gib / s.memory_capacity_gib:.0%}",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -192,8 +195,16 @@ def test_cli_search_and_export_flagscale(a100_t4, tmp_path):
                           != (b["reshard"]["to_tp"], b["reshard"]["to_dp"]) for b in meshes)
     assert any(f.startswith("mesh boundary: stage") for f in ex["findings"])
     assert ex["baselines"]["stock"]["speedup"] == pytest.approx(doc["asymmetric"]["speedup_over_stock"], abs=1e-3)
-    r = runner.invoke(app, ["explain", str(tmp_path / "plan.json")])
-    assert r.exit_code == 0 and "process meshes" in r.stdout and " (first mesh) x " in r.stdout
+    # the table as a terminal 220 columns wide shows it (the in-process console keeps the width it started with)
+    r = subprocess.run([sys.executable, "-m", "hgplan.cli", "explain", str(tmp_path / "plan.json")],
+                       capture_output=True, text=True, env={**os.environ, "COLUMNS": "220"}, timeout=120)
+    assert r.returncode == 0 and "process meshes" in r.stdout and " (first mesh) x " in r.stdout
+    # each mesh's own degrees and micro-batch: dp x micro-batch samples per step on every mesh
+    plan = doc["plans"][0]["plan"]
+    for st in plan["stages"]:
+        mbs = plan["dp"] * plan["micro_batch_size"] // st["dp"]
+        assert f" {st['tp']}/{st['dp']}/{mbs}/{st['recompute']} " in r.stdout, (st, r.stdout)
+    assert len({st["dp"] for st in plan["stages"]}) > 1  # meshes of different dp: micro-batches differ
 
 
 def test_export_refuses_a_plan_breaking_a_rule(a100_t4):
