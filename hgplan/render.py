@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:  # annotations only: `validate` and `profiles` need neither (start-up time)
-    from hgplan.documents import ExplainReport, SearchReport, StageRecord, StageResult
+    from hgplan.documents import ExplainReport, PlanRecord, SearchReport, StageResult
     from hgplan.export.common import Export
 
 
@@ -79,11 +79,13 @@ def explanation(out: Console, report: ExplainReport, timeline: str | None) -> No
         plain(out, timeline)
 
 
-def stage_summary(stages: list[StageRecord]) -> str:
-    """Consecutive stages on one node group folded: 'site/g: 10,10 | site/h: 9,9'."""
+def stage_summary(plan: PlanRecord) -> str:
+    """Consecutive stages on one node group folded: 'site/g: 10,10 | site/h: 9,9'; a mesh plan's stages with their
+    own degrees and micro-batch (dp x micro-batch / their dp, as explain's table)."""
     parts: list[tuple[str, list[int]]] = []
-    for st in stages:
-        name = st.node_group if st.tp is None else f"{st.node_group} (tp {st.tp} dp {st.dp} {st.recompute})"
+    for st in plan.stages:
+        name = st.node_group if st.tp is None else (f"{st.node_group} (tp {st.tp} dp {st.dp} mbs "
+                                                    f"{plan.dp * plan.micro_batch_size // st.dp} {st.recompute})")
         if parts and parts[-1][0] == name:
             parts[-1][1].append(st.layers)
         else:
@@ -111,7 +113,7 @@ def search_report(out: Console, report: SearchReport) -> None:
         p, pl = e.prediction, e.plan
         table.add_row(str(e.rank), f"{p.tokens_per_s:,.0f}", f"{p.iteration_time_s:.3f}", f"{p.mfu:.1%}",
                       str(e.gpus_used), degrees(pl),
-                      f"{pl.micro_batch_size},{pl.vpp},{pl.recompute}", stage_summary(pl.stages),
+                      f"{pl.micro_batch_size},{pl.vpp},{pl.recompute}", stage_summary(pl),
                       memory_cell(e.stages))
     out.print(table)
     c = s.candidates

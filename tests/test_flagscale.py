@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from hgplan.cli import app
 from hgplan.costmodel.evaluate import evaluate
 from hgplan.costmodel.reshard import rank_slice_bytes
+from hgplan.documents import PlanRecord
 from hgplan.domain import Target
 from hgplan.errors import PlanningError
 from hgplan.export.flagscale import export_flagscale
@@ -26,6 +27,7 @@ from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
 from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_search import mesh_search
 from hgplan.planner.options import SearchOptions
+from hgplan.render import stage_summary
 from hgplan.planner.search import seeded_search
 from hgplan.validate import check_plan
 
@@ -205,6 +207,11 @@ def test_cli_search_and_export_flagscale(a100_t4, tmp_path):
         mbs = plan["dp"] * plan["micro_batch_size"] // st["dp"]
         assert f" {st['tp']}/{st['dp']}/{mbs}/{st['recompute']} " in r.stdout, (st, r.stdout)
     assert len({st["dp"] for st in plan["stages"]}) > 1  # meshes of different dp: micro-batches differ
+    # and the search table's stages column says the same
+    summary = stage_summary(PlanRecord.model_validate(plan))
+    for st in plan["stages"]:
+        mbs = plan["dp"] * plan["micro_batch_size"] // st["dp"]
+        assert f"{st['node_group']} (tp {st['tp']} dp {st['dp']} mbs {mbs} {st['recompute']}): " in summary, summary
 
 
 def test_export_refuses_a_plan_breaking_a_rule(a100_t4):
