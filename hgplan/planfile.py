@@ -216,10 +216,15 @@ def input_differences(baseline: PlanFile, *, cluster_sha256: str, model_sha256: 
                    f"{baseline.inputs.model.sha256[:12]}...; now {model_sha256[:12]}...)")
     old, new = baseline.inputs.training.model_dump(), training_record(train).model_dump()
     out += [f"training {key} differs (baseline {old.get(key)!r}, now {new.get(key)!r})"
-            for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+            for key in changed_keys(old, new)]
     if str(baseline.inputs.target) != str(target):
         out.append(f"the target differs (baseline {baseline.inputs.target}, now {target})")
     return out
+
+
+def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The keys whose values differ between two records (a key missing from one counts as None there), sorted."""
+    return [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
 
 
 def regression_check(baseline: PlanFile, report: SearchReport, bound: float) -> RegressionRecord:
@@ -261,9 +266,9 @@ def diff_plans(a: PlanFile, b: PlanFile, name_a: str, name_b: str) -> dict[str, 
         ha, hb = (getattr(f.inputs, key).sha256 if getattr(f.inputs, key) else None for f in (a, b))
         if ha != hb:
             changes.append({"field": f"inputs.{key}", "a": ha and ha[:12], "b": hb and hb[:12]})
-    ta_, tb_ = a.inputs.training.model_dump(), b.inputs.training.model_dump()
-    changes += [{"field": f"inputs.training.{key}", "a": ta_.get(key), "b": tb_.get(key)}
-                for key in sorted(set(ta_) | set(tb_)) if ta_.get(key) != tb_.get(key)]
+    train_a, train_b = a.inputs.training.model_dump(), b.inputs.training.model_dump()
+    changes += [{"field": f"inputs.training.{key}", "a": train_a.get(key), "b": train_b.get(key)}
+                for key in changed_keys(train_a, train_b)]
     if a.inputs.target != b.inputs.target:
         changes.append({"field": "inputs.target", "a": a.inputs.target, "b": b.inputs.target})
     ta, tb = a.prediction.tokens_per_s, b.prediction.tokens_per_s

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:  # annotations only: `validate` and `profiles` need neither (start-up time)
-    from hgplan.documents import ExplainReport, PlanRecord, SearchReport, StageResult
+    from hgplan.documents import ExplainReport, PlanRecord, SearchReport, StageRecord, StageResult
     from hgplan.export.common import Export
 
 
@@ -64,8 +64,7 @@ def explanation(out: Console, report: ExplainReport, timeline: str | None) -> No
                   "compute s", "p2p s", "DP sync s", "memory GiB", "capacity", "used", "headroom")
     for s, st in zip(report.stages, plan.stages):
         mark = "" if s.fits else " [red]OOM[/]"
-        # a mesh's ranks take micro-batches of (dp x micro-batch) / their dp samples (plan.Plan.stage_config)
-        mesh = (f"{st.tp}/{st.dp}/{plan.dp * plan.micro_batch_size // st.dp}/{st.recompute}",) if asym else ()
+        mesh = (f"{st.tp}/{st.dp}/{mesh_micro_batch(plan, st)}/{st.recompute}",) if asym else ()
         table.add_row(str(s.index), s.node_group, *mesh, str(s.gpus), str(s.layers), f"{s.fwd_s + s.bwd_s:.4f}",
                       f"{s.compute_s:.3f}", f"{s.p2p_s:.3f}", f"{s.dp_sync_s:.3f}", f"{s.memory_gib:.1f}{mark}",
                       f"{s.memory_capacity_gib:g}", f"{s.memory_gib / s.memory_capacity_gib:.0%}",
@@ -79,13 +78,18 @@ def explanation(out: Console, report: ExplainReport, timeline: str | None) -> No
         plain(out, timeline)
 
 
+def mesh_micro_batch(plan: PlanRecord, st: StageRecord) -> int:
+    """A mesh stage's micro-batch: its ranks take (dp x micro-batch) / their own dp samples (plan.Plan.stage_config)."""
+    return plan.dp * plan.micro_batch_size // st.dp
+
+
 def stage_summary(plan: PlanRecord) -> str:
     """Consecutive stages on one node group folded: 'site/g: 10,10 | site/h: 9,9'; a mesh plan's stages with their
     own degrees and micro-batch (dp x micro-batch / their dp, as explain's table)."""
     parts: list[tuple[str, list[int]]] = []
     for st in plan.stages:
         name = st.node_group if st.tp is None else (f"{st.node_group} (tp {st.tp} dp {st.dp} mbs "
-                                                    f"{plan.dp * plan.micro_batch_size // st.dp} {st.recompute})")
+                                                    f"{mesh_micro_batch(plan, st)} {st.recompute})")
         if parts and parts[-1][0] == name:
             parts[-1][1].append(st.layers)
         else:

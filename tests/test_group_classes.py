@@ -129,6 +129,9 @@ def test_groups_alike_but_for_their_site_are_searched_alone_once():
               group("x3", "a", "A100-SXM4-80GB", 2), group("x4", "a", "A100-SXM4-80GB", 3)]
     fleet = fleet_of(*groups, links=(WAN, island))
     assert alone_alike(fleet.groups) == ("a/x1", "a/x4", "a/y")
+    # the 8-group benchmark fleet (docs/planner.md): five kinds of nodes, eight classes of interchangeable groups
+    eight = synthetic(1024, 4, 5, 8)
+    assert len(alone_alike(eight.groups)) == 5 and len(interchangeable_classes(eight, eight.groups)) == 8
     model, train = small_model(8, hidden=2048, heads=16), TrainingSettings(seq_length=2048, global_batch_size=32)
     opts = SearchOptions(top_k=3, max_pp=4, mbs_options=(1, 2))
     plans = {}

@@ -22,7 +22,7 @@ from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts,
                               SearchStats, SolverRecord)
 from hgplan.domain import Fleet, ModelArch, NodeGroup, Target, TrainingSettings
 from hgplan.errors import NoAnswerError, PlanningError
-from hgplan.plan import Plan
+from hgplan.plan import ParallelConfig, Plan
 from hgplan.planner import baselines as bl
 from hgplan.planner.candidates import base_configs, cand_key
 from hgplan.planner.certify import certify, polish
@@ -95,7 +95,7 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
     need = model.num_params() * per_param / GIB
     have = sum(g.num_gpus * (g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) for g in usable)
     if need > have:
-        big = max(usable, key=lambda g: (g.gpu.hbm_gib, g.key))
+        big = _largest_memory(usable)
         more = math.ceil((need - have) / (big.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB))
         return (f"the {model.num_layers} layers ({model.num_params() / 1e9:.1f} B parameters) need at least "
                 f"{_gib_text(need)} for weights, gradients and optimizer state ({per_param:g} bytes per parameter, "
@@ -113,23 +113,29 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
             f"{train.seq_length} plus model state){closest}; add GPUs or shorten the sequence")
 
 
+def _largest_memory(groups: list[NodeGroup]) -> NodeGroup:
+    """The group whose GPUs have the most memory (ties: the last key)."""
+    return max(groups, key=lambda g: (g.gpu.hbm_gib, g.key))
+
+
 def _closest_miss(costs: CostSource, cands: list, usable: list[NodeGroup], layers: int) -> str:
     """', the closest: ...': the configuration whose stages, each on the GPU of most memory that hosts one, hold the
-    most layers (and how many), or '' when no candidate was listed."""
-    best: tuple[int, tuple, str] | None = None
-    for cand in cands:
-        cfg = cand.cfg
+    most layers (and how many; ties: the first configuration in the search's order), or '' when none was listed."""
+    best: tuple[int, ParallelConfig, NodeGroup] | None = None
+    for cfg in sorted((c.cfg for c in cands), key=cand_key):
         hosts = [g for g in usable if g.num_gpus >= cfg.gpus_per_stage]
         if not hosts:
             continue
-        g = max(hosts, key=lambda g: (g.gpu.hbm_gib, g.key))
-        held = sum(max(0, layers_that_fit(a, b, capacity_mib(g), layers)) for a, b in costs.memory(cfg, g))
-        key = (min(held, layers), tuple(-x for x in cand_key(cfg)))
-        if best is None or key > best[:2]:
-            what = (f"tp {cfg.tp} cp {cfg.cp} pp {cfg.pp} dp {cfg.dp}, micro-batch {cfg.micro_batch_size}, recompute "
-                    f"{cfg.recompute}, on {g.gpu.id} ({g.gpu.hbm_gib:g} GiB)")
-            best = (*key, what)
-    return "" if best is None else f"; the closest, {best[2]}, holds at most {best[0]} of the {layers} layers"
+        g = _largest_memory(hosts)
+        held = min(layers, sum(max(0, layers_that_fit(a, b, capacity_mib(g), layers)) for a, b in costs.memory(cfg, g)))
+        if best is None or held > best[0]:
+            best = (held, cfg, g)
+    if best is None:
+        return ""
+    held, cfg, g = best
+    return (f"; the closest, tp {cfg.tp} cp {cfg.cp} pp {cfg.pp} dp {cfg.dp}, micro-batch {cfg.micro_batch_size}, "
+            f"recompute {cfg.recompute}, on {g.gpu.id} ({g.gpu.hbm_gib:g} GiB), holds at most {held} of the {layers} "
+            "layers")
 
 
 def _checked(found: list[Found], fleet: Fleet, model: ModelArch, train: TrainingSettings,
