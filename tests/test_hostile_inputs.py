@@ -189,6 +189,17 @@ def test_baseline_for_other_inputs_is_refused_unless_allowed(cli, tmp_path):
     assert other_model.code == 2 and "the model differs" in other_model.stderr
 
 
+def test_gate_flags_without_a_baseline_are_refused(cli):
+    """A CI job that writes --max-regression but forgot --baseline gated nothing and passed: now exit 2 before any
+    work, naming the flags and the fix."""
+    base = ("search", "-c", "two-site", "-m", "llama3.1-8b", "--seq-len", "4096", "--global-batch", "512")
+    for flags in (("--max-regression", "5%"), ("--allow-different-inputs",),
+                  ("--max-regression", "3%", "--allow-different-inputs")):
+        r = cli(*base, *flags)
+        assert r.code == 2 and "no --baseline to gate against" in r.stderr, (flags, r.stderr)
+        assert all(f in r.stderr for f in flags if f.startswith("--")) and not r.stdout
+
+
 def test_dash_is_stdin_for_inputs_and_stdout_for_one_file(cli, tmp_path):
     """Issue 13: `-` reads an input from standard input and `-o -` writes the one output file to standard output (the
     table then goes to stderr); a second `-` input, `-o -` with --json, and `-o -` for export's directory are exit 2."""

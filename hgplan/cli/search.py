@@ -42,6 +42,16 @@ def _check_search_flags(top: int, time_limit: float, max_pp: int | None, solver_
             raise InputError(f"--solver-params {solver_params!r}: {problem}")
 
 
+def _check_gate_flags(baseline: str | None, *, max_regression: str | None, allow_different_inputs: bool) -> None:
+    """The gate's own flags without --baseline would gate nothing: a CI job that forgot --baseline must not pass."""
+    given = [flag for flag, on in (("--max-regression", max_regression is not None),
+                                   ("--allow-different-inputs", allow_different_inputs)) if on]
+    if baseline is None and given:
+        raise InputError(f"{' and '.join(given)} set{'s' if len(given) == 1 else ''} the regression gate, but there "
+                         "is no --baseline to gate against: give --baseline PLAN_FILE (a committed plan file), or "
+                         f"drop {' and '.join(given)}")
+
+
 def _inputs(cluster: str, model: str, profile: str | None, flags: TrainingFlags):
     """Fleet (with the calibration profile applied), model and training settings, each resolved once."""
     from hgplan.io import resolve_cluster, resolve_model, resolve_profile
@@ -156,8 +166,8 @@ def search(
     profile: Annotated[str | None, typer.Option("--profile", help="Calibration profile from `hgplan calibrate`: "
                                                                   "constants measured on your fleet.")] = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="A committed plan file to gate against (CI).")] = None,
-    max_regression: Annotated[str, typer.Option("--max-regression", help="With --baseline: exit 1 when the best plan "
-                                                                        "is predicted slower by more than this.")] = "3%",
+    max_regression: Annotated[str | None, typer.Option("--max-regression", help="With --baseline: exit 1 when the best "
+                                                   "plan is predicted slower by more than this (default 3%).")] = None,
     allow_different_inputs: Annotated[bool, typer.Option(
         "--allow-different-inputs", help="With --baseline: gate even when the baseline was planned for another "
                                          "fleet, model, training settings or target (otherwise exit 2).")] = False,
@@ -166,8 +176,9 @@ def search(
 ) -> None:
     """Find the fastest plan stock Megatron-LM/DeepSpeed can run on the fleet, with its gap to the search's bound."""
     _check_search_flags(top, time_limit, max_pp, solver_params, writes=(output, export_model, html_report))
+    _check_gate_flags(baseline, max_regression=max_regression, allow_different_inputs=allow_different_inputs)
     to_stdout = file_to_stdout(output, export_model, html_report, as_json=as_json)
-    gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression, "--max-regression")
+    gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression or "3%", "--max-regression")
     with SearchProgress(started_s=command_started_s(), time_limit_s=time_limit, quiet=quiet,
                         solver_log=solver_log) as progress:
         from hgplan.documents import ClusterInput
