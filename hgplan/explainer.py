@@ -58,6 +58,9 @@ def build_plan(*, fleet: Fleet, model: ModelArch, tp: int, pp: int, dp: int, cp:
                allow_cross_node_tp: bool, layers: list[int] | None, stage_groups: list[str]) -> Plan:
     """A plan from explain's flags; layers None splits them evenly (exit 2 when they do not divide)."""
     if layers is None:
+        if pp > model.num_layers:
+            raise InputError(f"--pp: pp = {pp} is more stages than the model's {model.num_layers} layers, and every "
+                             f"stage holds at least one layer; choose pp <= {model.num_layers}")
         if model.num_layers % pp:
             raise InputError(f"--layers: {model.num_layers} layers do not split evenly over pp = {pp}; give --layers "
                              f"with {pp} comma-separated counts that sum to {model.num_layers}")

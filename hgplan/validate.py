@@ -78,7 +78,7 @@ def _degree_rules(plan: Plan, model: ModelArch, train: TrainingSettings) -> list
                               f"(got {','.join(map(str, layers))})")
     if plan.asymmetric:
         out += _asymmetric_rules(plan, model)
-    if c.zero_stage >= 2 and c.pp > 1:
+    if c.zero_stage in (2, 3) and c.pp > 1:
         bad("zero_pp", f"ZeRO stage {c.zero_stage} cannot be combined with pipeline parallelism (DeepSpeed asserts it; "
                        "Megatron's distributed optimizer is stage 1); use zero_stage <= 1 or pp = 1")
     return out

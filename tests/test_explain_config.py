@@ -68,7 +68,7 @@ def test_config_that_does_not_fit_is_still_explained(cli):
      "global batch 512 is not divisible by micro-batch x dp = 1 x 3 = 3"),
     (["--tp", "8", "--pp", "2", "--dp", "2", "--stage-groups", "beijing/gpu,shanghai/a100"],
      "unknown node group 'beijing/gpu'"),
-    (["--tp", "8", "--pp", "2", "--dp", "2"], "the fleet has 2 node groups; name the group of each stage"),
+    (["--tp", "8", "--pp", "2", "--dp", "2"], "the fleet has 2 node groups; name where the stages run"),
     (["--tp", "8", "--pp", "2", "--dp", "16", "--stage-groups", "beijing/h100"],
      "node group beijing/h100 has 128 GPUs but its stages need 256"),
     (["--tp", "16", "--pp", "1", "--dp", "1", "--stage-groups", "beijing/h100", "--global-batch", "16"],
@@ -76,6 +76,11 @@ def test_config_that_does_not_fit_is_still_explained(cli):
     (["--tp", "8", "--pp", "1", "--dp", "1", "--stage-groups", "beijing/h100", "--distributed-optimizer",
       "--zero-stage", "2"], "--distributed-optimizer is ZeRO stage 1 but --zero-stage 2"),
     (["--tp", "8", "--pp", "3", "--dp", "1", "--stage-groups", "beijing/h100"], "do not split evenly over pp = 3"),
+    (["--tp", "8", "--pp", "81", "--dp", "1", "--stage-groups", "beijing/h100"],
+     "pp = 81 is more stages than the model's 80 layers, and every stage holds at least one layer; choose pp <= 80"),
+    (["--tp", "8", "--pp", "4", "--dp", "1"],
+     "e.g. --stage-groups beijing/h100, or one per stage in pipeline order, e.g. --stage-groups "
+     "beijing/h100,beijing/h100,shanghai/a100,shanghai/a100 (choices"),
 ])
 def test_bad_configuration(cli, extra, expected):
     r = cli(*BASE, *extra)

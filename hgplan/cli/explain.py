@@ -29,8 +29,11 @@ def _parse_stage_groups(text: str | None, pp: int, fleet) -> list[str]:
     if text is None:
         if len(keys) == 1:
             return keys * pp
-        raise InputError(f"--stage-groups: the fleet has {len(keys)} node groups; name the group of each stage, "
-                         f"e.g. --stage-groups {','.join([keys[0]] * pp)} (choices: {', '.join(keys)})")
+        split = [keys[0]] * (pp - pp // 2) + [keys[1]] * (pp // 2)
+        per_stage = "" if pp == 1 else f", or one per stage in pipeline order ({pp} names)" if pp > 8 else \
+            f", or one per stage in pipeline order, e.g. --stage-groups {','.join(split)}"
+        raise InputError(f"--stage-groups: the fleet has {len(keys)} node groups; name where the stages run: one group "
+                         f"for all, e.g. --stage-groups {keys[0]}{per_stage} (choices: {', '.join(keys)})")
     refs = [r.strip() for r in text.split(",")]
     if len(refs) == 1:
         refs = refs * pp
