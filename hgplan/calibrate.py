@@ -38,6 +38,10 @@ IDENTIFIABLE = 1e-6
 """A constant is fitted when halving or raising it by half moves some run's log time by more than this: a term
 that does not bind at the catalog's value (a fast NIC) may bind at the user's."""
 PROBE = (0.5, 1.5)
+TELLS_APART = 1e-3
+"""Least singular value of the fitted runs' sensitivities (d log time / d log constant, at the fit) for the
+constants to count as pinned down: along a direction below it, changing the constants e-fold moves no run's time by
+0.1%, so every mix along it fits as well (fewer runs than constants, or runs that stress the same terms)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,6 +203,8 @@ def calibrate(runs: list[Run], *, fixed: frozenset[Param] = frozenset()) -> Cali
     fitted = dict(zip(params, base * np.exp(x)))
     _check_range(fitted)
     errors = _log_errors(runs, params, base, x)
+    if params:
+        _check_told_apart(runs, params, _jacobian(runs, params, base, x, errors))
     gpus: dict[str, dict[str, float]] = {}
     transports: dict[str, TransportConstants] = {}
     for (kind, key, name), value in fitted.items():
@@ -214,9 +220,32 @@ def calibrate(runs: list[Run], *, fixed: frozenset[Param] = frozenset()) -> Cali
         gpus={k: GpuConstants(**v) for k, v in sorted(gpus.items())}, transports=dict(sorted(transports.items())),
         fit=ProfileFit(runs=len(runs), rms_error=round(float(np.sqrt(np.mean(np.expm1(errors) ** 2))), 6),
                        residuals=residuals,
-                       not_identifiable=[f"{k}.{n}" if kind == "gpu" else f"transport {k}"
-                                         for i, (kind, k, n) in enumerate(candidates) if i not in active]
+                       not_identifiable=[_name(p) for i, p in enumerate(candidates) if i not in active]
                        + _fp8_only(runs, candidates + sorted(fixed))))
+
+
+def _name(p: Param) -> str:
+    kind, key, name = p
+    return f"transport {key}" if kind == "transport" else f"{key}.{name}"
+
+
+def _check_told_apart(runs: list[Run], params: list[Param], jacobian: np.ndarray) -> None:
+    """InputError when the runs cannot tell some of the fitted constants apart (TELLS_APART): the fit then picked
+    one mix of them out of many that reproduce the runs equally well, and the profile would mispredict other plans.
+    Names the constants of each such direction and how many runs there are for how many constants."""
+    _, sv, vt = np.linalg.svd(jacobian, full_matrices=True)
+    sv = np.concatenate([sv, np.zeros(len(params) - len(sv))])
+    loose = [v for s, v in zip(sv, vt) if s < TELLS_APART]
+    if not loose:
+        return
+    weight = np.max(np.abs(np.array(loose)), axis=0)
+    names = [_name(p) for p, w in zip(params, weight) if w > 0.1]
+    count = f"{len(runs)} run{'s' if len(runs) > 1 else ''} for {len(params)} constants"
+    raise InputError(f"calibrate: the runs do not tell {', '.join(names)} apart ({count}: every mix of them that "
+                     "keeps the runs' times fits as well, so the fit's choice is arbitrary and mispredicts other "
+                     "plans). Add runs that stress different resources (docs/calibrate.md: 'Give runs that stress "
+                     "different resources'; at least one per constant), or measure the GPU's kernels with `hgplan "
+                     "bench` and give the report with --bench so they are held")
 
 
 FITTED_MAX = {"gpu": 2.0, "transport": 1.5}
@@ -229,8 +258,7 @@ def _check_range(fitted: dict[Param, float]) -> None:
     plan and settings say)."""
     bad = [(p, v) for p, v in sorted(fitted.items()) if not 0 < v <= FITTED_MAX[p[0]]]
     if bad:
-        what = "; ".join(f"{'transport ' + key if kind == 'transport' else key + '.' + name} fitted to {v:.3g} "
-                         f"(a profile holds (0, {FITTED_MAX[kind]:g}])" for (kind, key, name), v in bad)
+        what = "; ".join(f"{_name(p)} fitted to {v:.3g} (a profile holds (0, {FITTED_MAX[p[0]]:g}])" for p, v in bad)
         raise InputError(f"calibrate: the runs do not pin down {what}. Check that each run's plan and training "
                          "settings are what ran, add runs that stress that term (docs/calibrate.md: 'Give runs that "
                          "stress different resources'), or measure the GPU's kernels with `hgplan bench` and give "

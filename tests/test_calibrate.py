@@ -98,6 +98,16 @@ def test_calibrate_recovers_perturbed_constants(cli, tmp_path):
     assert "transport ethernet" in got.fit.not_identifiable and "ethernet" not in got.transports
     assert got.fit.rms_error < 0.005
     assert yaml.safe_load(profile_path.read_text())["kind"] == "hgplan.profile"
+    import os
+    import subprocess
+    import sys
+
+    table = subprocess.run([sys.executable, "-m", "hgplan.cli", "calibrate", str(runs)], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "220"}, check=True).stdout
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:5]] for line in table.splitlines()
+            if line.startswith("│") and "." in line.split("│")[1]}
+    assert rows["A100-SXM4-80GB.gemm_efficiency"][1:] == ["runs", "0.8690"], rows  # the catalog's beside the fit
+    assert rows["transport roce.efficiency"][1:] == ["runs", "0.8500"], rows
 
 
 def test_profile_changes_predictions_and_travels_in_plan_files(cli, tmp_path):
@@ -186,6 +196,21 @@ def test_a_fit_outside_what_a_profile_holds_is_exit_2(cli, tmp_path):
     assert r.code == 2 and "Traceback" not in r.stderr, r.stderr
     assert "the runs do not pin down" in r.stderr and "H100-SXM5-80GB.gemm_efficiency fitted to" in r.stderr
     assert "--bench" in r.stderr
+
+
+def test_runs_that_cannot_tell_the_constants_apart_are_exit_2(cli, tmp_path):
+    """One run fits any mix of the four H100 constants that keeps its time (the fit put collective_efficiency at
+    0.10 with 0.00% error); six runs of one shape are one equation six times. Both are exit 2 naming the constants
+    and the fix; the six runs of different shapes fit (test_calibrate_recovers_perturbed_constants)."""
+    runs = _synthesise(tmp_path, groups={"h100": "beijing/h100"})
+    doc = yaml.safe_load(runs.read_text())
+    for subset, count in ((doc["runs"][:1], "1 run for 4 constants"),
+                          ([{**doc["runs"][0], "name": f"gemm-{i}"} for i in range(6)], "6 runs for 4 constants")):
+        runs.write_text(yaml.safe_dump({"runs": subset}, sort_keys=False))
+        r = cli("calibrate", runs)
+        assert r.code == 2 and "Traceback" not in r.stderr, r.stderr
+        assert "the runs do not tell H100-SXM5-80GB." in r.stderr and count in r.stderr, r.stderr
+        assert "H100-SXM5-80GB.gemm_efficiency" in r.stderr and "--bench" in r.stderr and not r.stdout
 
 
 def test_fp8_only_runs_do_not_pin_the_bf16_rate(cli, tmp_path, monkeypatch):

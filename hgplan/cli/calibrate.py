@@ -134,16 +134,20 @@ def calibrate(
 def _print_profile(profile, console) -> None:
     from rich.table import Table
 
+    from hgplan.io import catalog
+
+    cat = catalog()
     measured = {(c.gpu, c.constant): c for c in profile.bench or []}
     table = Table("constant", "value", "from", "catalog", "kernel error before -> after")
     for gid, c in profile.gpus.items():
         for name, value in c.model_dump(exclude_none=True).items():
             b = measured.get((gid, name))
             table.add_row(f"{gid}.{name}", f"{value:.4f}", f"bench ({b.measurements})" if b else "runs",
-                          f"{b.catalog_value:.4f}" if b else "",
+                          f"{getattr(cat.gpu_type(cat.gpus[gid]).eff, name):.4f}",
                           f"{b.median_abs_error_before:.1%} -> {b.median_abs_error_after:.1%}" if b else "")
     for name, t in profile.transports.items():
-        table.add_row(f"transport {name}.efficiency", f"{t.efficiency:.4f}", "runs", "", "")
+        table.add_row(f"transport {name}.efficiency", f"{t.efficiency:.4f}", "runs",
+                      f"{cat.transports[name].efficiency:.4f}", "")
     console.print(table)
     if profile.fit is None:
         return
