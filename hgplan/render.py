@@ -134,7 +134,7 @@ def search_report(out: Console, report: SearchReport) -> None:
                   f"closed-form objective, best {s.best_objective_s:.3f} s, the gap {s.relative_gap:.2%} is proven)")
     else:
         out.print(f"search: best plan {s.iteration_time_s:.3f} s per iteration (pipeline simulator); gap to the "
-                  f"search's bound {s.bound_s:.3f} s: {s.gap_on_reported:.2%} (estimated, not proven; on its own "
+                  f"search's bound {s.bound_s:.3f} s: {s.shown_gap:.2%} (estimated, not proven; on its own "
                   f"closed-form objective, best {s.best_objective_s:.3f} s, the gap {s.relative_gap:.2%} is proven)")
     out.print(f"search: {c.solved} solved, {c.pruned_by_bound} pruned by bound, {c.skipped_by_budget} skipped by "
               f"budget of {c.total}; {s.stopped_by}")

@@ -68,6 +68,20 @@ def test_a_bound_above_the_simulated_time_prints_no_gap(cli):
     assert "says nothing of the simulated time" in r.stdout and "gap to the search's bound" not in r.stdout
 
 
+def test_a_bound_above_the_simulated_time_by_the_tables_rounding_is_a_zero_gap():
+    """A one-stage plan of 1.498 s simulated 20 us below its closed form: the integer tables round every cost to the
+    nearest microsecond. The table said "1.498 s ..., below the search's bound 1.498 s: the simulator overlaps what
+    the search's closed form serialises"; within TABLE_ROUNDING the gap is 0.00%, beyond it the bound is above."""
+    from hgplan.documents import TABLE_ROUNDING, SearchStats
+
+    near = SearchStats.model_construct(gap_proven=False, gap_on_reported=-1.322e-05)
+    assert not near.bound_above_reported and near.shown_gap == 0.0 and f"{near.shown_gap:.2%}" == "0.00%"
+    far = SearchStats.model_construct(gap_proven=False, gap_on_reported=-2 * TABLE_ROUNDING)
+    assert far.bound_above_reported and far.shown_gap < 0
+    ahead = SearchStats.model_construct(gap_proven=False, gap_on_reported=0.004)
+    assert not ahead.bound_above_reported and ahead.shown_gap == 0.004
+
+
 def _ranked_two_site():
     fleet, _, _ = resolve_cluster("two-site", catalog())
     model, _ = resolve_model("llama3.1-70b")

@@ -52,7 +52,7 @@ def _gap_text(stats: SearchStats | None) -> tuple[str, str]:
     if stats.bound_above_reported:
         return "-", "gap: the search's bound is above the simulated time and says nothing of it"
     kind = "proven" if stats.gap_proven else "estimated"
-    return f"{stats.gap_on_reported:.1%}", f"gap to the bound ({kind})"
+    return f"{stats.shown_gap:.1%}", f"gap to the bound ({kind})"
 
 
 def _idle_list(idle: list[IdleGpus]) -> str:
