@@ -103,6 +103,20 @@ def memory_cell(stages: list[StageResult]) -> str:
     return f"{s.memory_gib:.1f}/{s.memory_capacity_gib:g} ({s.memory_gib / s.memory_capacity_gib:.0%})"
 
 
+def micro_batch_and_recompute(pl: PlanRecord) -> tuple[str, str]:
+    """A plan record's micro-batch and recompute; a mesh plan's read 'per mesh' where its meshes differ."""
+    mbs, recompute = {pl.micro_batch_size}, {pl.recompute}
+    if pl.asymmetric:
+        mbs, recompute = {mesh_micro_batch(pl, st) for st in pl.stages}, {st.recompute for st in pl.stages}
+    return tuple(str(next(iter(v))) if len(v) == 1 else "per mesh" for v in (mbs, recompute))
+
+
+def schedule_cell(pl: PlanRecord) -> str:
+    """'mbs,vpp,recompute' of a plan record (the search table; its stages column has each mesh's)."""
+    mbs, recompute = micro_batch_and_recompute(pl)
+    return f"{mbs},{pl.vpp},{recompute}"
+
+
 def degrees(pl) -> str:
     """TP/CP/PP/DP of a plan record; 'per mesh' when its stages carry their own."""
     return f"per mesh/{pl.cp}/{pl.pp}/per mesh" if pl.asymmetric else f"{pl.tp}/{pl.cp}/{pl.pp}/{pl.dp}"
@@ -117,7 +131,7 @@ def search_report(out: Console, report: SearchReport) -> None:
         p, pl = e.prediction, e.plan
         table.add_row(str(e.rank), f"{p.tokens_per_s:,.0f}", f"{p.iteration_time_s:.3f}", f"{p.mfu:.1%}",
                       str(e.gpus_used), degrees(pl),
-                      f"{pl.micro_batch_size},{pl.vpp},{pl.recompute}", stage_summary(pl),
+                      schedule_cell(pl), stage_summary(pl),
                       memory_cell(e.stages))
     out.print(table)
     c = s.candidates

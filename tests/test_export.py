@@ -279,6 +279,16 @@ def test_diff_names_an_asymmetric_plans_own_degrees(cli, tmp_path):
     stage["tp"], stage["dp"] = stage["tp"] * 2, stage["dp"] // 2
     other = tmp_path / "other.json"
     other.write_text(json.dumps(doc))
+    from hgplan.documents import PlanRecord
+    from hgplan.render import schedule_cell
+
+    # the search table's mbs column: the meshes' own micro-batches (dp x micro-batch / their dp), 'per mesh' where
+    # they differ (it showed the plan-level micro-batch, the first mesh's)
+    for d in (json.loads(path.read_text()), doc):
+        rec = PlanRecord.model_validate(d["plan"])
+        own = {rec.dp * rec.micro_batch_size // st.dp for st in rec.stages}
+        assert schedule_cell(rec).split(",")[0] == (str(own.pop()) if len(own) == 1 else "per mesh"), own
+    assert schedule_cell(PlanRecord.model_validate(doc["plan"])).startswith("per mesh,")
     r = cli("diff", path, other, "--json")
     assert r.code == 1, r.stderr
     [change] = r.json()["changes"]

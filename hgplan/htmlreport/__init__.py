@@ -19,6 +19,7 @@ from hgplan.htmlreport.fleet import crossings, fleet_svg
 from hgplan.htmlreport.page import (STYLE, basis_table, boundary_table, kpis, launch_section, stage_table, table,
                                     what_if_table)
 from hgplan.planfile import LoadedPlan
+from hgplan.render import micro_batch_and_recompute
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +83,10 @@ def _head(lp: LoadedPlan, r, source: str) -> list[str]:
     title = f"{lp.model.name} on {lp.fleet.name}"
     degrees = (f"per-stage tp and dp (hover a stage), cp {c.cp}, pp {c.pp}" if plan.asymmetric else
                f"tp {c.tp}, cp {c.cp}, pp {c.pp}, dp {c.dp}")
+    mbs, recompute = micro_batch_and_recompute(c)
     out = [f"<h1>hgplan plan report: {escape(title)}</h1><p class=\"sub\">seq {t.seq_length}, global batch "
            f"{t.global_batch_size}, {escape(t.precision)}; {degrees}, micro-batch "
-           f"{c.micro_batch_size}, vpp {c.vpp}, recompute {escape(c.recompute)}, ZeRO {c.zero_stage}"
+           f"{mbs}, vpp {c.vpp}, recompute {escape(recompute)}, ZeRO {c.zero_stage}"
            f"{', sequence parallel' if c.sequence_parallel else ''}; plan file {escape(source)}</p>",
            kpis([(f"{pred.tokens_per_s:,.0f}", "tokens/s"), (f"{pred.iteration_time_s:.3f} s", "per iteration"),
                  (f"{pred.mfu:.1%}", "MFU"), (f"{pred.bubble_fraction:.1%}", "bubble (bottleneck stage)"),
