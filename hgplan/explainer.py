@@ -24,6 +24,7 @@ from hgplan.report import (
     plan_record,
     prediction_record,
     rounded,
+    speedup_text,
     stage_results,
     training_record,
 )
@@ -260,7 +261,7 @@ def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
         kept = {name: ExplainBaseline(available=True, speedup=b.speedup, description=b.description)
                 for name, b in baselines.items() if b.available and b.speedup is not None}
         extra["baselines"] = kept
-        notes += [f"{b.speedup:.2f}x faster than {name} ({b.description})" for name, b in kept.items()]
+        notes += [f"{speedup_text(b.speedup)} faster than {name} ({b.description})" for name, b in kept.items()]
     if warnings is not None:
         extra["warnings"] = warnings
     if validation is not None:

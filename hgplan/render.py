@@ -124,6 +124,8 @@ def degrees(pl) -> str:
 
 def search_report(out: Console, report: SearchReport) -> None:
     """`hgplan search`: the ranked plans, what the search proved, the baselines and the idle GPUs."""
+    from hgplan.report import speedup_text
+
     s = report.search
     table = Table("#", "tokens/s", "iter s", "MFU", "GPUs", "TP/CP/PP/DP", "mbs,vpp,recompute",
                   "stages (node group: layers)", "memory GiB (fullest)", title="plans")
@@ -155,7 +157,7 @@ def search_report(out: Console, report: SearchReport) -> None:
     for name, b in (report.baselines or {}).items():
         if b.available:
             out.print(f"baseline {name}: {b.prediction.tokens_per_s:,.0f} tokens/s; hgplan is "
-                      f"{b.speedup:.2f}x faster ({b.description}{'; ' + b.note if b.note else ''})")
+                      f"{speedup_text(b.speedup)} faster ({b.description}{'; ' + b.note if b.note else ''})")
         else:
             out.print(f"baseline {name}: not available ({b.note or ''})")
     a = report.asymmetric

@@ -16,6 +16,11 @@ def rounded(x: float, digits: int = SIGNIFICANT_DIGITS) -> float:
     return float(f"{x:.{digits}g}")
 
 
+def speedup_text(x: float) -> str:
+    """'1.36x'; below 1.1x with three decimals, so that a 0.5% win does not read '1.00x faster'."""
+    return f"{x:.3f}x" if x < 1.1 else f"{x:.2f}x"
+
+
 def training_record(train: TrainingSettings) -> TrainingRecord:
     """The training settings as recorded in every document."""
     return TrainingRecord(seq_length=train.seq_length, global_batch_size=train.global_batch_size,

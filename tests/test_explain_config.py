@@ -128,3 +128,12 @@ def test_what_if_text_agrees_with_its_sign(cli):
         else:
             assert f"+{w['speedup']:.0%}" in w["text"], w
     assert not any("interleaving (--vpp) shrink" in f for f in r.json()["findings"])
+
+
+def test_small_speedups_keep_three_decimals():
+    """A 0.5% win over the stock plan read "1.00x faster than stock" beside flagscale's "1.005x the best stock
+    plan"; below 1.1x the speedups of search, explain and the report keep three decimals."""
+    from hgplan.report import speedup_text
+
+    assert [speedup_text(x) for x in (1.0, 1.00512, 1.0996, 1.1, 1.36)] == ["1.000x", "1.005x", "1.100x", "1.10x",
+                                                                           "1.36x"]

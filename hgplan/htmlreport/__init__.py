@@ -20,6 +20,7 @@ from hgplan.htmlreport.page import (STYLE, basis_table, boundary_table, kpis, la
                                     what_if_table)
 from hgplan.planfile import LoadedPlan
 from hgplan.render import micro_batch_and_recompute
+from hgplan.report import speedup_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,7 @@ def _baselines_table(lp: LoadedPlan) -> str:
     rows = []
     for name, b in lp.file.baselines.items():
         if b.available and b.prediction is not None:
-            rows.append([escape(name), f"{b.prediction.tokens_per_s:,.0f}", f"{b.speedup:.2f}x",
+            rows.append([escape(name), f"{b.prediction.tokens_per_s:,.0f}", speedup_text(b.speedup),
                          escape(b.description)])
         else:
             rows.append([escape(name), "-", "-", escape(f"not available: {b.note or b.description}")])
