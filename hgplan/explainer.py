@@ -133,12 +133,13 @@ def mesh_findings(plan: Plan, pred: Prediction) -> list[str]:
         r = b.get("reshard")
         if r is None:
             continue
-        busy = 2 * pred.num_microbatches * b["send_s"]  # forward activations and backward gradients
+        busy = pred.num_microbatches * b["send_s"]  # each side's: activations forward, gradients backward
         via = " through host memory (two vendors)" if b.get("host_copy") else ""
         out.append(f"mesh boundary: stage {b['from_stage']} (tp {r['from_tp']}, dp {r['from_dp']}) -> stage "
                    f"{b['to_stage']} (tp {r['to_tp']}, dp {r['to_dp']}) re-shards each micro-batch's activation"
-                   f"{via}: {b['send_s'] * 1e3:.2f} ms per message each way, {busy:.2f} s of sender time over "
-                   f"{pred.num_microbatches} micro-batches ({busy / total:.0%} of the iteration)")
+                   f"{via}: {b['send_s'] * 1e3:.2f} ms per message each way; over {pred.num_microbatches} "
+                   f"micro-batches stage {b['from_stage']} sends activations and stage {b['to_stage']} gradients "
+                   f"for {busy:.2f} s each ({busy / total:.0%} of the iteration)")
     return out
 
 

@@ -195,7 +195,11 @@ def test_cli_search_and_export_flagscale(a100_t4, tmp_path):
     meshes = [b for b in ex["boundaries"] if "reshard" in b]
     assert meshes and all((b["reshard"]["from_tp"], b["reshard"]["from_dp"])
                           != (b["reshard"]["to_tp"], b["reshard"]["to_dp"]) for b in meshes)
-    assert any(f.startswith("mesh boundary: stage") for f in ex["findings"])
+    # each side sends for num_microbatches x one message (the line summed both sides as one share of the iteration)
+    b, n = meshes[0], ex["prediction"]["num_microbatches"]
+    [line] = [f for f in ex["findings"] if f.startswith(f"mesh boundary: stage {b['from_stage']} ")]
+    assert f"stage {b['from_stage']} sends activations and stage {b['to_stage']} gradients for " \
+           f"{n * b['send_s']:.2f} s each" in line, line
     assert ex["baselines"]["stock"]["speedup"] == pytest.approx(doc["asymmetric"]["speedup_over_stock"], abs=1e-3)
     # the table as a terminal 220 columns wide shows it (the in-process console keeps the width it started with)
     r = subprocess.run([sys.executable, "-m", "hgplan.cli", "explain", str(tmp_path / "plan.json")],
