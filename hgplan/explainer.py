@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import product
 
 from hgplan import __version__
 from hgplan.costmodel.evaluate import Prediction, evaluate
@@ -224,6 +225,62 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     return out
 
 
+def _memory_changes(plan: Plan) -> list[list[tuple[str, dict]]]:
+    """Per setting that shrinks memory without changing the plan's GPUs or layers, its choices: (flag, config
+    changes); the first choice of each keeps the plan's own."""
+    c, keep = plan.config, [("", {})]
+    out = []
+    if c.zero_stage == 0 and c.dp > 1:
+        out.append(keep + [("--distributed-optimizer", {"zero_stage": 1})])
+    if c.tp > 1 and not c.sequence_parallel:
+        out.append(keep + [("--sequence-parallel", {"sequence_parallel": True})])
+    deeper = [r for r in (Recompute.SELECTIVE, Recompute.FULL) if list(Recompute).index(r) > list(Recompute).index(
+        c.recompute)]
+    if deeper:
+        out.append(keep + [(f"--recompute {r.value}", {"recompute": r}) for r in deeper])
+    if c.micro_batch_size > 1:
+        out.append(keep + [("--mbs 1", {"micro_batch_size": 1})])
+    return out
+
+
+def memory_fix(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, pred: Prediction) -> str | None:
+    """For a stock plan that does not fit: the fastest combination of the settings that shrink memory on the same
+    GPUs and layers (optimizer sharding, sequence parallelism, recomputation, micro-batch 1) that makes every stage
+    fit, re-evaluated by the cost model; or, when none does, the least memory they reach."""
+    if pred.fits or plan.asymmetric:
+        return None
+    choices = _memory_changes(plan)
+    best = closest = None
+    for combo in product(*choices):
+        flags = [f for f, _ in combo if f]
+        if not flags:
+            continue
+        alt = replace(plan, config=replace(plan.config, **{k: v for _, ch in combo for k, v in ch.items()}))
+        if check_plan(alt, fleet, model, train):
+            continue
+        alt_pred = evaluate(alt, fleet, model, train)
+        fullest = max(alt_pred.stages, key=lambda st: st.memory_gib / st.memory_capacity_gib)
+        key = (alt_pred.iteration_time_s, len(flags))
+        if alt_pred.fits and (best is None or key < best[0]):
+            best = (key, flags, alt_pred, fullest)
+        ratio = fullest.memory_gib / fullest.memory_capacity_gib
+        if closest is None or (ratio, len(flags)) < closest[0]:
+            closest = ((ratio, len(flags)), flags, fullest)
+    if best is not None:
+        _, flags, alt_pred, fullest = best
+        change = alt_pred.iteration_time_s / pred.iteration_time_s - 1
+        return (f"to fit: {' '.join(flags)} (the fastest of these settings' combinations that fit): fullest stage "
+                f"{fullest.index} at {fullest.memory_gib:.1f} of {fullest.memory_capacity_gib:g} GiB, "
+                f"{alt_pred.iteration_time_s:.3f} s per iteration ({change:+.0%})")
+    tried = ", ".join(" or ".join(f for f, _ in options[1:]) for options in choices)
+    if closest is None:
+        return "to fit: add pipeline stages (--pp) or GPUs; no setting on these GPUs shrinks memory further"
+    _, flags, fullest = closest
+    return (f"to fit: no combination of {tried} fits; the closest ({' '.join(flags)}) still needs "
+            f"{fullest.memory_gib:.1f} GiB on stage {fullest.index} of {fullest.memory_capacity_gib:g}: add pipeline "
+            "stages (--pp) or GPUs")
+
+
 def fleet_upper_bound(fleet: Fleet, model: ModelArch, train: TrainingSettings) -> float:
     """HETHUB's yardstick: every GPU of the fleet busy at its achievable matmul rate, no communication or bubble."""
     from hgplan.costmodel.compute import compute_precision
@@ -252,8 +309,9 @@ def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
     require_valid(plan, fleet, model, train)
     pred = evaluate(plan, fleet, model, train, keep_ops=timeline)
     ifs = what_ifs(plan, fleet, model, train, pred)
-    notes = (findings(pred, fleet) + mesh_findings(plan, pred) + attention_findings(plan, fleet, train)
-             + [w.text for w in ifs])
+    fix = memory_fix(plan, fleet, model, train, pred)
+    notes = (findings(pred, fleet) + ([fix] if fix else []) + mesh_findings(plan, pred)
+             + attention_findings(plan, fleet, train) + [w.text for w in ifs])
     upper = fleet_upper_bound(fleet, model, train)
     notes.append(f"{pred.tokens_per_s / upper:.0%} of the fleet's upper bound "
                  f"({upper:,.0f} tokens/s with every GPU at its achievable matmul rate)")

@@ -185,8 +185,9 @@ def check_memory(pred) -> list[Violation]:
     out = []
     for s in pred.stages:
         if not s.fits:
+            need = f"{s.memory_gib:.1f}" if s.memory_gib >= s.memory_capacity_gib + 0.05 else f"{s.memory_gib:.3f}"
             out.append(Violation(rule="memory", message=(
-                f"stage {s.index} on {s.node_group} needs {s.memory_gib:.1f} GiB per GPU of {s.memory_capacity_gib:g} "
+                f"stage {s.index} on {s.node_group} needs {need} GiB per GPU of {s.memory_capacity_gib:g} "
                 f"GiB ({s.gpu}; weights {s.memory.weights_gib:.1f}, gradients {s.memory.gradients_gib:.1f}, "
                 f"optimizer {s.memory.optimizer_gib:.1f}, activations {s.memory.activations_gib:.1f}, overhead "
                 f"{s.memory.overhead_gib:.1f})")))

@@ -137,3 +137,33 @@ def test_small_speedups_keep_three_decimals():
 
     assert [speedup_text(x) for x in (1.0, 1.00512, 1.0996, 1.1, 1.36)] == ["1.000x", "1.005x", "1.100x", "1.10x",
                                                                            "1.36x"]
+
+
+def test_a_plan_that_does_not_fit_names_the_settings_that_make_it_fit(cli):
+    """explain of a plan that does not fit said only "does not fit" and the breakdown. It now tries the settings
+    that shrink memory on the same GPUs and layers (optimizer sharding, sequence parallelism, recomputation, micro-
+    batch 1), each combination re-evaluated, and names the fastest that fits; explained with them, the plan fits at
+    the time the line gives. Where none fits, it names the closest and says to add stages or GPUs."""
+    import re
+
+    args = ["-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "8192", "--global-batch", "512", "--tp", "8", "--pp",
+            "1", "--dp", "16", "--stage-groups", "beijing/h100", "--json"]
+    r = cli("explain", *args)
+    assert r.code == 1
+    [fix] = [f for f in r.json()["findings"] if f.startswith("to fit:")]
+    m = re.match(r"to fit: (.*) \(the fastest of these settings' combinations that fit\): fullest stage 0 at "
+                 r"([0-9.]+) of 80 GiB, ([0-9.]+) s per iteration", fix)
+    assert m and m.group(1) == "--distributed-optimizer --sequence-parallel --recompute full", fix
+    fixed = cli("explain", *args, *m.group(1).split())
+    assert fixed.code == 0, fixed.stderr
+    assert f"{fixed.json()['prediction']['iteration_time_s']:.3f}" == m.group(3)
+    # nearly fitting: 80.030 GiB of 80 read "needs 80.0 GiB per GPU of 80 GiB"
+    near = cli("explain", *args, "--distributed-optimizer", "--sequence-parallel")
+    assert near.code == 1 and "needs 80.030 GiB per GPU of 80 GiB" in near.stderr + near.stdout
+    none = cli("explain", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512", "--tp",
+               "8", "--pp", "1", "--dp", "2", "--stage-groups", "shanghai/a100", "--json")
+    assert none.code == 1
+    [fix] = [f for f in none.json()["findings"] if f.startswith("to fit:")]
+    assert fix.startswith("to fit: no combination of --distributed-optimizer, --sequence-parallel, --recompute "
+                          "selective or --recompute full fits; the closest (--distributed-optimizer --sequence-parallel "
+                          "--recompute full) still needs 101.5 GiB on stage 0 of 80: add pipeline stages"), fix
