@@ -126,6 +126,23 @@ def test_the_search_takes_a_seed_as_its_incumbent(monkeypatch):
     assert any(f.solution.status == "SEED" for f in res.found)  # a seed's plan, kept for the ranking
 
 
+@pytest.mark.parametrize("kind, seed", [("one site", 4), ("one site", 16), ("sites", 2), ("sites", 6)])
+def test_small_candidates_are_seeded_before_the_first_solve(monkeypatch, kind, seed):
+    """Candidates of one or two stages get their seeds before the search (EARLY_SEED_STAGES): the first CP-SAT solve
+    already runs under the best of them, and each is seeded once. Without (EARLY_SEED_STAGES = 0, the search before)
+    the first solve of at least one of these fleets ran under a weaker incumbent."""
+    fleet, _, _, opts, costs = (case(seed)[:5] if kind == "one site" else site_case(seed))
+    small = min(sd[0] for t, b, sd in seeded(kind, seed) if t.pp <= 2 and len(t.hosts) >= 2 and sd is not None)
+    uppers, seeds = [], []
+    solve, seed_plan_ = mesh_search.solve_mesh, mesh_search.seed_plan
+    monkeypatch.setattr(mesh_search, "solve_mesh", lambda t, params, *, upper_bound=None, **k: (
+        uppers.append(upper_bound), solve(t, params, upper_bound=upper_bound, **k))[1])
+    monkeypatch.setattr(mesh_search, "seed_plan", lambda t: (seeds.append((t.samples_per_step, t.pp)), seed_plan_(t))[1])
+    res = mesh_search.mesh_search(costs, list(fleet.groups), opts, incumbent_us=math.inf)
+    assert uppers and uppers[0] <= math.ceil(small), (uppers[:1], small)
+    assert len(seeds) == len(set(seeds)) and res.stopped_by == "complete"
+
+
 def test_more_hosts_than_the_limit_get_no_seed(monkeypatch):
     """Past SEED_HOSTS_MAX hosts (the orders grow factorially) seed_plan returns None."""
     t = next(t for t, b, _ in seeded("sites", 0) if math.isfinite(b) and len(t.hosts) >= 2)

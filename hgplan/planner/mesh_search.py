@@ -13,8 +13,9 @@ planner/mesh_bound.py with stages=True: memory by stage position, boundaries, th
 the work the fastest hosts cannot hold at the cycle coupled to the stage count, the hosts' order, the WAN crossings
 of each set of sites), and, for plans over several sites, when it is taken again, the same with 1F1B's loops through
 the crossings (LOOP_BOUND); a candidate still below the incumbent is solved when it is taken again, after a seed
-plan built without CP-SAT (planner/mesh_seed.py) where it spans two or more hosts. A solve that ends at its limit
-without a proof is tried again with twice the time after every candidate has had its first solve.
+plan built without CP-SAT (planner/mesh_seed.py) where it spans two or more hosts; candidates of one or two stages get
+theirs before the search (EARLY_SEED_STAGES). A solve that ends at its limit without a proof is tried again with twice
+the time after every candidate has had its first solve.
 """
 
 from __future__ import annotations
@@ -51,6 +52,14 @@ four-site fleet of benchmarks/search_scaling.py --beyond, 3.1 s without, and rai
 the stage coupling is not a level of its own: it cost 6 ms per candidate on two-site against 7 ms for the coupled
 one, and the candidates it left open (238 of 631) had their tables built again for the coupled one (measured
 2026-11-24: two-site's search 12.9 -> 10.0 s, 256 GPUs 12.3 -> 9.4 s, the same plans)."""
+
+EARLY_SEED_STAGES = 2
+"""Candidates of at most this many stages (below the incumbent by their first bound) get their seed before the search,
+cheapest first: such seeds cost 0.02-0.1 s, and a better incumbent from the start makes every solve and bound after it
+quicker. On v100-a100-t4 the search's best is the seed of B = 8, P = 2 (9,851,530 us against the stock best's
+10,167,573), which best-first order took last, after 20 solves under weaker incumbents; seeded first (three seeds,
+0.19 s), the mesh search took 16.5 s instead of 18.3 s (medians of six alternating runs on a slow day, the same plan).
+The other benchmark fleets seed none or up to three candidates in 0.02-0.16 s."""
 
 MESH_RETRIES = 5
 """A mesh solve that stops at its limit is tried again at most this many times, each with twice the deterministic time
@@ -123,6 +132,12 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     retries: list[tuple] = []
     res = MeshResult(found=[], candidates_total=len(heap))
     best, closed = incumbent_us, []
+    early: dict[tuple[int, int], MeshTables | None] = {}
+    for lb, B, P, *_ in sorted(heap):
+        if P <= EARLY_SEED_STAGES and lb < best * (1 - opts.max_gap) and time.perf_counter() <= stop_at:
+            t = early[(B, P)] = build_mesh_tables(costs, B, P, groups, opts)
+            if t is not None and len(t.hosts) >= SEED_HOSTS:
+                best = _seed(t, best, res)
     last: tuple[tuple[int, int] | None, MeshTables | None] = (None, None)
     while heap or retries:
         src = heap if heap else retries
@@ -130,7 +145,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
         if lb >= best * (1 - opts.max_gap):
             closed.append(lb)
             if lb < best and src is heap and time.perf_counter() <= stop_at:
-                best = _in_band(costs, groups, opts, (B, P), last, best, res)
+                best = _in_band(costs, groups, opts, (B, P), last, best, res, seeded=(B, P) in early)
                 continue
             res.candidates_pruned += (len(heap) + 1) if src is heap else 0
             src.clear()
@@ -142,7 +157,8 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             closed.append(min([lb] + [e[0] for e in retries[:1]]))
             break
         # a refined candidate is often taken right after its refinement: its tables are kept (a retry has its own)
-        t = kept[0] if kept else last[1] if last[0] == (B, P) else build_mesh_tables(costs, B, P, groups, opts)
+        t = kept[0] if kept else last[1] if last[0] == (B, P) else early[(B, P)] if (B, P) in early else \
+            build_mesh_tables(costs, B, P, groups, opts)
         pairs = kept[1] if kept else None  # a retry of a candidate solved per pair: the pairs still open
         last = ((B, P), t)
         if t is None:
@@ -155,7 +171,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             if math.isfinite(better.bound_us):
                 heapq.heappush(heap, (max(lb, better.bound_us), B, P, after, better.cycle_us))
             continue
-        if level == STAGE_BOUND and len(t.hosts) >= SEED_HOSTS:
+        if level == STAGE_BOUND and len(t.hosts) >= SEED_HOSTS and (B, P) not in early:
             best = _seed(t, best, res)
         params = within(solve_params(opts, level - STAGE_BOUND, remaining), stop_at)
         bound, again, pairs = _solve(t, params, lb, best, level - STAGE_BOUND, res, log, pairs, (fills[B], cycle[0]))
@@ -172,16 +188,17 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
 
 
 def _in_band(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions, candidate: tuple[int, int],
-             last: tuple, best: float, res: MeshResult) -> float:
+             last: tuple, best: float, res: MeshResult, *, seeded: bool = False) -> float:
     """A candidate over several sites pruned though its bound is below the incumbent `best` (within the search's gap
     of it, where the objective tells no plan apart from the incumbent) still gets its seed (_seed), which the final
     ranking simulates: there the closed form's 1F1B loops over-charge a plan against the simulator (on the three-site
     benchmark fleet the returned plan, the seed of B = 16, P = 14, is 4.265 s by the closed form and 4.071 s by the
     simulator, and the bound across sites prunes that candidate at 0.9972 of the incumbent). Within one site the two
     agree, and seeding there changed which plans the search proves (v100-a100-t4 returned 9.844 s instead of 9.764
-    s), so those are pruned as before. Returns the incumbent after it."""
+    s), so those are pruned as before, and so is a candidate seeded before the search (`seeded`). Returns the incumbent
+    after it."""
     res.candidates_pruned += 1
-    if len({g.site for g in groups}) < 2:
+    if len({g.site for g in groups}) < 2 or seeded:
         return best
     t = last[1] if last[0] == candidate else build_mesh_tables(costs, *candidate, groups, opts)
     return _seed(t, best, res) if t is not None and t.loops and len(t.hosts) >= SEED_HOSTS else best
