@@ -166,7 +166,7 @@ class IdleGpus(Doc):
 class SearchFinding(Doc):
     """Something about the best plan a user must act on before it runs (beside its idle GPUs)."""
 
-    kind: Literal["cross_vendor_pipeline"]
+    kind: Literal["cross_vendor_pipeline", "global_batch"]
     message: str
     node_groups: list[str] = Field(description="the node groups it concerns")
 

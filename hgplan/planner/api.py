@@ -24,6 +24,7 @@ from hgplan.domain import Fleet, ModelArch, NodeGroup, Target, TrainingSettings
 from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import ParallelConfig, Plan
 from hgplan.planner import baselines as bl
+from hgplan.planner.batch_advice import batch_finding
 from hgplan.planner.candidates import base_configs, cand_key
 from hgplan.planner.certify import certify, polish
 from hgplan.planner.costs import US, CostSource, capacity_mib, layers_that_fit
@@ -421,7 +422,9 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                                      prediction=stock_best[1]))
     if baselines:
         extra["baselines"] = _baseline_records(baselines, best_pred)
+    idle = idle_gpus(fleet, best_plan, train)
     findings = plan_findings(best_plan, fleet, flagscale=opts.target == "flagscale")
+    findings += [f for f in (batch_finding(fleet, train, idle),) if f is not None]
     if findings:
         extra["findings"] = findings
     report = SearchReport(
@@ -429,5 +432,5 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
         inputs=SearchInputs(cluster=cluster, model=ModelInput(ref=model_ref, name=model.name),
                             training=training_record(train), target=opts.target),
         solver=_solver_record(result, opts), search=_search_stats(result, best_pred, mesh, proof), plans=entries,
-        idle_gpus=idle_gpus(fleet, best_plan, train), warnings=warnings, **extra)
+        idle_gpus=idle, warnings=warnings, **extra)
     return report, result
