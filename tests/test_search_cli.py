@@ -123,3 +123,20 @@ def test_a_global_batch_that_forbids_whole_nodes_is_a_finding(cli):
     odd = cli(*base, "--global-batch", "509").json()
     assert any("509 is odd" in f["message"] and "tp x cp >= 8" in f["message"] for f in odd["findings"])
     assert [power_of_two(n) for n in (500, 509, 512, 96)] == [4, 1, 512, 32]
+
+
+def test_max_pp_binds_the_returned_plan_and_the_baselines(cli):
+    """`--max-pp 1` on mixed-nic returned a plan of 16 stages: the file-order baselines ignored the limit, and one that
+    beat the search's best was returned in its place. Now they keep to it (unavailable here, saying why), the idle
+    group says the limit is why, and the counts of configurations do not add up past the total (a configuration split
+    into sets of groups counted once per set as solved, and again as pruned)."""
+    doc = cli("search", "-c", "mixed-nic", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512",
+              "--max-pp", "1", "--json").json()
+    assert all(p["plan"]["pp"] == 1 for p in doc["plans"]) and not doc["warnings"]
+    for name in ("megatron_default", "proportional"):
+        b = doc["baselines"][name]
+        assert not b["available"] and b["note"].endswith("with at most 1 stage (--max-pp)"), b
+    [idle] = doc["idle_gpus"]
+    assert idle["reason"].endswith("but --max-pp 1 allows no more stages")
+    c = doc["search"]["candidates"]
+    assert c["solved"] + c["pruned_by_bound"] + c["skipped_by_budget"] <= c["total"], c

@@ -57,8 +57,8 @@ def plan_entry(rank: int, plan: Plan, pred: Prediction, *, objective_s: float | 
                      worst_headroom_gib=rounded(min(s.headroom_gib for s in pred.stages), 4), origin=origin, **extra)
 
 
-def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[IdleGpus]:
-    """The GPUs the plan leaves idle, per node group, with the reason."""
+def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings, max_pp: int | None = None) -> list[IdleGpus]:
+    """The GPUs the plan leaves idle, per node group, with the reason (max_pp: the search's --max-pp)."""
     out = []
     for g in fleet.groups:
         on = [i for i, s in enumerate(plan.stages) if s.node_group == g.key]
@@ -74,6 +74,8 @@ def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings) -> list[IdleGpu
                    f"of this group")
         elif idle < size:
             why = f"fewer GPUs than one stage needs ({size}) remain"
+        elif max_pp is not None and plan.config.pp >= max_pp:
+            why = f"room for {idle // size} more stage(s) of {size} GPUs, but --max-pp {max_pp} allows no more stages"
         else:
             why = (f"room for {idle // size} more stage(s) of {size} GPUs, left empty: more stages would add pipeline "
                    "fill, transfers or memory pressure that outweigh their compute (the solver weighed them)")
@@ -422,7 +424,7 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
                                      prediction=stock_best[1]))
     if baselines:
         extra["baselines"] = _baseline_records(baselines, best_pred)
-    idle = idle_gpus(fleet, best_plan, train)
+    idle = idle_gpus(fleet, best_plan, train, opts.max_pp)
     findings = plan_findings(best_plan, fleet, flagscale=opts.target == "flagscale")
     findings += [f for f in (batch_finding(fleet, train, idle),) if f is not None]
     if findings:

@@ -85,7 +85,7 @@ def _file_order_plans(fleet: Fleet, model: ModelArch, train: TrainingSettings, o
         if not all(eligible(g, base, train) for g in groups):
             continue
         p = sum(g.num_gpus // base.gpus_per_stage for g in groups)
-        if p > L or (not proportional and L % p):
+        if p > min(L, opts.max_pp or L) or (not proportional and L % p):
             continue
         order = [g for g in groups for _ in range(g.num_gpus // base.gpus_per_stage)]
         if proportional:
@@ -147,7 +147,8 @@ def _file_order_baseline(name: str, description: str, unavailable: str, fleet: F
     best = _best_of(_file_order_plans(fleet, model, train, opts, proportional=proportional, cache=cache), fleet, model,
                     train, cache)
     if best is None:
-        return Baseline(name=name, description=description, plan=None, prediction=None, note=unavailable)
+        within = f" with at most {opts.max_pp} stage{'s' if opts.max_pp > 1 else ''} (--max-pp)" if opts.max_pp else ""
+        return Baseline(name=name, description=description, plan=None, prediction=None, note=unavailable + within)
     return Baseline(name=name, description=description, plan=best[0], prediction=best[1])
 
 

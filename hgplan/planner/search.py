@@ -54,7 +54,8 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         st.tables_of[item] = replace(tables, require_all=True)
     tables = st.tables_of[item]
     attempt = Stage.attempt(stage)
-    st.solved += attempt == 0
+    if attempt == 0:
+        st.solved.add(item[0])
     prev = st.found.get(item)
     hint = _hint_of(prev) or improve(tables, greedy_hint(tables, order))
     configured = solve_params(opts, attempt, remaining)
@@ -356,7 +357,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
         cand = cands[i]
         st.open_items[i] -= 1
         if lb >= st.best_us() * (1 - opts.max_gap):
-            pruned = len({e[3] for e in heap} | {i})
+            pruned = len(({e[3] for e in heap} | {i}) - st.solved)  # a configuration solved in part is solved
             st.closed_bounds.append(lb)
             break
         remaining = DTIME_PER_WALL * opts.budget_s - st.dtime
@@ -404,7 +405,7 @@ def _result(st: SearchState, cands: list[Candidate], opts: SearchOptions, *, pru
             best_per_cand[k] = f
     ranked = sorted(best_per_cand.values(), key=lambda f: (f.time_us, cand_key(f.cfg)))
     best = ranked[0].time_us if ranked else math.inf
-    return SearchResult(found=ranked[:opts.top_k], candidates_total=len(cands), candidates_solved=st.solved,
+    return SearchResult(found=ranked[:opts.top_k], candidates_total=len(cands), candidates_solved=len(st.solved),
                         candidates_pruned=pruned, candidates_skipped=skipped, candidates_infeasible=st.infeasible,
                         bound_us=min([best] + st.closed_bounds), deterministic_time=st.dtime,
                         wall_time_s=time.perf_counter() - start, stopped_by=stopped, statuses=st.statuses,

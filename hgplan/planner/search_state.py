@@ -46,7 +46,8 @@ class SearchState:
     tables_of: dict[tuple, CostTables] = field(default_factory=dict)
     cuts_of: dict[tuple, BlockCuts] = field(default_factory=dict)
     """What the block bound proved of a multi-group item before its first solve, for its block model's solves."""
-    solved: int = 0
+    solved: set[int] = field(default_factory=set)
+    """Configurations (indices) with at least one solve: a configuration split into sets of groups solves each."""
     infeasible: int = 0
     closed_bounds: list[float] = field(default_factory=list)
     dtime: float = 0.0
