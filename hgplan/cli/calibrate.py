@@ -143,11 +143,11 @@ def _print_profile(profile, console) -> None:
         for name, value in c.model_dump(exclude_none=True).items():
             b = measured.get((gid, name))
             table.add_row(f"{gid}.{name}", f"{value:.4f}", f"bench ({b.measurements})" if b else "runs",
-                          f"{getattr(cat.gpu_type(cat.gpus[gid]).eff, name):.4f}",
+                          f"{getattr(cat.gpu_type(cat.gpus[gid]).eff, name):.4f}" if gid in cat.gpus else "",
                           f"{b.median_abs_error_before:.1%} -> {b.median_abs_error_after:.1%}" if b else "")
     for name, t in profile.transports.items():
         table.add_row(f"transport {name}.efficiency", f"{t.efficiency:.4f}", "runs",
-                      f"{cat.transports[name].efficiency:.4f}", "")
+                      f"{cat.transports[name].efficiency:.4f}" if name in cat.transports else "", "")
     console.print(table)
     if profile.fit is None:
         return
