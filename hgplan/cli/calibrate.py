@@ -131,6 +131,13 @@ def calibrate(
     _print_profile(profile, err if to_stdout else out)
 
 
+def _catalog_cell(cat, gid: str, name: str, measured) -> str:
+    """The catalog's value of a GPU constant ('' where the catalog has none: an inline GPU, a kernel it leaves out)."""
+    value = measured.catalog_value if measured else (getattr(cat.gpu_type(cat.gpus[gid]).eff, name, None)
+                                                     if gid in cat.gpus else None)
+    return "" if value is None else f"{value:.4f}"
+
+
 def _print_profile(profile, console) -> None:
     from rich.table import Table
 
@@ -143,7 +150,7 @@ def _print_profile(profile, console) -> None:
         for name, value in c.model_dump(exclude_none=True).items():
             b = measured.get((gid, name))
             table.add_row(f"{gid}.{name}", f"{value:.4f}", f"bench ({b.measurements})" if b else "runs",
-                          f"{getattr(cat.gpu_type(cat.gpus[gid]).eff, name):.4f}" if gid in cat.gpus else "",
+                          _catalog_cell(cat, gid, name, b),
                           f"{b.median_abs_error_before:.1%} -> {b.median_abs_error_after:.1%}" if b else "")
     for name, t in profile.transports.items():
         table.add_row(f"transport {name}.efficiency", f"{t.efficiency:.4f}", "runs",
