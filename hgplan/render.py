@@ -35,7 +35,9 @@ def validate_summary(out: Console, summary: dict[str, Any]) -> None:
                        lk["transport"])
         out.print(lt)
     if "model" in summary:
-        out.print(f"model {summary['model']['name']}: {summary['model']['params_b']:g} B parameters")
+        m = summary["model"]
+        out.print(f"model {m['name']}: {m['params_b']:g} B parameters; training state {m['state_gib']:,.0f} GiB "
+                  f"(weights, gradients, Adam), the fleet's GPUs hold {m['fleet_memory_gib']:,.0f} GiB")
     for note in summary["notes"]:
         out.print(f"note: {note}")
 

@@ -38,7 +38,23 @@ def fleet_summary(fleet: Fleet, warnings: list[str], model: ModelArch | None = N
     }
     if model is not None:
         out["model"] = {"name": model.name, "params_b": round(model.num_params() / 1e9, 3)}
+        out["model"] |= _state_fit(fleet, model, precision, out["notes"])
     return out
+
+
+def _state_fit(fleet: Fleet, model: ModelArch, precision: Precision, notes: list[str]) -> dict[str, float]:
+    """The model's training state (weights, gradients, optimizer: every plan holds it somewhere, sharded or not)
+    against the memory of every GPU of the fleet after the framework's overhead; a note when it cannot fit."""
+    from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB, state_bytes_per_param
+
+    state = model.num_params() * sum(state_bytes_per_param(precision, 0, 1)) / GIB
+    memory = sum(g.num_gpus * max(0.0, g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) for g in fleet.groups)
+    if state > memory:
+        notes.append(f"{model.name}'s training state ({precision.value} weights, gradients and Adam state: "
+                     f"{state:,.0f} GiB before activations) exceeds what the fleet's GPUs hold ({memory:,.0f} GiB "
+                     "after the framework's overhead): no plan fits, and search will exit 1; add GPUs or plan a "
+                     "smaller model")
+    return {"state_gib": round(state, 1), "fleet_memory_gib": round(memory, 1)}
 
 
 def one_fabric_groups(fleet: Fleet) -> list[list[NodeGroup]]:

@@ -223,3 +223,19 @@ def test_node_groups_on_one_fabric_get_a_note(cli, write):
     assert r.code == 0, r.stderr
     assert r.json()["notes"] == []
     assert cli("validate", write(GOOD), "--json").json()["notes"] == []
+
+
+def test_validate_with_a_model_sets_its_training_state_against_the_fleet(cli, tmp_path):
+    """`validate --model` printed only the parameter count, also for a 70B model on 32 GPUs of 16 GB (1,314 GiB of
+    fp16 training state against 448 GiB): it now gives both figures and a note when the state cannot fit."""
+    small = tmp_path / "small.yaml"
+    small.write_text("name: small\nsites:\n  - name: lab\n    node_groups:\n      - {name: t4, count: 4, gpu: T4, "
+                     "gpus_per_node: 4, nics: {transport: ethernet, gbps: 10, count: 1}}\n")
+    r = cli("validate", small, "--model", "llama3.1-70b", "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["model"]["state_gib"] > doc["model"]["fleet_memory_gib"] > 0
+    assert any("training state" in n and "no plan fits" in n for n in doc["notes"]), doc["notes"]
+    big = cli("validate", "two-site", "--model", "llama3.1-70b", "--json").json()
+    assert big["model"]["state_gib"] == pytest.approx(70.554e9 * 18 / 2**30, rel=1e-3)
+    assert not any("training state" in n for n in big["notes"])
