@@ -106,7 +106,7 @@ def test_deepspeed_target_plans_are_exportable(cli, tmp_path):
     assert r.code == 0, r.stderr
 
 
-def test_a_global_batch_that_forbids_whole_nodes_is_a_finding(cli):
+def test_a_global_batch_that_forbids_whole_nodes_is_a_finding(cli, tmp_path):
     """At global batch 500 (4 x 125) the best plan on two-site used 120 of 384 GPUs at 1.05 M tokens/s, against 1.40
     M at 512, and nothing said why: dp x micro-batch divides the batch and a stage tiles 8-GPU nodes, so a stage over
     one node needs tp x cp >= 2. The search names that and the nearest multiple of 64; at 512 it says nothing."""
@@ -123,6 +123,11 @@ def test_a_global_batch_that_forbids_whole_nodes_is_a_finding(cli):
     odd = cli(*base, "--global-batch", "509").json()
     assert any("509 is odd" in f["message"] and "tp x cp >= 8" in f["message"] for f in odd["findings"])
     assert [power_of_two(n) for n in (500, 509, 512, 96)] == [4, 1, 512, 32]
+    # the HTML report of that plan says it beside the idle GPUs
+    plan, page = tmp_path / "plan.json", tmp_path / "r.html"
+    assert cli(*base[:-1], "--global-batch", "500", "-o", plan).code == 0
+    assert cli("report", plan, "-o", page).code == 0
+    assert 'data-finding="global_batch">the global batch may be why' in page.read_text()
 
 
 def test_max_pp_binds_the_returned_plan_and_the_baselines(cli):

@@ -57,11 +57,16 @@ def _gap_text(stats: SearchStats | None) -> tuple[str, str]:
     return f"{stats.shown_gap:.1%}", f"gap to the bound ({kind})"
 
 
-def _idle_list(idle: list[IdleGpus]) -> str:
+def _idle_list(idle: list[IdleGpus], lp: LoadedPlan) -> str:
+    """The idle GPUs with their reasons, and the search's note when the global batch may be why."""
+    from hgplan.planner.batch_advice import batch_finding
+
     if not idle:
         return '<p class="note">Every GPU of the fleet is used.</p>'
-    return "<ul>" + "".join(f'<li data-idle-reason="{escape(i.node_group)}">{i.gpus} GPUs of {escape(i.node_group)} '
-                            f"idle: {escape(i.reason)}</li>" for i in idle) + "</ul>"
+    batch = batch_finding(lp.fleet, lp.train, idle)
+    return ("<ul>" + "".join(f'<li data-idle-reason="{escape(i.node_group)}">{i.gpus} GPUs of {escape(i.node_group)} '
+                             f"idle: {escape(i.reason)}</li>" for i in idle) + "</ul>"
+            + (f'<p class="note" data-finding="global_batch">{escape(batch.message)}</p>' if batch else ""))
 
 
 def _baselines_table(lp: LoadedPlan) -> str:
@@ -111,7 +116,7 @@ def _placement(lp: LoadedPlan, r) -> list[str]:
     return ["<h2>Fleet and placement</h2>", fleet_svg(lp.fleet, lp.plan, idle, crossed),
             '<p class="note">Coloured cells are the GPUs each stage uses (S0 is the first stage); red links are '
             "crossed by the pipeline or by the tied-embedding sync. Data-parallel groups stay inside their stage's "
-            "node group.</p>", boundary_table(r.boundaries) if r.boundaries else "", _idle_list(idle)]
+            "node group.</p>", boundary_table(r.boundaries) if r.boundaries else "", _idle_list(idle, lp)]
 
 
 def _iteration(ex, r) -> list[str]:
