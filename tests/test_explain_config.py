@@ -165,5 +165,6 @@ def test_a_plan_that_does_not_fit_names_the_settings_that_make_it_fit(cli):
     assert none.code == 1
     [fix] = [f for f in none.json()["findings"] if f.startswith("to fit:")]
     assert fix.startswith("to fit: no combination of --distributed-optimizer, --sequence-parallel, --recompute "
-                          "selective or --recompute full fits; the closest (--distributed-optimizer --sequence-parallel "
-                          "--recompute full) still needs 101.5 GiB on stage 0 of 80: add pipeline stages"), fix
+                          "selective or --recompute full fits; the closest (--distributed-optimizer "
+                          "--sequence-parallel --recompute full) still needs 101.5 GiB on stage 0 of 80: add "
+                          "pipeline stages"), fix

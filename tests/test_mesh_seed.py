@@ -137,7 +137,8 @@ def test_small_candidates_are_seeded_before_the_first_solve(monkeypatch, kind, s
     solve, seed_plan_ = mesh_search.solve_mesh, mesh_search.seed_plan
     monkeypatch.setattr(mesh_search, "solve_mesh", lambda t, params, *, upper_bound=None, **k: (
         uppers.append(upper_bound), solve(t, params, upper_bound=upper_bound, **k))[1])
-    monkeypatch.setattr(mesh_search, "seed_plan", lambda t: (seeds.append((t.samples_per_step, t.pp)), seed_plan_(t))[1])
+    monkeypatch.setattr(mesh_search, "seed_plan",
+                        lambda t: (seeds.append((t.samples_per_step, t.pp)), seed_plan_(t))[1])
     res = mesh_search.mesh_search(costs, list(fleet.groups), opts, incumbent_us=math.inf)
     assert uppers and uppers[0] <= math.ceil(small), (uppers[:1], small)
     assert len(seeds) == len(set(seeds)) and res.stopped_by == "complete"

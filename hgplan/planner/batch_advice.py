@@ -3,9 +3,9 @@
 Every stock plan's dp x micro-batch divides the global batch, and every stage's tp x cp x dp GPUs tile the nodes of
 its group (a multiple or a divisor of the GPUs per node). So the factor of two of dp is at most the global batch's:
 with 500 = 4 x 125 on 8-GPU nodes, a stage spans more than one node only with tp x cp >= 2, and with a prime such as
-509 only with tp x cp = 8 and dp = 1. On two-site (128 H100 + 256 A100, llama3.1-8b, sequence 4096) the best plan reaches
-1.05 M tokens/s at 500 and 0.50 M at 509 against 1.40 M at 512, while most of the fleet sits idle: worth a line, since
-the user may be free to pick the batch.
+509 only with tp x cp = 8 and dp = 1. On two-site (128 H100 + 256 A100, llama3.1-8b, sequence 4096) the best plan
+reaches 1.05 M tokens/s at 500 and 0.50 M at 509 against 1.40 M at 512, while most of the fleet sits idle: worth a
+line, since the user may be free to pick the batch.
 """
 
 from __future__ import annotations
