@@ -58,12 +58,17 @@ class LogSummary:
 
 def parse_megatron_log(text: str, source: str = "<log>") -> LogSummary:
     """The iteration time and peak memory of a Megatron-LM log (`elapsed time per iteration (ms)` lines and the
-    `[Rank N] ... memory (MB) ... max allocated` report). InputError when the log has no iteration line."""
+    `[Rank N] ... memory (MB) ... max allocated` report). InputError when the log has no iteration line after the
+    first, which includes start-up."""
     times = [float(ms) / 1e3 for _, ms in ITERATION_RE.findall(text)]
     if not times:
         raise InputError(f"{source}: no 'elapsed time per iteration (ms)' line found; give the Megatron-LM training "
                          "log (stdout of pretrain_gpt.py) or iteration_time_ms in the run")
-    kept = times[WARMUP_ITERATIONS:] or times
+    kept = times[WARMUP_ITERATIONS:]
+    if not kept:
+        raise InputError(f"{source}: only the first logged interval ({times[0] * 1e3:.1f} ms per iteration) is in the "
+                         "log, and it includes start-up; run past a second --log-interval, or give the steady time "
+                         "as iteration_time_ms in the run")
     mem = [float(mb) for _, mb in MEMORY_RE.findall(text)]
     return LogSummary(iteration_s=statistics.median(kept), iterations=len(kept),
                       max_allocated_gib=max(mem) / 1024 if mem else None)

@@ -30,6 +30,13 @@ def test_parse_megatron_log_excerpt():
     assert s.iterations == 3  # the first interval (start-up) is dropped
     assert s.iteration_s == pytest.approx(3.5954)
     assert s.max_allocated_gib == pytest.approx(52410.12 / 1024)
+    # a log cut after its first interval has only the start-up's time (4102.7 ms against 3595 steady): it was used
+    # as the measurement; now it is exit 2 with the fix
+    from hgplan.errors import InputError
+
+    first = "\n".join(MEGATRON_LOG.splitlines()[:5])
+    with pytest.raises(InputError, match=r"only the first logged interval \(4102.7 ms per iteration\)"):
+        parse_megatron_log(first, "run.log")
 
 
 def _plan(tp, dp, mbs, group, layers=32, overlap=True):
