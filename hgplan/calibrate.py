@@ -188,7 +188,13 @@ def _levenberg_marquardt(runs: list[Run], params: list[Param], base: np.ndarray)
 
 def calibrate(runs: list[Run], *, fixed: frozenset[Param] = frozenset()) -> CalibrationProfile:
     """Fit the constants the runs depend on; constants no run constrains are listed, not changed. `fixed` constants
-    (measured by `hgplan bench`, already in the runs' fleets) are held at their values."""
+    (measured by `hgplan bench`, already in the runs' fleets) are held at their values. A fit that runs off to
+    overflow ends in _check_range's message, without numpy's warnings on the way."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return _calibrate(runs, fixed)
+
+
+def _calibrate(runs: list[Run], fixed: frozenset[Param]) -> CalibrationProfile:
     if not runs:
         raise InputError("calibrate needs at least one run")
     candidates = [p for p in _params(runs) if p not in fixed]

@@ -199,10 +199,29 @@ def test_a_fit_outside_what_a_profile_holds_is_exit_2(cli, tmp_path):
     for log in tmp_path.glob("*.log"):
         log.write_text(re.sub(r"\(ms\): ([0-9.]+)", lambda m: f"(ms): {float(m.group(1)) / 10:.6f}",
                               log.read_text()))
-    r = cli("calibrate", runs)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = cli("calibrate", runs)
     assert r.code == 2 and "Traceback" not in r.stderr, r.stderr
     assert "the runs do not pin down" in r.stderr and "H100-SXM5-80GB.gemm_efficiency fitted to" in r.stderr
     assert "--bench" in r.stderr
+    # the fit runs off to overflow on the way: numpy's warnings about it went to stderr as well
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+
+
+def test_a_run_whose_plan_cannot_fit_is_flagged(cli, tmp_path):
+    """A plan that ran fits its GPUs; one the cost model says cannot (llama3.1-70b on tp 1 dp 8 of H100s: 585 GiB per
+    GPU) is most likely not what ran: a warning names the run and the memory, and the fit goes on."""
+    runs = tmp_path / "runs.yaml"
+    plan = {"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 1, "zero_stage": 1,
+            "stages": [{"node_group": "beijing/h100", "layers": 80}]}
+    runs.write_text(yaml.safe_dump({"runs": [{"name": "big", "cluster": "two-site", "model": "llama3.1-70b",
+                                              "training": {"seq_length": 4096, "global_batch_size": 64},
+                                              "plan": plan, "iteration_time_ms": 30000}]}))
+    r = cli("calibrate", runs)
+    assert "runs.0 (big): by the cost model this plan does not fit (stage 0 on beijing/h100 needs 585.1 GiB" in r.stderr
 
 
 def test_runs_that_cannot_tell_the_constants_apart_are_exit_2(cli, tmp_path):

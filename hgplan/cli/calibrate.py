@@ -80,7 +80,20 @@ def _load_runs(path: str, cat=None) -> list:
         else:
             measured = rs.iteration_time_ms / 1e3
         runs.append(Run(name=rs.name, plan=plan, fleet=fleet, model=model, train=train, measured_s=measured))
+        _warn_if_it_cannot_fit(where, runs[-1])
     return runs
+
+
+def _warn_if_it_cannot_fit(where: str, run) -> None:
+    """A run ran, so its plan fit: where the cost model says it cannot, the plan or settings given are likely not what
+    ran (or the memory model is off for it); the fit still uses its time."""
+    from hgplan.costmodel.evaluate import evaluate
+    from hgplan.validate import check_memory
+
+    over = check_memory(evaluate(run.plan, run.fleet, run.model, run.train))
+    if over:
+        warn(f"{where}: by the cost model this plan does not fit ({over[0].message}); a plan that ran fits, so check "
+             "its degrees, micro-batch, recompute and ZeRO stage against the run's arguments")
 
 
 @app.command()
