@@ -234,8 +234,8 @@ def _memory_changes(plan: Plan) -> list[list[tuple[str, dict]]]:
         out.append(keep + [("--distributed-optimizer", {"zero_stage": 1})])
     if c.tp > 1 and not c.sequence_parallel:
         out.append(keep + [("--sequence-parallel", {"sequence_parallel": True})])
-    deeper = [r for r in (Recompute.SELECTIVE, Recompute.FULL) if list(Recompute).index(r) > list(Recompute).index(
-        c.recompute)]
+    order = list(Recompute)  # none, selective, full: each recomputes more
+    deeper = order[order.index(c.recompute) + 1:]
     if deeper:
         out.append(keep + [(f"--recompute {r.value}", {"recompute": r}) for r in deeper])
     if c.micro_batch_size > 1:
@@ -260,10 +260,10 @@ def memory_fix(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettin
             continue
         alt_pred = evaluate(alt, fleet, model, train)
         fullest = max(alt_pred.stages, key=lambda st: st.memory_gib / st.memory_capacity_gib)
+        ratio = fullest.memory_gib / fullest.memory_capacity_gib
         key = (alt_pred.iteration_time_s, len(flags))
         if alt_pred.fits and (best is None or key < best[0]):
             best = (key, flags, alt_pred, fullest)
-        ratio = fullest.memory_gib / fullest.memory_capacity_gib
         if closest is None or (ratio, len(flags)) < closest[0]:
             closest = ((ratio, len(flags)), flags, fullest)
     if best is not None:

@@ -45,10 +45,9 @@ def fleet_summary(fleet: Fleet, warnings: list[str], model: ModelArch | None = N
 def _state_fit(fleet: Fleet, model: ModelArch, precision: Precision, notes: list[str]) -> dict[str, float]:
     """The model's training state (weights, gradients, optimizer: every plan holds it somewhere, sharded or not)
     against the memory of every GPU of the fleet after the framework's overhead; a note when it cannot fit."""
-    from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB, state_bytes_per_param
+    from hgplan.costmodel.memory import training_state_gib, usable_memory_gib
 
-    state = model.num_params() * sum(state_bytes_per_param(precision, 0, 1)) / GIB
-    memory = sum(g.num_gpus * max(0.0, g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) for g in fleet.groups)
+    state, memory = training_state_gib(model, precision), usable_memory_gib(fleet.groups)
     if state > memory:
         notes.append(f"{model.name}'s training state ({precision.value} weights, gradients and Adam state: "
                      f"{state:,.0f} GiB before activations) exceeds what the fleet's GPUs hold ({memory:,.0f} GiB "

@@ -98,6 +98,17 @@ def state_bytes_per_param(precision: Precision, zero_stage: int, dp: int) -> tup
     return w, g, o
 
 
+def training_state_gib(model: ModelArch, precision: Precision) -> float:
+    """Weights, gradients and optimizer state of the whole model: every plan holds all of it somewhere, sharded or
+    not, so no fleet with less usable memory (usable_memory_gib) can train it."""
+    return model.num_params() * sum(state_bytes_per_param(precision, 0, 1)) / GIB
+
+
+def usable_memory_gib(groups) -> float:
+    """GPU memory of these node groups after the framework's overhead on every GPU."""
+    return sum(g.num_gpus * max(0.0, g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) for g in groups)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageMemory:
     """Per-GPU memory of one stage by kind (GiB) and the activations' in-flight micro-batches."""

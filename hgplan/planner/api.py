@@ -15,7 +15,8 @@ import ortools
 
 from hgplan import __version__
 from hgplan.costmodel.evaluate import Prediction, evaluate
-from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, GIB, state_bytes_per_param
+from hgplan.costmodel.memory import (FRAMEWORK_OVERHEAD_GIB, state_bytes_per_param, training_state_gib,
+                                     usable_memory_gib)
 from hgplan.costmodel.reshard import cross_vendor_message
 from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus,
                               ModelInput, PlanEntry, ProofRecord, SearchFinding, SearchInputs, SearchReport,
@@ -95,8 +96,7 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
     if not usable:
         return f"no GPU in the fleet supports {train.precision_name}; {precision_fix(train)}"
     per_param = sum(state_bytes_per_param(train.precision, 0, 1))
-    need = model.num_params() * per_param / GIB
-    have = sum(g.num_gpus * (g.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB) for g in usable)
+    need, have = training_state_gib(model, train.precision), usable_memory_gib(usable)
     if need > have:
         big = _largest_memory(usable)
         more = math.ceil((need - have) / (big.gpu.hbm_gib - FRAMEWORK_OVERHEAD_GIB))

@@ -26,8 +26,9 @@ def power_of_two(n: int) -> int:
 def batch_finding(fleet: Fleet, train: TrainingSettings, idle: list[IdleGpus]) -> SearchFinding | None:
     """A finding when GPUs are idle and the global batch's factor of two is below the GPUs per node (a power of two) of
     a group with idle GPUs: what the batch forbids and the nearest global batch that does not (None otherwise)."""
-    groups = [fleet.group(i.node_group) for i in idle]
-    groups = [g for g in groups if g.gpu.trains(train)]
+    pairs = [(i, fleet.group(i.node_group)) for i in idle]
+    pairs = [(i, g) for i, g in pairs if g.gpu.trains(train)]
+    groups = [g for _, g in pairs]
     gbs = train.global_batch_size
     two = power_of_two(gbs)
     node = max((g.gpus_per_node for g in groups), default=0)
@@ -36,7 +37,7 @@ def batch_finding(fleet: Fleet, train: TrainingSettings, idle: list[IdleGpus]) -
     step = max(SUGGEST_MULTIPLE, node)
     lower, upper = gbs // step * step, (gbs // step + 1) * step
     near = upper if lower == 0 or upper - gbs <= gbs - lower else lower
-    gpus = sum(i.gpus for i in idle if fleet.group(i.node_group) in groups)
+    gpus = sum(i.gpus for i, _ in pairs)
     odd = gbs // two
     shape = f"{two} x {odd}" if two > 1 and odd > 1 else "odd" if two == 1 and odd > 1 else str(gbs)
     message = (f"the global batch may be why {gpus} GPUs are idle: {gbs} is {shape}, every stage's dp x micro-batch "
