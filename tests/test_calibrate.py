@@ -113,8 +113,10 @@ def test_calibrate_recovers_perturbed_constants(cli, tmp_path):
                            env={**os.environ, "COLUMNS": "220"}, check=True).stdout
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:5]] for line in table.splitlines()
             if line.startswith("│") and "." in line.split("│")[1]}
-    assert rows["A100-SXM4-80GB.gemm_efficiency"][1:] == ["runs", "0.8690"], rows  # the catalog's beside the fit
-    assert rows["transport roce.efficiency"][1:] == ["runs", "0.8500"], rows
+    cat = catalog()  # the catalog's value beside each fitted one
+    a100 = cat.gpu_type(cat.gpus["A100-SXM4-80GB"]).eff.gemm_efficiency
+    assert rows["A100-SXM4-80GB.gemm_efficiency"][1:] == ["runs", f"{a100:.4f}"], rows
+    assert rows["transport roce.efficiency"][1:] == ["runs", f"{cat.transports['roce'].efficiency:.4f}"], rows
 
 
 def test_profile_changes_predictions_and_travels_in_plan_files(cli, tmp_path):
