@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 import pytest
 import numpy as np
@@ -14,8 +15,11 @@ from exhaustive_mesh import _placements, pair_optima, scored
 from test_mesh_exhaustive import case
 
 from hgplan.planner import limits, mesh_bound, mesh_first, mesh_model
+from hgplan.planner import mesh_search as mesh_search_module
 from hgplan.planner.mesh_cuts import cycle_cuts
-from hgplan.planner.mesh_model import SPLIT_HOSTS, CycleCuts, MeshSolution, build_mesh_model, solve_mesh
+from hgplan.planner.mesh_model import (SPLIT_HOSTS, CycleCuts, MeshSolution, build_mesh_model, pair_solves,
+                                       solve_mesh)
+from hgplan.planner.mesh_search import MeshResult
 from hgplan.planner.mesh_sites import site_set_bound
 from hgplan.planner.mesh_tables import build_mesh_tables
 from hgplan.planner.model import SolverParams
@@ -151,6 +155,25 @@ def test_a_retry_solves_only_the_pairs_left_open(monkeypatch):
     else:
         assert again.status == "INFEASIBLE"
 
+
+
+def test_each_pair_gets_the_trys_limit_over_the_solve_threads(monkeypatch):
+    """mesh_model.pair_solves: a candidate split by end hosts gets its try's deterministic limit once per
+    SOLVE_THREADS of its pairs (nine for three hosts, four for two, one left open by a try before), so that the
+    search's first turn gives each pair the try's limit over SOLVE_THREADS however many there are."""
+    t, _ = _open_candidate()
+    two = next(t for s in SEEDS for t, _ in candidates(s) if t.pp > 1 and len(t.hosts) == 2)
+    assert pair_solves(t, CycleCuts()) == pytest.approx(9 / limits.SOLVE_THREADS)
+    assert pair_solves(two, CycleCuts()) == pytest.approx(max(1.0, 4 / limits.SOLVE_THREADS))
+    assert pair_solves(t, CycleCuts(pairs_us={(0, 0): 0})) == 1.0
+    shares, real = [], mesh_model._solve_one
+    monkeypatch.setattr(mesh_model, "_solve_one", lambda md, v, t_, p, log: (
+        shares.append(p.max_deterministic_time), real(md, v, t_, p, log))[1])
+    res = MeshResult(found=[], candidates_total=1)
+    mesh_search_module._solve(t, lambda times: replace(LONG, max_deterministic_time=0.5 * times), 0.0, math.inf, 0,
+                              res, None, None, (0.0, 0.0))
+    assert shares[0] == pytest.approx(0.5 / limits.SOLVE_THREADS)
+    assert res.candidates_solved == 1 and len(shares) >= 9
 
 @functools.cache
 def with_cuts(seed: int) -> list:

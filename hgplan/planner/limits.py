@@ -65,10 +65,12 @@ the results depend on it, and plans must not depend on the machine. Measured 202
 v100-a100-t4's 73 pair solves 7.0 -> 3.6 s wall, the same statuses."""
 
 
-def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf) -> SolverParams:
+def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf, *,
+                 times: float = 1.0) -> SolverParams:
     """CP-SAT parameters of a solve: attempt n gets 2^n times the per-solve deterministic time (at most what the
-    budget has left) and a wall-clock safety net SAFETY_WALL_FACTOR times that."""
-    scale = 2 ** attempt
+    budget has left) and a wall-clock safety net SAFETY_WALL_FACTOR times that; `times`: for several solves that
+    share the limit (mesh_model.pair_solves), that many times both."""
+    scale = 2 ** attempt * times
     return SolverParams(random_seed=opts.seed, max_deterministic_time=min(opts.per_solve_s * scale, remaining_s),
                         max_time_in_seconds=max(SAFETY_WALL_MIN_S, SAFETY_WALL_FACTOR * opts.per_solve_s * scale),
                         relative_gap_limit=opts.solve_gap, log_search_progress=opts.solver_log,

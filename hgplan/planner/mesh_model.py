@@ -255,6 +255,22 @@ def end_pairs(t: MeshTables) -> list[tuple[int, int]]:
     return [(a, b) for a in range(H) for b in range(H) if t.pp > 1 or a == b]
 
 
+def pair_solves(t: MeshTables, cuts: CycleCuts) -> float:
+    """How many times an attempt's deterministic limit (limits.solve_params) a solve of candidate t with these cuts
+    gets: one for the whole model; for one split by end hosts (SPLIT_HOSTS), one per limits.SOLVE_THREADS of its
+    pairs, so that each pair's share is the attempt's limit over SOLVE_THREADS however many pairs there are. A pair's
+    proof costs what it costs: measured 2026-11-28 on the 504-GPU two-site fleet (B = 4, P = 25, three hosts, six
+    pairs), 0.4-1.4 deterministic seconds each under the final incumbent; a first try of 1 s split six ways (0.17 a
+    pair) proved none, nor did the second (0.33), and a retry starts from scratch, so the proof came on the fourth try,
+    after 30 solves and 11.0 deterministic seconds; at half the try's limit a pair, 12 solves, 8.0 seconds, proven on
+    the second try. Where pairs prove within their first hundredths of a second (v100-a100-t4, mixed-nic) nothing
+    changes: the limit is a cap."""
+    if len(t.hosts) not in SPLIT_HOSTS:
+        return 1.0
+    pairs = len(cuts.pairs_us) if cuts.pairs_us is not None else len(end_pairs(t))
+    return max(1.0, pairs / limits.SOLVE_THREADS)
+
+
 def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None = None,
                log: Callable[[str], None] | None = None, cuts: CycleCuts = CycleCuts()) -> MeshSolution:
     """Solve one candidate; INFEASIBLE with upper_bound means nothing better than upper_bound exists. A candidate

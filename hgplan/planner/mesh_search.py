@@ -33,7 +33,7 @@ from hgplan.planner.mesh_first import first_bounds
 from hgplan.planner.mesh_cuts import cycle_cuts
 from hgplan.planner.mesh_sites import site_set_bound
 from hgplan.planner.mesh_wan import prices_loops
-from hgplan.planner.mesh_model import MeshSolution, solve_mesh
+from hgplan.planner.mesh_model import MeshSolution, pair_solves, solve_mesh
 from hgplan.planner.mesh_seed import SEED_HOSTS, seed_plan
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables
 from hgplan.planner.model import SolverParams
@@ -173,8 +173,9 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             continue
         if level == STAGE_BOUND and len(t.hosts) >= SEED_HOSTS and (B, P) not in early:
             best = _seed(t, best, res)
-        params = within(solve_params(opts, level - STAGE_BOUND, remaining), stop_at)
-        bound, again, pairs = _solve(t, params, lb, best, level - STAGE_BOUND, res, log, pairs, (fills[B], cycle[0]))
+        attempt = level - STAGE_BOUND
+        bound, again, pairs = _solve(t, _params_for(opts, attempt, remaining, stop_at), lb, best, attempt, res, log,
+                                     pairs, (fills[B], cycle[0]))
         if res.found:  # a solve's plan is below the incumbent it was given
             best = min(best, res.found[-1].time_us)
         if again:
@@ -222,10 +223,18 @@ def _seed(t: MeshTables, best: float, res: MeshResult) -> float:
     return min(best, float(objective))
 
 
-def _solve(t: MeshTables, params: SolverParams, lb: float, best: float, attempt: int, res: MeshResult,
-           log: Callable[[str], None] | None, pairs: tuple | None,
+def _params_for(opts: SearchOptions, attempt: int, remaining: float,
+                stop_at: float | None) -> Callable[[float], SolverParams]:
+    """A try's solver parameters, for a number of times its deterministic limit (mesh_model.pair_solves), within
+    the budget left and the search's deadline."""
+    return lambda times: within(solve_params(opts, attempt, remaining, times=times), stop_at)
+
+
+def _solve(t: MeshTables, params_for: Callable[[float], SolverParams], lb: float, best: float, attempt: int,
+           res: MeshResult, log: Callable[[str], None] | None, pairs: tuple | None,
            fill_floor: tuple[float, float]) -> tuple[float, bool, tuple | None]:
-    """Solve one candidate against the incumbent `best` (its plan, if any, goes to res.found), with the cuts of
+    """Solve one candidate against the incumbent `best` (its plan, if any, goes to res.found; `params_for`: see
+    _params_for), with the cuts of
     planner/mesh_cuts.py (from fill_floor: the candidate's fill work and cycle floor, and `pairs`, the pairs of end
     hosts its try before left open; none left to solve: no solve, BOUNDED, the candidate closed at the incumbent);
     returns (its bound, whether to try it again with twice the time, the pairs of end hosts that try needs to solve
@@ -240,7 +249,7 @@ def _solve(t: MeshTables, params: SolverParams, lb: float, best: float, attempt:
         res.statuses["BOUNDED"] = res.statuses.get("BOUNDED", 0) + 1
         res.candidates_pruned += attempt == 0
         return upper, False, None
-    sol = solve_mesh(t, params, upper_bound=upper, log=log, cuts=cuts)
+    sol = solve_mesh(t, params_for(pair_solves(t, cuts)), upper_bound=upper, log=log, cuts=cuts)
     res.candidates_solved += attempt == 0
     res.deterministic_time += sol.deterministic_time
     res.statuses[sol.status] = res.statuses.get(sol.status, 0) + 1
