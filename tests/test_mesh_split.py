@@ -156,8 +156,7 @@ def test_a_retry_solves_only_the_pairs_left_open(monkeypatch):
         assert again.status == "INFEASIBLE"
 
 
-
-def test_each_pair_gets_the_trys_limit_over_the_solve_threads(monkeypatch):
+def test_each_pair_of_end_hosts_gets_the_try_limit_over_the_solve_threads(monkeypatch):
     """mesh_model.pair_solves: a candidate split by end hosts gets its try's deterministic limit once per
     SOLVE_THREADS of its pairs (nine for three hosts, four for two, one left open by a try before), so that the
     search's first turn gives each pair the try's limit over SOLVE_THREADS however many there are."""
@@ -174,6 +173,7 @@ def test_each_pair_gets_the_trys_limit_over_the_solve_threads(monkeypatch):
                               res, None, None, (0.0, 0.0))
     assert shares[0] == pytest.approx(0.5 / limits.SOLVE_THREADS)
     assert res.candidates_solved == 1 and len(shares) >= 9
+
 
 @functools.cache
 def with_cuts(seed: int) -> list:

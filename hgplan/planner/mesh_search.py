@@ -234,11 +234,10 @@ def _solve(t: MeshTables, params_for: Callable[[float], SolverParams], lb: float
            res: MeshResult, log: Callable[[str], None] | None, pairs: tuple | None,
            fill_floor: tuple[float, float]) -> tuple[float, bool, tuple | None]:
     """Solve one candidate against the incumbent `best` (its plan, if any, goes to res.found; `params_for`: see
-    _params_for), with the cuts of
-    planner/mesh_cuts.py (from fill_floor: the candidate's fill work and cycle floor, and `pairs`, the pairs of end
-    hosts its try before left open; none left to solve: no solve, BOUNDED, the candidate closed at the incumbent);
-    returns (its bound, whether to try it again with twice the time, the pairs of end hosts that try needs to solve
-    again when the candidate is solved per pair, else None):
+    _params_for), with the cuts of planner/mesh_cuts.py (from fill_floor: the candidate's fill work and cycle floor,
+    and `pairs`, the pairs of end hosts its try before left open; none left to solve: no solve, BOUNDED, the candidate
+    closed at the incumbent); returns (its bound, whether to try it again with twice the time, the pairs of end hosts
+    that try needs to solve again when the candidate is solved per pair, else None):
     every solve that ends unproven is tried again, up to MESH_RETRIES times, since a candidate whose 1 s solve proved
     nothing often proves in 1.4 s that nothing beats the incumbent (before, a third or fourth try came only after a try
     that found a plan or raised the bound, and v100-a100-t4's candidates that stopped there unproven needed about 2
