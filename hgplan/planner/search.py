@@ -54,7 +54,7 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
         st.tables_of[item] = replace(tables, require_all=True)
     tables = st.tables_of[item]
     attempt = Stage.attempt(stage)
-    st.solved |= {item[0]} if attempt == 0 else set()
+    st.solved.add(item[0])  # a set: an item's retries come after its first solve
     prev = st.found.get(item)
     hint = _hint_of(prev) or improve(tables, greedy_hint(tables, order))
     configured = solve_params(opts, attempt, remaining)
