@@ -119,15 +119,21 @@ def test_search_with_classes_finds_the_exhaustive_optimum():
     assert res.gap == pytest.approx(0.0, abs=1e-9)
 
 
+def _alike_fleet() -> Fleet:
+    """Three groups of the same nodes (x1, x3 an island of its own, x2 in another site), one of more nodes, one of
+    other GPUs."""
+    island = Link(scope="group", a="x3", b="y", gbps=100, latency_ms=0.01, transport=Transport.ETHERNET,
+                  egress_usd_per_gb=None)
+    groups = [group("y", "a", "A100-SXM4-40GB", 2), group("x2", "b", "A100-SXM4-80GB", 2),
+              group("x1", "a", "A100-SXM4-80GB", 2), group("x3", "a", "A100-SXM4-80GB", 2),
+              group("x4", "a", "A100-SXM4-80GB", 3)]
+    return fleet_of(*groups, links=(WAN, island))
+
+
 def test_groups_alike_but_for_their_site_are_searched_alone_once():
     """A group alone crosses no link: groups of the same nodes in two sites (or an island) plan alike alone, so the
     seeds search the first of them only; searched alone, the others give the same plans under other names."""
-    far = group("x2", "b", "A100-SXM4-80GB", 2)
-    island = Link(scope="group", a="x3", b="y", gbps=100, latency_ms=0.01, transport=Transport.ETHERNET,
-                  egress_usd_per_gb=None)
-    groups = [group("y", "a", "A100-SXM4-40GB", 2), far, group("x1", "a", "A100-SXM4-80GB", 2),
-              group("x3", "a", "A100-SXM4-80GB", 2), group("x4", "a", "A100-SXM4-80GB", 3)]
-    fleet = fleet_of(*groups, links=(WAN, island))
+    fleet = _alike_fleet()
     assert alone_alike(fleet.groups) == ("a/x1", "a/x4", "a/y")
     # the 8-group benchmark fleet (docs/planner.md): five kinds of nodes, eight classes of interchangeable groups
     eight = synthetic(1024, 4, 5, 8)
@@ -140,3 +146,25 @@ def test_groups_alike_but_for_their_site_are_searched_alone_once():
         plans[key] = [(f.time_us, f.cfg, [f.tables.groups[k].replace(key, "a/x1") for k in f.solution.assign],
                        f.solution.layers) for f in found]
     assert plans["a/x1"] and plans["b/x2"] == plans["a/x1"] == plans["a/x3"]
+
+
+def test_groups_of_one_kind_share_their_own_costs():
+    """A group's layer and edge work and its data-parallel tail depend on its nodes and their number, not on its site
+    or links: groups alike but for their site share one kind in the cost cache, and what it holds for one is what a
+    fresh cache computes for the other."""
+    fleet = _alike_fleet()
+    model, train = small_model(8, hidden=2048, heads=16), TrainingSettings(seq_length=2048, global_batch_size=32)
+    cfg = next(c.cfg for c in enumerate_candidates(CostSource(fleet, model, train), SearchOptions(max_pp=2),
+                                                   list(fleet.groups))[0] if c.cfg.pp == 2 and c.cfg.dp > 1)
+    costs = CostSource(fleet, model, train)
+    by_key = {g.key: g for g in fleet.groups}
+    kinds = {k: costs.kind(g) for k, g in by_key.items()}
+    assert kinds["a/x1"] == kinds["b/x2"] == kinds["a/x3"]
+    assert len({kinds["a/x1"], kinds["a/x4"], kinds["a/y"]}) == 3
+    for key in ("a/x1", "b/x2", "a/x3", "a/x4", "a/y"):
+        fresh = CostSource(fleet, model, train)
+        assert costs.group(by_key[key], cfg) == fresh.group(by_key[key], cfg)
+        assert costs.tail(by_key[key], cfg) == fresh.tail(by_key[key], cfg)
+        assert costs.tail_floor(by_key[key], cfg) == fresh.tail_floor(by_key[key], cfg)
+    assert costs.tail(by_key["b/x2"], cfg) is costs.tail(by_key["a/x1"], cfg)
+    assert costs.tail(by_key["a/x4"], cfg) is not costs.tail(by_key["a/x1"], cfg)  # three nodes: its own entry

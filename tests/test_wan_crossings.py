@@ -9,8 +9,11 @@ above it, and closer than before where the crossings bind (figures in the docstr
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import statistics
+
+import numpy as np
 
 from test_bound_structure import _group, _items
 
@@ -20,7 +23,7 @@ from hgplan.plan import Recompute
 from hgplan.planner.block_capacity import most_layers
 from hgplan.planner.options import SearchOptions
 from hgplan.planner.single_stages import single_cases
-from hgplan.planner.wan_loops import _site_trees
+from hgplan.planner.wan_loops import PairLoops, _pairs_of, _site_trees
 
 
 def _best_split(shapes, p, lone_ok=None, least=0, most=None):
@@ -62,6 +65,31 @@ def test_most_layers_is_the_best_split():
         least = rng.randint(0, 2)
         most = rng.randint(least, 3)
         assert most_layers(shapes, p, lone_ok, least, most) == _best_split(shapes, p, lone_ok, least, most)
+        # the answer is memoised on the groups sorted: any order of the same groups gets the same, right answer
+        order = rng.sample(range(r), r)
+        assert most_layers([shapes[i] for i in order], p) == _best_split(shapes, p)
+        assert most_layers([shapes[i] for i in order], p, [lone_ok[i] for i in order], least, most) == \
+            _best_split(shapes, p, lone_ok, least, most)
+
+
+def test_options_per_pair_of_sites_are_sorted_as_their_tuples():
+    """PairLoops._sorted (numpy, per pair of sites) lists the options with a finite loss in the order of the tuples
+    (loss, class a, class b, side a, side b), ties and infinities included, pairs in the order the options name them."""
+    rng = random.Random(3)
+    for _ in range(200):
+        kinds = sorted({(rng.randint(0, 3), rng.randint(0, 3), rng.randint(0, 2), rng.randint(0, 2))
+                        for _ in range(rng.randint(1, 30))})
+        site = [rng.randint(0, 2) for _ in range(4)]
+        options = tuple((tuple(sorted((site[a], site[b]))), a, b, la, lb) for a, b, la, lb in kinds)
+        loops = PairLoops(rows=np.zeros((0, 13)), site=tuple(site), ends=(2,) * 4, lone=0,
+                          starts=np.zeros(0, dtype=int), options=options, by_pair=_pairs_of(options))
+        least = np.array([rng.choice([math.inf, 0.0, 1.0, 2.5, float(rng.randint(0, 4))]) for _ in options])
+        want: dict = {}
+        for val, (pair, *key) in zip(least.tolist(), options):
+            if val < math.inf:
+                want.setdefault(pair, []).append((val, *key))
+        assert loops._sorted(least) == {pair: sorted(opts) for pair, opts in want.items()}
+        assert list(loops._sorted(least)) == list(want)
 
 
 def test_site_trees_are_every_spanning_tree():

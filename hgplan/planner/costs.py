@@ -17,6 +17,7 @@ from hgplan.costmodel.memory import GIB, stage_memory
 from hgplan.costmodel.compute import attention_kernel
 from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, TrainingSettings, TransformerImpl
 from hgplan.plan import ParallelConfig
+from hgplan.planner.classes import node_signature
 
 US = 1_000_000
 """Microseconds per second: the tables' time unit."""
@@ -152,10 +153,10 @@ def edge_tail_inputs(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train:
     return out
 
 
-def _tail_key(g: NodeGroup, cfg: ParallelConfig) -> tuple:
-    """The cache key of a stage's tail: the same for every pipeline depth from 2 on (the edge stages' parameters and
-    the reduction do not depend on it)."""
-    return g.key, (cfg if cfg.pp <= 2 else replace(cfg, pp=2))
+def _tail_key(kind: int, cfg: ParallelConfig) -> tuple:
+    """The cache key of a stage's tail on a group of that kind (CostSource.kind): the same for every pipeline depth
+    from 2 on (the edge stages' parameters and the reduction do not depend on it)."""
+    return kind, (cfg if cfg.pp <= 2 else replace(cfg, pp=2))
 
 
 class CostSource:
@@ -176,10 +177,20 @@ class CostSource:
         self._middle: dict[tuple, dict[int, tuple[int, int]]] = {}
         self._mesh_link: dict[tuple, int | None] = {}
         self._tail_floor: dict[tuple, tuple[tuple[int, int], ...]] = {}
+        self._kinds: dict[tuple, int] = {}
+        self._kind_of: dict[str, int] = {}
+
+    def kind(self, g: NodeGroup) -> int:
+        """A number per kind of group: what a group's own costs (layer and edge work, its data-parallel tail) depend
+        on, its nodes and their number, not its site or name (classes.alone_alike: such groups plan the same alone),
+        so groups of one kind in several sites share them."""
+        if g.key not in self._kind_of:
+            self._kind_of[g.key] = self._kinds.setdefault((*node_signature(g)[1:], g.num_nodes), len(self._kinds))
+        return self._kind_of[g.key]
 
     def group(self, g: NodeGroup, cfg: ParallelConfig) -> GroupCosts:
         """Layer and edge work of one micro-batch on g."""
-        key = (g.key, cfg.tp, cfg.cp, cfg.micro_batch_size, cfg.recompute)
+        key = (self.kind(g), cfg.tp, cfg.cp, cfg.micro_batch_size, cfg.recompute)
         if key not in self._group:
             _, f_l, b_l = layer_cost(self.fleet, g, self.model, cfg, self.train)
             ef, eb, hf, hb = edge_costs(g, self.model, cfg, self.train)
@@ -216,7 +227,7 @@ class CostSource:
     def tail(self, g: NodeGroup, cfg: ParallelConfig) -> TailCosts:
         """The data-parallel tail of a stage on g, per stage class, for this configuration's pipeline shape (the
         same for every depth from 2 on: the edge stages' parameters and the reduction do not depend on it)."""
-        key = _tail_key(g, cfg)
+        key = _tail_key(self.kind(g), cfg)
         if key not in self._tail:
             gc = self.group(g, cfg)
             m = cfg.num_microbatches(self.train.global_batch_size)
@@ -234,7 +245,7 @@ class CostSource:
         at every layer count from 1 to L: the chord's slope, the intercept lowered until no count is below it, both
         rounded down. The tables' tail (tail()) is a line through the two layer counts of tail_fit_points, which
         the tail is not proven to stay above; the proof of the gap on the reported time needs this one."""
-        key = _tail_key(g, cfg)
+        key = _tail_key(self.kind(g), cfg)
         if key not in self._tail_floor:
             gc = self.group(g, cfg)
             m = cfg.num_microbatches(self.train.global_batch_size)

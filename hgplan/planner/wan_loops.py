@@ -108,13 +108,18 @@ class PairLoops:
     """Where each option's rows begin (rows sorted by option)."""
     options: tuple[tuple[tuple[int, int], int, int, int, int], ...]
     """Per option: its pair of sites, classes and sides (Side)."""
-    memo: dict[tuple, tuple] = field(default_factory=dict)
-    """Each (cycle, prices)' options per pair of sites: the bound bisects the same cycles for every choice of end
-    groups."""
+    by_pair: tuple[tuple[tuple[int, int], np.ndarray], ...] = ()
+    """Per pair of sites (in the order the options first name it), the indices of its options (_pairs_of)."""
+    memo: dict[tuple, tuple[Options, int]] = field(default_factory=dict)
+    """Each (cycle, prices)' options per pair of sites and their shape's number: the bound bisects the same cycles
+    for every choice of end groups."""
+    shapes: dict[bytes, tuple[Options, int]] = field(default_factory=dict)
+    """Per vector of the options' least losses (its bytes), the options it gives and a number for it (most cycles
+    of a bisection give the same losses: a small number keys the memos below faster than the options)."""
     losses: dict[tuple, float] = field(default_factory=dict)
-    """loss() per (options, case of single-stage blocks, path ends)."""
+    """loss() per (shape, case of single-stage blocks, path ends)."""
     usable: dict[tuple, dict] = field(default_factory=dict)
-    """_usable per (options, case of single-stage blocks): the orders of end groups share them."""
+    """_usable per (shape, case of single-stage blocks): the orders of end groups share them."""
 
     def loss(self, c: float, single: Single | None = None, path: PathEnds | None = None,
              price: tuple[float, ...] | None = None) -> float:
@@ -131,10 +136,10 @@ class PairLoops:
             self.losses[key] = _walk_loss(self.site, usable, self.ends, allowed, path)
         return self.losses[key]
 
-    def _options(self, c: float, price: tuple[float, ...] | None = None) -> tuple[Options, tuple]:
+    def _options(self, c: float, price: tuple[float, ...] | None = None) -> tuple[Options, int]:
         """Per pair of sites, each crossing's least loss at cycle c by its classes and single-stage sides, cheapest
-        first (and the same as a key): the least over the whole layers n_a, n_b the loop and the stages' extras leave
-        (each >= 1), each side's loss weighted (times its class's price when priced)."""
+        first (and its shape's number, a key): the least over the whole layers n_a, n_b the loop and the stages'
+        extras leave (each >= 1), each side's loss weighted (times its class's price when priced)."""
         if (c, price) in self.memo:
             return self.memo[c, price]
         tau_a, cap_ea, e_a, w_a, tau_b, cap_eb, e_b, w_b, lat, cls_a, cls_b, _, _ = self.rows.T
@@ -154,13 +159,25 @@ class PairLoops:
         each_b = w_a[:, None] * (cap_a[:, None] - n_a) + w_b[:, None] * (cap_b[:, None] - n_b)
         lost = np.maximum(0.0, np.min(np.where(ok, each_b, np.inf), axis=1))
         least = np.minimum.reduceat(lost, self.starts)
-        options: dict[tuple[int, int], dict[tuple[int, int, Side, Side], float]] = {}
-        for val, (pair, *key) in zip(least.tolist(), self.options):
-            if val < math.inf:  # la, lb: what stage is on that side (Side)
-                options.setdefault(pair, {})[tuple(key)] = val
-        out = {pair: sorted((val, *key) for key, val in opt.items()) for pair, opt in options.items()}
-        self.memo[c, price] = out, tuple(sorted((pair, tuple(opt)) for pair, opt in out.items()))
+        raw = least.tobytes()
+        if raw not in self.shapes:
+            self.shapes[raw] = self._sorted(least), len(self.shapes)
+        self.memo[c, price] = self.shapes[raw]
         return self.memo[c, price]
+
+    def _sorted(self, least: np.ndarray) -> Options:
+        """The options with a finite least loss, per pair of sites, cheapest first and ties in the options' order
+        (classes, then sides: the order of the tuples (loss, class a, class b, side a, side b)); the pairs in the
+        order of their first such option."""
+        out = []
+        for pair, idx in self.by_pair:
+            vals = least[idx]
+            keep = vals < math.inf
+            if keep.any():
+                order = np.argsort(vals[keep], kind="stable")
+                out.append((int(idx[keep][0]), pair, [(val, *self.options[i][1:]) for val, i in
+                                                      zip(vals[keep][order].tolist(), idx[keep][order].tolist())]))
+        return {pair: opts for _, pair, opts in sorted(out)}
 
 
 PathEnds = tuple[int, int, int, int]
@@ -219,26 +236,24 @@ def _usable(options: Options, single: Single) -> Options:
     beside a class all of whose groups host one), without those another option of the same classes beats at no more
     than they ask (each list stays cheapest first; a pair of sites left with none is dropped)."""
     most, _, forced = single
+    single_ok = tuple(bool(n) for n in most)
+    ok = (tuple(c not in forced for c in range(len(most))), single_ok, single_ok)  # per Side, per class
     out = {}
     for pair, opts in options.items():
         seen: dict[tuple[int, int], list[tuple[int, int]]] = {}
         kept = []
-        for val, ca, cb, la, lb in opts:
-            if not all(_side_allowed(side, c, most, forced) for side, c in ((la, ca), (lb, cb))):
+        for opt in opts:
+            _, ca, cb, la, lb = opt
+            if not (ok[la][ca] and ok[lb][cb]):
                 continue
             before = seen.setdefault((ca, cb), [])
             if any(a <= la and b <= lb for a, b in before):  # a cheaper option that asks no more
                 continue
             before.append((la, lb))
-            kept.append((val, ca, cb, la, lb))
+            kept.append(opt)
         if kept:
             out[pair] = kept
     return out
-
-
-def _side_allowed(side: int, c: int, most: tuple[int, ...], forced: tuple[int, ...]) -> bool:
-    """Whether class c may have this Side in a crossing under the case's limits."""
-    return c not in forced if side == BLOCK_END else bool(most[c])
 
 
 def _at_path_ends(options: Options, path: PathEnds) -> Options:
@@ -324,7 +339,7 @@ def _assign(tree: tuple[tuple[int, int], ...], i: int, after: list[float], optio
     """Branch and bound over the tree's edges from the i-th: each takes one of its pair of sites' options within the
     limits (`after`: the cheapest options' total from each edge on; `sides`: per class, the crossings beside its
     single-stage blocks so far, which need `blocks` such blocks in all)."""
-    if i == len(tree):
+    if i == len(tree):  # no edge at all
         return spent
     most, total, _ = single
     for val, ca, cb, la, lb in options[tree[i]]:
@@ -336,6 +351,8 @@ def _assign(tree: tuple[tuple[int, int], ...], i: int, after: list[float], optio
         more = (la and sides[ca] % 2 == 0) + (lb and sides[cb] % 2 == 0)  # a new single-stage block per odd side
         if blocks + more > total:
             continue
+        if i == len(tree) - 1:  # the last edge: its options come cheapest first, so the first that fits is the least
+            return spent + val
         ends[ca] -= 1
         ends[cb] -= 1
         sides[ca] += la
@@ -397,7 +414,16 @@ def _loop_rows(ctx: BoundContext, subset: tuple[str, ...], ends: dict[str, Extra
     sites = tuple(site[c[0]] for c in present)
     options = tuple((tuple(sorted((sites[ca], sites[cb]))), ca, cb, la, lb) for ca, cb, la, lb in kind[starts].tolist())
     return PairLoops(rows=table, site=sites, ends=tuple(2 * len(c) for c in present), lone=lone, starts=starts,
-                     options=options)
+                     options=options, by_pair=_pairs_of(options))
+
+
+def _pairs_of(options: tuple[tuple[tuple[int, int], int, int, int, int], ...]) \
+        -> tuple[tuple[tuple[int, int], np.ndarray], ...]:
+    """Per pair of sites, in the order the options first name it, the indices of its options (PairLoops.by_pair)."""
+    idx: dict[tuple[int, int], list[int]] = {}
+    for i, (pair, *_) in enumerate(options):
+        idx.setdefault(pair, []).append(i)
+    return tuple((pair, np.array(each, dtype=int)) for pair, each in idx.items())
 
 
 def most_lone(ctx: BoundContext, subset: tuple[str, ...], sure: dict[str, int], p: int) -> int:
