@@ -23,7 +23,7 @@ from hgplan.plan import Recompute
 from hgplan.planner.block_capacity import most_layers
 from hgplan.planner.options import SearchOptions
 from hgplan.planner.single_stages import single_cases
-from hgplan.planner.wan_loops import PairLoops, _pairs_of, _site_trees
+from hgplan.planner.wan_loops import PairLoops, _site_trees
 
 
 def _best_split(shapes, p, lone_ok=None, least=0, most=None):
@@ -82,7 +82,7 @@ def test_options_per_pair_of_sites_are_sorted_as_their_tuples():
         site = [rng.randint(0, 2) for _ in range(4)]
         options = tuple((tuple(sorted((site[a], site[b]))), a, b, la, lb) for a, b, la, lb in kinds)
         loops = PairLoops(rows=np.zeros((0, 13)), site=tuple(site), ends=(2,) * 4, lone=0,
-                          starts=np.zeros(0, dtype=int), options=options, by_pair=_pairs_of(options))
+                          starts=np.zeros(0, dtype=int), options=options)
         least = np.array([rng.choice([math.inf, 0.0, 1.0, 2.5, float(rng.randint(0, 4))]) for _ in options])
         want: dict = {}
         for val, (pair, *key) in zip(least.tolist(), options):

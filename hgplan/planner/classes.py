@@ -24,6 +24,13 @@ def node_signature(g: NodeGroup) -> tuple:
             g.nic_count, g.gpu_hour_usd, g.pcie)
 
 
+def node_kind(g: NodeGroup) -> tuple:
+    """Everything a group's own costs (layer and edge work, its data-parallel tail) depend on: its nodes and their
+    number, not its site or links, so such groups plan the same alone (alone_alike) and share those costs
+    (planner/costs.py, CostSource.kind)."""
+    return *node_signature(g)[1:], g.num_nodes
+
+
 def _signature(g: NodeGroup) -> tuple:
     """Everything about a group that any cost depends on: its nodes and their number."""
     return (*node_signature(g), g.num_nodes)
@@ -50,7 +57,7 @@ def alone_alike(groups: Sequence[NodeGroup]) -> tuple[str, ...]:
     first key of each kind, in key order (its plans win ties: planner/search.py, seeded_search)."""
     first: dict[tuple, str] = {}
     for g in sorted(groups, key=lambda g: g.key):
-        first.setdefault((*node_signature(g)[1:], g.num_nodes), g.key)
+        first.setdefault(node_kind(g), g.key)
     return tuple(first.values())
 
 

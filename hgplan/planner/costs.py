@@ -17,7 +17,7 @@ from hgplan.costmodel.memory import GIB, stage_memory
 from hgplan.costmodel.compute import attention_kernel
 from hgplan.domain import Attention, Fleet, ModelArch, NodeGroup, TrainingSettings, TransformerImpl
 from hgplan.plan import ParallelConfig
-from hgplan.planner.classes import node_signature
+from hgplan.planner.classes import node_kind
 
 US = 1_000_000
 """Microseconds per second: the tables' time unit."""
@@ -181,11 +181,9 @@ class CostSource:
         self._kind_of: dict[str, int] = {}
 
     def kind(self, g: NodeGroup) -> int:
-        """A number per kind of group: what a group's own costs (layer and edge work, its data-parallel tail) depend
-        on, its nodes and their number, not its site or name (classes.alone_alike: such groups plan the same alone),
-        so groups of one kind in several sites share them."""
+        """A number per classes.node_kind: groups of one kind in several sites share their own costs."""
         if g.key not in self._kind_of:
-            self._kind_of[g.key] = self._kinds.setdefault((*node_signature(g)[1:], g.num_nodes), len(self._kinds))
+            self._kind_of[g.key] = self._kinds.setdefault(node_kind(g), len(self._kinds))
         return self._kind_of[g.key]
 
     def group(self, g: NodeGroup, cfg: ParallelConfig) -> GroupCosts:

@@ -108,8 +108,8 @@ class PairLoops:
     """Where each option's rows begin (rows sorted by option)."""
     options: tuple[tuple[tuple[int, int], int, int, int, int], ...]
     """Per option: its pair of sites, classes and sides (Side)."""
-    by_pair: tuple[tuple[tuple[int, int], np.ndarray], ...] = ()
-    """Per pair of sites (in the order the options first name it), the indices of its options (_pairs_of)."""
+    by_pair: tuple[tuple[tuple[int, int], np.ndarray], ...] = field(init=False)
+    """Per pair of sites (in the order the options first name it), the indices of its options."""
     memo: dict[tuple, tuple[Options, int]] = field(default_factory=dict)
     """Each (cycle, prices)' options per pair of sites and their shape's number: the bound bisects the same cycles
     for every choice of end groups."""
@@ -120,6 +120,13 @@ class PairLoops:
     """loss() per (shape, case of single-stage blocks, path ends)."""
     usable: dict[tuple, dict] = field(default_factory=dict)
     """_usable per (shape, case of single-stage blocks): the orders of end groups share them."""
+
+    def __post_init__(self) -> None:
+        """by_pair, from the options."""
+        idx: dict[tuple[int, int], list[int]] = {}
+        for i, (pair, *_) in enumerate(self.options):
+            idx.setdefault(pair, []).append(i)
+        object.__setattr__(self, "by_pair", tuple((pair, np.array(each, dtype=int)) for pair, each in idx.items()))
 
     def loss(self, c: float, single: Single | None = None, path: PathEnds | None = None,
              price: tuple[float, ...] | None = None) -> float:
@@ -414,16 +421,7 @@ def _loop_rows(ctx: BoundContext, subset: tuple[str, ...], ends: dict[str, Extra
     sites = tuple(site[c[0]] for c in present)
     options = tuple((tuple(sorted((sites[ca], sites[cb]))), ca, cb, la, lb) for ca, cb, la, lb in kind[starts].tolist())
     return PairLoops(rows=table, site=sites, ends=tuple(2 * len(c) for c in present), lone=lone, starts=starts,
-                     options=options, by_pair=_pairs_of(options))
-
-
-def _pairs_of(options: tuple[tuple[tuple[int, int], int, int, int, int], ...]) \
-        -> tuple[tuple[tuple[int, int], np.ndarray], ...]:
-    """Per pair of sites, in the order the options first name it, the indices of its options (PairLoops.by_pair)."""
-    idx: dict[tuple[int, int], list[int]] = {}
-    for i, (pair, *_) in enumerate(options):
-        idx.setdefault(pair, []).append(i)
-    return tuple((pair, np.array(each, dtype=int)) for pair, each in idx.items())
+                     options=options)
 
 
 def most_lone(ctx: BoundContext, subset: tuple[str, ...], sure: dict[str, int], p: int) -> int:
