@@ -9,6 +9,7 @@ could not close within the 60 s limit) the charged bound sits between the incumb
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import sys
 from pathlib import Path
@@ -16,13 +17,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_bound_structure import _items
+from test_planner import small_model
 from test_wan_crossings import _crossing_fleet
 
 from hgplan.domain import TrainingSettings
 from hgplan.plan import Recompute
 from hgplan.planner import block_bound
 from hgplan.planner.block_bound import block_bound_us
-from hgplan.planner.block_work import cheapest_fill
+from hgplan.planner.block_work import block_pools, cheapest_fill, work_one
+from hgplan.planner.bounds import subset_terms
+from hgplan.planner.candidates import enumerate_candidates
+from hgplan.planner.costs import CostSource
 from hgplan.planner.options import SearchOptions
 
 
@@ -81,6 +86,73 @@ def test_dual_prices_bound_every_cut_of_capacity():
         tight += any(cut) and abs(charged - after) < 1e-9 and after > before + 1e-9
         checked += 1
     assert tight >= 100
+
+
+def _vector_work(c, role, *, v, p, sure, L, tau, most, charge):
+    """W at cycle c by the vector forms (block_bound._BlockBound.work_at's numpy path), `charge(price)` per row."""
+    cs = np.array([c])
+    pool, sure_held, bad = block_pools(cs, role, v=v, p=p, sure_layers=np.array(sure))
+    work, price = cheapest_fill(pool, sure_held, L, tau, np.array([most]))
+    if charge is not None:
+        loose, loose_price = cheapest_fill(pool, sure_held, L, tau)
+        work = np.maximum(work + charge(price[0].tolist()), loose + charge(loose_price[0].tolist()))
+    return float(np.where(bad, np.inf, work)[0])
+
+
+def test_one_cycle_is_the_vector_form_bit_for_bit():
+    """block_work.work_one (the bisections' single cycles, in plain Python) returns exactly the vector form's number,
+    with and without a charge, over 3,000 random roles of 1-140 groups (numpy sums rows of 8 or more pairwise: the
+    work's sum is numpy's), extras infinite now and then, cycles where some group forms no block among them."""
+    rng, infeasible = random.Random(11), 0
+    for _ in range(3000):
+        n, v = rng.choice([1, 2, 3, 5, 8, 9, 16, 33, 70, 140]), rng.choice([1, 2])
+        role = []
+        for _ in range(n):
+            vt = v * rng.uniform(0.5e-3, 30e-3)
+            extras = [rng.choice([0.0, rng.uniform(0, 40e-3), math.inf if rng.random() < 0.05 else 1e-3])
+                      for _ in range(4)]
+            role.append((vt, *extras, rng.randint(1, 6)))
+        tau = np.array(sorted(r[0] / v for r in role))
+        L, p = rng.randint(n, 4 * n + 8), rng.randint(n, 3 * n + 2)
+        sure = [v * rng.randint(0, 2) for _ in range(n)]
+        most = sorted(rng.randint(L // 2, L) for _ in range(n))
+        weights = [rng.uniform(0, 3) for _ in range(n)]
+        c = rng.uniform(1e-3, 0.2) if rng.random() < 0.9 else 1e6
+        for charge in (None, lambda price: sum(w * x for w, x in zip(weights, price))):
+            one = work_one(c, role, v=v, p=p, sure_layers=[float(x) for x in sure], L=L, tau=tau.tolist(),
+                           tau_arr=tau, most=[float(x) for x in most], charge=charge)
+            assert one == _vector_work(c, role, v=v, p=p, sure=sure, L=L, tau=tau, most=most, charge=charge)
+            infeasible += one == math.inf
+    assert 100 <= infeasible <= 5000
+
+
+def test_block_bound_single_cycles_match_the_vector_path():
+    """On every set of three random three- and four-site fleets' candidates (tp 4, up to 8 stages), with and without
+    the WAN's charges (the crossings' loops, or the sites' WAN ends with interleaving), W at one cycle equals the same
+    cycle taken in a pair, which goes through numpy."""
+    compared = 0
+    for seed in (5, 7, 19):
+        rng = random.Random(seed)
+        fleet = _crossing_fleet(rng)
+        train = TrainingSettings(seq_length=2048, global_batch_size=32)
+        model = small_model(16, hidden=4096, heads=32)
+        opts = SearchOptions(max_pp=8, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,))
+        for cand in enumerate_candidates(CostSource(fleet, model, train), opts, list(fleet.groups))[0]:
+            m = cand.cfg.num_microbatches(32)
+            for subset in cand.ctx.subsets(cand.cfg.pp):
+                terms = subset_terms(cand.ctx, subset, L=16, p=cand.cfg.pp)
+                if terms is None:
+                    continue
+                bb = block_bound._BlockBound(cand.ctx, cand.cfg, subset, L=16, m=m, tail=terms.tail, edges=terms.edges)
+                ends = [(None, None)] + [(a, b) for a in subset for b in subset if a != b][:3]
+                for first, last in ends:
+                    role, wan = bb.roles(first, last)
+                    for c in (0.005, 0.02, 0.08, 0.3):
+                        for w in (None, wan):
+                            pair = bb.work_at(np.array([c, c]), role, w)
+                            assert bb.work_at(np.array([c]), role, w).tolist() == pair[:1].tolist()
+                            compared += 1
+    assert compared >= 2000
 
 
 def _uncharged(monkeypatch):

@@ -35,7 +35,7 @@ from hgplan.planner.limits import SETTLE_GROUPS
 from hgplan.planner.block_capacity import most_layers, rising
 from hgplan.planner.single_stages import single_cases
 from hgplan.planner.wan_loops import LoopSlack, most_lone, pair_loops
-from hgplan.planner.block_work import block_pools, cheapest_fill, ends_charge, least_value, loops_charge
+from hgplan.planner.block_work import block_pools, cheapest_fill, ends_charge, least_value, loops_charge, work_one
 from hgplan.planner.wan_ends import Role, WanEnds
 
 
@@ -158,6 +158,8 @@ class _BlockBound:
         ahead = np.cumsum([ctx.groups[k].slots for k in self.by_speed])
         self.most_ahead = (L - self.v * np.maximum(0, self.p - ahead))[None, :].astype(float)
         """What the j fastest groups hold at most: the stages they cannot host hold >= v layers each elsewhere."""
+        self.sure_list, self.tau_list, self.most_list = (a.tolist() for a in (1.0 * self.sure_layers, self.tau_arr,
+                                                                              self.most_ahead[0]))
 
     def _loop_slack(self, m: int, sure: dict[str, int]) -> LoopSlack | None:
         """The loops' demand next to the WAN without interleaving (the closed form charges 1F1B's loops only): pooled
@@ -297,6 +299,10 @@ class _BlockBound:
         """W at every cycle in cs, all at or above C* (where the stages can be formed; planner/block_work.py); with
         `wan`, plus what the crossings' loops (without interleaving) or else the sites' WAN ends move to slower
         groups, at the better of two dual prices of W's programme: with the fastest groups' limits and without."""
+        if len(cs) == 1:  # beyond's and least_value's single cycles: block_work.work_one, without numpy's call costs
+            charge = None if wan is None else lambda price: float(self._charge(cs, np.array([price]), wan)[0])
+            return np.array([work_one(float(cs[0]), role, v=self.v, p=self.p, sure_layers=self.sure_list, L=self.L,
+                                      tau=self.tau_list, tau_arr=self.tau_arr, most=self.most_list, charge=charge)])
         pool, sure, bad = block_pools(cs, role, v=self.v, p=self.p, sure_layers=self.sure_layers)
         work, price = cheapest_fill(pool, sure, self.L, self.tau_arr, self.most_ahead)
         if wan is not None:

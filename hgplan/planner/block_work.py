@@ -24,6 +24,7 @@ groups), groups in the bound's order (fastest first).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -82,6 +83,68 @@ def block_pools(cs: np.ndarray, role: Sequence[tuple], *, v: int, p: int,
     # every group of the set hosts a stage, and at least the stages the others' slots leave over, each with >= v
     # layers: those layers sit on it whatever their speed (a set that needs a slow group's stages pays for them)
     return pool, np.minimum(sure_layers[None, :], pool), ~(one_ok | pair_ok).all(axis=1)
+
+
+def _held_one(c: float, extra: float, vt: float, v: int) -> float:
+    """_held at one cycle (plain floats: the same IEEE arithmetic, whatever `extra`, infinite ones included)."""
+    q = (c - extra) / vt + FLOOR_EPS
+    return v * float(math.floor(q)) if q >= 1 else 0.0
+
+
+def work_one(c: float, role: Sequence[tuple], *, v: int, p: int, sure_layers: Sequence[float], L: int,
+             tau: Sequence[float], tau_arr: np.ndarray, most: Sequence[float],
+             charge: Callable[[list[float]], float] | None = None) -> float:
+    """W at one cycle (inf: no placement), with `charge(price)` (the WAN's, at a dual price per group) at the better of
+    the fill's two prices: block_pools and cheapest_fill (with `most`, then without) for a single cycle, in plain Python
+    (the bisections' and least_value's single cycles spend most of numpy's time in its per-call cost). The numbers are
+    the vector form's, bit for bit (tests/test_block_work.py): the same operations in the same order, the work's sum
+    taken by numpy over the same row."""
+    rows, stages = [], 0
+    for vt, alone, end_a, end_b, inner_extra, slots in role:
+        a, b = _held_one(c, end_a, vt, v), _held_one(c, end_b, vt, v)
+        one, interior = _held_one(c, alone, vt, v), _held_one(c, inner_extra, vt, v)
+        pair_ok = a >= v and b >= v and slots >= 2
+        if not (one >= v or pair_ok):
+            return math.inf  # a group forms no block: no placement has this cycle
+        stages += 1 if one >= v else 2
+        rows.append((one, a + b, interior, pair_ok, slots - 2 if pair_ok and interior >= v else 0))
+    spare, pool, sure = p - stages, [], []
+    for (one, two, interior, pair_ok, n_more), least in zip(rows, sure_layers):
+        extra = 0.0
+        if spare > 0 and one >= v and pair_ok:
+            extra = (max(two - one, interior) if n_more > 0 else two - one) + interior * min(n_more, spare - 1)
+        elif spare > 0:
+            extra = interior * min(n_more, spare)
+        pool.append((one if one >= v else two) + extra)
+        sure.append(min(least, pool[-1]))
+    work, price = _fill_one(pool, sure, L, tau, tau_arr, most)
+    if charge is None:
+        return work
+    loose, loose_price = _fill_one(pool, sure, L, tau, tau_arr, None)
+    return max(work + charge(price), loose + charge(loose_price))
+
+
+def _fill_one(pool: list[float], sure: list[float], L: int, tau: Sequence[float], tau_arr: np.ndarray,
+              most: Sequence[float] | None) -> tuple[float, list[float]]:
+    """cheapest_fill of one cycle: (work, price per group)."""
+    n = len(pool)
+    later, left = [0.0] * n, 0.0
+    for j in range(n - 1, -1, -1):
+        later[j], left = left, left + sure[j]
+    cap, least = [0.0] * n, math.inf
+    for j in range(n - 1, -1, -1):
+        least = min(least, min(float(L) if most is None else most[j], L) + later[j])
+        cap[j] = least - later[j]
+    held, take = 0.0, [0.0] * n
+    for j in range(n):
+        now = max(held + sure[j], min(held + pool[j], cap[j]))
+        take[j], held = now - held, now
+    price, nearest = [0.0] * n, n - 1
+    for j in range(n - 1, -1, -1):
+        if pool[j] - take[j] > 0:
+            nearest = j
+        price[j] = max(0.0, tau[nearest] - tau[j])
+    return float(np.add.reduce(np.array(take) * tau_arr)), price
 
 
 def _shapes(cs: np.ndarray, role: Sequence[float], v: int) -> tuple[np.ndarray, np.ndarray]:
