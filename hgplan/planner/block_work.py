@@ -86,7 +86,7 @@ def block_pools(cs: np.ndarray, role: Sequence[tuple], *, v: int, p: int,
 
 
 def _held_one(c: float, extra: float, vt: float, v: int) -> float:
-    """_held at one cycle (plain floats: the same IEEE arithmetic, whatever `extra`, infinite ones included)."""
+    """_held at one finite cycle (plain floats, the same IEEE arithmetic; an infinite `extra` holds nothing)."""
     q = (c - extra) / vt + FLOOR_EPS
     return v * float(math.floor(q)) if q >= 1 else 0.0
 
@@ -96,7 +96,7 @@ def work_one(c: float, role: Sequence[tuple], *, v: int, p: int, sure_layers: Se
              charge: Callable[[list[float]], float] | None = None) -> float:
     """W at one cycle (inf: no placement), with `charge(price)` (the WAN's, at a dual price per group) at the better of
     the fill's two prices: block_pools and cheapest_fill (with `most`, then without) for a single cycle, in plain Python
-    (the bisections' and least_value's single cycles spend most of numpy's time in its per-call cost). The numbers are
+    (beyond's and least_value's single cycles spent most of their time in numpy's per-call costs). The numbers are
     the vector form's, bit for bit (tests/test_block_work.py): the same operations in the same order, the work's sum
     taken by numpy over the same row."""
     rows, stages = [], 0
