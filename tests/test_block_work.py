@@ -100,9 +100,10 @@ def _vector_work(c, role, *, v, p, sure, L, tau, most, charge):
 
 
 def test_one_cycle_is_the_vector_form_bit_for_bit():
-    """block_work.work_one (the bisections' single cycles, in plain Python) returns exactly the vector form's number,
-    with and without a charge, over 3,000 random roles of 1-140 groups (numpy sums rows of 8 or more pairwise: the
-    work's sum is numpy's), extras infinite now and then, cycles where some group forms no block among them."""
+    """block_work.work_one (beyond's and least_value's single cycles, in plain Python) returns exactly the vector
+    form's number, with and without a charge, over 3,000 random roles of 1-140 groups (numpy sums rows of 8 or more
+    pairwise: the work's sum is numpy's), extras infinite now and then, cycles where some group forms no block among
+    them."""
     rng, infeasible = random.Random(11), 0
     for _ in range(3000):
         n, v = rng.choice([1, 2, 3, 5, 8, 9, 16, 33, 70, 140]), rng.choice([1, 2])
@@ -128,8 +129,8 @@ def test_one_cycle_is_the_vector_form_bit_for_bit():
 
 def test_block_bound_single_cycles_match_the_vector_path():
     """On every set of three random three- and four-site fleets' candidates (tp 4, up to 8 stages), with and without
-    the WAN's charges (the crossings' loops, or the sites' WAN ends with interleaving), W at one cycle equals the same
-    cycle taken in a pair, which goes through numpy."""
+    the WAN's charges (the crossings' loops, or the sites' WAN ends with interleaving; finite and infinite W among
+    them), W at one cycle equals the same cycle taken in a pair, which goes through numpy."""
     compared = 0
     for seed in (5, 7, 19):
         rng = random.Random(seed)
