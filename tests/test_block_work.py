@@ -121,7 +121,7 @@ def test_one_cycle_is_the_vector_form_bit_for_bit():
         c = rng.uniform(1e-3, 0.2) if rng.random() < 0.9 else 1e6
         for charge in (None, lambda price: sum(w * x for w, x in zip(weights, price))):
             one = work_one(c, role, v=v, p=p, sure_layers=[float(x) for x in sure], L=L, tau=tau.tolist(),
-                           tau_arr=tau, most=[float(x) for x in most], charge=charge)
+                           most=[float(x) for x in most], charge=charge)
             assert one == _vector_work(c, role, v=v, p=p, sure=sure, L=L, tau=tau, most=most, charge=charge)
             infeasible += one == math.inf
     assert 100 <= infeasible <= 5000

@@ -302,7 +302,7 @@ class _BlockBound:
         if len(cs) == 1:  # beyond's and least_value's single cycles: block_work.work_one, without numpy's call costs
             charge = None if wan is None else lambda price: float(self._charge(cs, np.array([price]), wan)[0])
             return np.array([work_one(float(cs[0]), role, v=self.v, p=self.p, sure_layers=self.sure_list, L=self.L,
-                                      tau=self.tau_list, tau_arr=self.tau_arr, most=self.most_list, charge=charge)])
+                                      tau=self.tau_list, most=self.most_list, charge=charge)])
         pool, sure, bad = block_pools(cs, role, v=self.v, p=self.p, sure_layers=self.sure_layers)
         work, price = cheapest_fill(pool, sure, self.L, self.tau_arr, self.most_ahead)
         if wan is not None:

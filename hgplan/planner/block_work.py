@@ -92,7 +92,7 @@ def _held_one(c: float, extra: float, vt: float, v: int) -> float:
 
 
 def work_one(c: float, role: Sequence[tuple], *, v: int, p: int, sure_layers: Sequence[float], L: int,
-             tau: Sequence[float], tau_arr: np.ndarray, most: Sequence[float],
+             tau: Sequence[float], most: Sequence[float],
              charge: Callable[[list[float]], float] | None = None) -> float:
     """W at one cycle (inf: no placement), with `charge(price)` (the WAN's, at a dual price per group) at the better of
     the fill's two prices: block_pools and cheapest_fill (with `most`, then without) for a single cycle, in plain Python
@@ -117,14 +117,14 @@ def work_one(c: float, role: Sequence[tuple], *, v: int, p: int, sure_layers: Se
             extra = interior * min(n_more, spare)
         pool.append((one if one >= v else two) + extra)
         sure.append(min(least, pool[-1]))
-    work, price = _fill_one(pool, sure, L, tau, tau_arr, most)
+    work, price = _fill_one(pool, sure, L, tau, most)
     if charge is None:
         return work
-    loose, loose_price = _fill_one(pool, sure, L, tau, tau_arr, None)
+    loose, loose_price = _fill_one(pool, sure, L, tau, None)
     return max(work + charge(price), loose + charge(loose_price))
 
 
-def _fill_one(pool: list[float], sure: list[float], L: int, tau: Sequence[float], tau_arr: np.ndarray,
+def _fill_one(pool: list[float], sure: list[float], L: int, tau: Sequence[float],
               most: Sequence[float] | None) -> tuple[float, list[float]]:
     """cheapest_fill of one cycle: (work, price per group)."""
     n = len(pool)
@@ -144,7 +144,7 @@ def _fill_one(pool: list[float], sure: list[float], L: int, tau: Sequence[float]
         if pool[j] - take[j] > 0:
             nearest = j
         price[j] = max(0.0, tau[nearest] - tau[j])
-    return float(np.add.reduce(np.array(take) * tau_arr)), price
+    return float(np.add.reduce(np.multiply(take, tau))), price
 
 
 def _shapes(cs: np.ndarray, role: Sequence[float], v: int) -> tuple[np.ndarray, np.ndarray]:
