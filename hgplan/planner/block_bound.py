@@ -101,6 +101,11 @@ def _ends_pass(bb: _BlockBound, ctx: BoundContext, subset: tuple[str, ...], enou
     return best, proved
 
 
+def floor_key(cfg: ParallelConfig, subset: tuple[str, ...], *, L: int, m: int) -> tuple:
+    """The item's entry of BoundContext.floors (_BlockBound.floor), the only memo its bounds share across calls."""
+    return subset, cfg.pp, cfg.vpp, L, cfg.vpp * m
+
+
 def _end_choices(ctx: BoundContext, subset: tuple[str, ...]) -> list[tuple[str, str]]:
     """The (first, last) groups worth bounding: one pair per pair of classes of interchangeable groups (planner/
     classes.py), since swapping two interchangeable groups changes no cost and so no bound (64 groups in four classes:
@@ -115,7 +120,7 @@ class _BlockBound:
     def __init__(self, ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ...], *, L: int, m: int,
                  tail: float, edges: float):
         self.ctx, self.subset, self.L, self.tail, self.edges = ctx, subset, L, tail, edges
-        self.p, self.v = cfg.pp, cfg.vpp
+        self.cfg, self.p, self.v = cfg, cfg.pp, cfg.vpp
         self.vm, self.r, self.units = cfg.vpp * m, len(subset), L // cfg.vpp
         gs = ctx.groups
         self.tau = {k: gs[k].layer_s for k in subset}
@@ -406,7 +411,7 @@ class _BlockBound:
         """compute_value of the unknown-ends roles without the WAN's charges (the first pass, and the floor of
         the pass with ends), kept on the context per set, depth and interleaving (BoundContext.floors): the search
         bounds an item's set with ends unknown, then known."""
-        key = (self.subset, self.p, self.v, self.L, self.vm)
+        key = floor_key(self.cfg, self.subset, L=self.L, m=self.vm // self.v)
         if key not in self.ctx.floors:
             self.ctx.floors[key] = self.compute_value(*self.roles(None, None), charged=False, feasible_at=feasible_at)
         return self.ctx.floors[key]

@@ -20,7 +20,6 @@ from typing import Callable
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.plan import ParallelConfig
 from hgplan.planner.block_bound import block_bound_us
-from hgplan.planner.block_cuts import block_cuts
 from hgplan.planner import limits
 from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
 from hgplan.planner.classes import alone_alike
@@ -33,6 +32,7 @@ from hgplan.planner.limits import (FIRST_BLOCK_SHARE, FREE_NEAR, MAX_RETRIES, PA
 from hgplan.planner.model import SolverParams, Solution, solve
 from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
+from hgplan.planner.search_ahead import AheadBounds
 from hgplan.planner.search_state import SearchState, Stage
 from hgplan.planner.subset_split import split_item
 from hgplan.planner.tables import CostTables, build_tables
@@ -228,8 +228,8 @@ def _block_solve(tables: CostTables, cfg: ParallelConfig, item: tuple, st: Searc
                  done: BlockSolution | None = None) -> BlockSolution:
     """One solve of the item's block model (or `done`, one run already), its time and status counted, its plan kept
     when it is the item's best."""
-    bs = done or solve_blocks(tables, params, hint=hint, upper_bound=upper, log=st.log, keep_model=opts.keep_model,
-                              paths=paths, cuts=st.cuts_of.get(item))
+    bs = done or st.during(lambda: solve_blocks(tables, params, hint=hint, upper_bound=upper, log=st.log,
+                                                keep_model=opts.keep_model, paths=paths, cuts=st.cuts_of.get(item)))
     st.last_model = bs.model_text or st.last_model
     st.dtime += bs.deterministic_time
     name = ("BLOCK_PATHS_" if paths else "BLOCK_") + bs.status
@@ -301,16 +301,16 @@ def _take_ready(heap: list, below: float, cands: list[Candidate], L: int, m_of: 
     return lb, key, max(stage, Stage.SOLVE), i, subset
 
 
-def _bound_to_solve(cand: Candidate, item: tuple, stage: int, lb: float, L: int, m: int, st: SearchState) -> float:
+def _bound_to_solve(item: tuple, stage: int, lb: float, st: SearchState) -> float:
     """An item's bound before its first solve. On the way there its block bound, without and then with the choice of
     end groups (either often closes the item), stopped early at the incumbent (block_bound_us, enough_us); now the
     full one, its closed bound if the solve gets nowhere or the budget ends during it (a single group's bound has no
     early exit: it is already on the item), and what it proved per choice of ends, cuts for the item's block model
-    (SearchState.cuts_of)."""
+    (SearchState.cuts_of): block_cuts, maybe worked out during the solve before (planner/search_ahead.py)."""
     subset = item[1]
     if stage != Stage.SOLVE or len(subset) == 1:
         return lb
-    bound, cuts = block_cuts(cand.ctx, cand.cfg, subset, L=L, m=m, enough_us=st.best_us())
+    bound, cuts = st.ahead.bound(stage, item[0], subset, st.best_us())
     if cuts is not None:
         st.cuts_of[item] = cuts
     return max(lb, bound)
@@ -345,6 +345,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
     order, by_key = [g.key for g in fleet.groups], {g.key: g for g in groups}
     L, m_of = model.num_layers, (lambda c: c.num_microbatches(train.global_batch_size))
     (heap, st), pruned, skipped, stopped, report = _first_heap(cands, seeds, log), 0, 0, "complete", Throttle(progress)
+    st.ahead = AheadBounds(cands, L, m_of, heap, opts.max_gap)
     if not listed_all:  # nothing is known of the configurations not listed: no bound but 0
         heap, stopped, skipped = [], "wall", len(cands)
         st.closed_bounds.append(0.0)
@@ -375,13 +376,12 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
             st.open_items[i] += len(split)
             st.listed += len(split)
         elif stage in (Stage.SUBSET, Stage.BLOCK):
-            block = block_bound_us(cand.ctx, cand.cfg, subset, L=L, m=m_of(cand.cfg), ends_known=stage == Stage.BLOCK,
-                                   enough_us=st.best_us())
+            block = st.ahead.bound(stage, i, subset, st.best_us())
             heapq.heappush(heap, (max(lb, block), key, stage + 1, i, subset))
             st.open_items[i] += 1
         else:
             st.listed = 0
-            lb = _bound_to_solve(cand, (i, subset), stage, lb, L, m_of(cand.cfg), st)
+            lb = _bound_to_solve((i, subset), stage, lb, st)
             retry = _solve_item(costs, cand, (i, subset), stage, lb, st, opts, remaining, order, by_key)
             if retry is not None:
                 st.push_retry(heap, (retry, key, stage + 1, i, subset))

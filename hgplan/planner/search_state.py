@@ -7,7 +7,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from hgplan.plan import ParallelConfig
 from hgplan.planner.block_cuts import BlockCuts
@@ -17,6 +17,11 @@ from hgplan.planner.found import Found
 from hgplan.planner.model import SolverParams
 from hgplan.planner.progress import Progress
 from hgplan.planner.tables import CostTables
+
+if TYPE_CHECKING:
+    from hgplan.planner.search_ahead import AheadBounds
+
+T = TypeVar("T")
 
 
 class Stage(IntEnum):
@@ -77,6 +82,12 @@ class SearchState:
     paths_ready: dict[tuple, tuple[int, BlockSolution]] = field(default_factory=dict)
     """Path solves run ahead when the waiting items were released (search._prefetch_paths), with the upper bound
     each had, for the item's turn."""
+    ahead: AheadBounds | None = None
+    """The block bounds and cuts, worked out ahead during block-model solves (planner/search_ahead.py)."""
+
+    def during(self, solve: Callable[[], T]) -> T:
+        """A block-model solve, with the bounds worked out ahead meanwhile (planner/search_ahead.py)."""
+        return solve() if self.ahead is None else self.ahead.during(solve, self.best_us())
 
     def best_us(self) -> float:
         """The best plan's time so far (inf before any)."""
