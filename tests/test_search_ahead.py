@@ -22,7 +22,6 @@ from hgplan.planner.search_state import Stage
 from hgplan.planner.subset_split import subset_bounds_us
 
 
-
 class _Steps:
     """A stand-in for the solve's thread: the solve runs when its result is asked for, and it "ends" after the work
     ahead has taken `steps` items (None: never, so the work ahead walks the whole front)."""
