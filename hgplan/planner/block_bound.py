@@ -120,7 +120,8 @@ class _BlockBound:
     def __init__(self, ctx: BoundContext, cfg: ParallelConfig, subset: tuple[str, ...], *, L: int, m: int,
                  tail: float, edges: float):
         self.ctx, self.subset, self.L, self.tail, self.edges = ctx, subset, L, tail, edges
-        self.cfg, self.p, self.v = cfg, cfg.pp, cfg.vpp
+        self.p, self.v = cfg.pp, cfg.vpp
+        self.floor_at = floor_key(cfg, subset, L=L, m=m)
         self.vm, self.r, self.units = cfg.vpp * m, len(subset), L // cfg.vpp
         gs = ctx.groups
         self.tau = {k: gs[k].layer_s for k in subset}
@@ -411,7 +412,7 @@ class _BlockBound:
         """compute_value of the unknown-ends roles without the WAN's charges (the first pass, and the floor of
         the pass with ends), kept on the context per set, depth and interleaving (BoundContext.floors): the search
         bounds an item's set with ends unknown, then known."""
-        key = floor_key(self.cfg, self.subset, L=self.L, m=self.vm // self.v)
+        key = self.floor_at
         if key not in self.ctx.floors:
             self.ctx.floors[key] = self.compute_value(*self.roles(None, None), charged=False, feasible_at=feasible_at)
         return self.ctx.floors[key]
