@@ -4,15 +4,21 @@ incumbent never gets tables).
 
 Per B, per set U of sites a plan can use (at most MAX_SITES sites; above, every site at once), over the node groups
 of U and their mesh options o (each with slots_o = GPUs / (tp dp) stages, per-layer time tau_o, at most most_o
-layers per stage by memory, at least pen_o of boundary per stage), the objective (m - 1) cycle + fill + tail is at
+layers per stage by memory, its own mesh's send, its least send to or from another group, its embedding and LM
+head work), the objective (m - 1) cycle + fill + tail is at
 least (m - 1) C(P) + W(P) + X(U, P):
 
 - C(P), the least cycle, the larger of two knapsacks over how many stages each group takes (j stages of one group
   need an option with j slots): the rate bound L / cap(P), cap = most layers per microsecond P stages hold; and,
-  for P >= 2, the whole-layer bound: at cycle c a stage holds at most min(floor((c - pen_o) / tau_o), most_o)
-  layers (every stage of a pipeline of two or more touches a boundary), so the cycle exceeds every c at which P
-  stages hold fewer than L. That c is looked for on a grid (CYCLE_GRID) up to the cycle at which the bound reaches
-  the incumbent, so the bound is exact to a grid step near the incumbent and coarser below it.
+  for P >= 2, the whole-layer bound: at cycle c a stage holds at most min(floor((c - x) / tau_o), most_o) layers,
+  x what else it does within the cycle, as the tables' bound counts it (planner/mesh_bound.py, _option_gains):
+  each used group runs one block of j stages, whose inner boundaries are its own mesh's sends and whose ends face
+  another group (the least send to or from any other group of the fleet: a group's rows do not depend on the
+  candidate) unless the block holds the pipeline's first stage (the embedding instead) or its last (the LM head); a
+  max-plus knapsack over the groups of (stages taken, first placed, last placed) gives the most whole layers p stages
+  hold. The cycle exceeds every c at which P stages hold fewer than L. That c is looked for on a grid (CYCLE_GRID)
+  up to the cycle at which the bound reaches the incumbent, then on REFINE points inside the step of the grid that
+  holds each stage count's least cycle, so the bound is exact to a quarter of a grid step.
 - W(P), the work of the fill: L layers at the fastest per-layer time, or, with each of the P stages holding at
   least one layer, the least sum of tau over P stages plus L - P layers at the fastest, whichever is larger; the
   cheapest embedding and LM head.
@@ -27,7 +33,8 @@ holds at least as many micro-batches in flight as the stage of those it matches 
 no more (tests/test_mesh_first.py checks this on every option of its fleets up to 16 stages). Measured 2026-11-26
 (single runs): of the 800 candidates of each of the 1000- and 1024-GPU benchmark fleets, those left below the stock
 best by this bound (against the rate bound and L layers at the fastest alone) three sites, four types 119 (473),
-four sites, five types 162 (413), four sites, eight groups 236 (435); docs/planner.md, "First bound".
+four sites, five types 162 (413), four sites, eight groups 236 (435); with blocks instead of one least boundary
+term per stage (2026-11-28): 93, 82 and 143; docs/planner.md, "First bound".
 """
 
 from __future__ import annotations
@@ -41,8 +48,8 @@ import numpy as np
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
 from hgplan.planner.costs import CostSource, capacity_mib, layers_that_fit, to_us
-from hgplan.planner.mesh_knapsack import knapsack_before
-from hgplan.planner.mesh_order import whole_layers
+from hgplan.planner.mesh_knapsack import block_layers, knapsack_before, merged, per_class, step
+from hgplan.planner.mesh_order import NONE, whole_layers
 from hgplan.planner.mesh_sites import MAX_SITES, cheapest_crossings
 from hgplan.planner.mesh_tables import host_options
 from hgplan.planner.options import SearchOptions
@@ -50,9 +57,15 @@ from hgplan.planner.spanning import least_spanning_tree
 
 CYCLE_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 1.0)
 """Fractions of the incumbent's cycle (what the cycle may take of the incumbent beside W) at which the whole-layer
-knapsack is evaluated: its bound is within a step of the grid of the least cycle, 1% near the incumbent."""
+knapsack is evaluated, 1% apart near the incumbent, before REFINE points inside the step that holds the least cycle."""
 
-_COLS = ("slots", "tau", "most", "pen")
+REFINE = 3
+"""Points of a second pass inside the step of CYCLE_GRID that holds a stage count's least cycle (one knapsack over
+all those steps' points): on the eight-group fleet of benchmarks/search_scaling.py --beyond (2026-11-28) the least
+first bound 0.778 -> 0.808 of the stock best with 3 points, 0.810 with 15, candidates left below it 153 -> 143 (143
+with 7 or 15; a grid of 71 or 281 points instead: 144 and 143 in 2.7 and 10.5 s), 1.07 -> 1.8 s for all 800."""
+
+_COLS = ("slots", "tau", "most", "pen", "intra", "cross", "first", "last")
 
 
 def most_layers(costs: CostSource, g: NodeGroup, c: ParallelConfig) -> int:
@@ -65,17 +78,21 @@ def most_layers(costs: CostSource, g: NodeGroup, c: ParallelConfig) -> int:
 
 def _option_rows(costs: CostSource, g: NodeGroup, options: list[ParallelConfig],
                  others: list[NodeGroup]) -> np.ndarray:
-    """[option, (slots, tau, most, pen)] of the options of g that hold a layer somewhere (most >= 1)."""
+    """[option, _COLS] of the options of g that hold a layer somewhere (most >= 1): slots, tau, most, the least
+    boundary term pen (the least of intra, its own mesh's send, inf with one slot, and cross, the least send to or
+    from another group: mesh_link_us both ways, the tables' snd_us and rcv_us), the embedding's and the LM head's
+    work."""
     L, rows = costs.model.num_layers, []
     for c in options:
         slots = g.num_gpus // c.gpus_per_stage
         most = most_layers(costs, g, c)
         if most < 1:
             continue
-        ends = [costs.link(g, g, replace(c, pp=2)).send_us] if slots >= 2 else []
-        ends += [x for b in others for x in (costs.mesh_link_us(g, b, c), costs.mesh_link_us(b, g, c))
-                 if x is not None]
-        rows.append((slots, costs.group(g, c).layer_us, min(most, L), min(ends, default=math.inf)))
+        intra = costs.link(g, g, replace(c, pp=2)).send_us if slots >= 2 else math.inf
+        cross = min((x for b in others for x in (costs.mesh_link_us(g, b, c), costs.mesh_link_us(b, g, c))
+                     if x is not None), default=math.inf)
+        per = costs.group(g, c)
+        rows.append((slots, per.layer_us, min(most, L), min(intra, cross), intra, cross, per.first_us, per.last_us))
     return np.array(rows, dtype=float).reshape(-1, len(_COLS))
 
 
@@ -94,6 +111,51 @@ def _knapsack(gains: list[tuple[np.ndarray, np.ndarray]], P: int) -> np.ndarray:
         before = np.concatenate([best, np.full((K, 1), -math.inf)], axis=1)[:, knapsack_before(P)]  # [k, total, j]
         best = np.maximum(best, (before + gain[:, None, :]).max(axis=2))
     return best
+
+
+def _whole_cycle(rows: list[np.ndarray], grid: np.ndarray, Q: int, L: int) -> np.ndarray:
+    """[p]: a cycle at which p <= Q stages hold fewer than L whole layers (0 where none is known): the last point of
+    the grid at which they do, then of REFINE points more inside each p's bracket of the grid."""
+    short = (_role_capacity(rows, grid, Q) < L).sum(axis=0)  # grid points below the least cycle (a prefix)
+    whole = np.where(short > 0, grid[np.maximum(short - 1, 0)], 0.0)
+    p = np.nonzero((short > 0) & (short < grid.size))[0]  # least cycle between grid[short - 1] and grid[short]
+    if p.size and REFINE:
+        ks = np.unique(short[p])
+        fine = grid[ks - 1][:, None] + np.outer(grid[ks] - grid[ks - 1], np.arange(1, REFINE + 1) / (REFINE + 1))
+        b = np.searchsorted(ks, short[p])
+        more = (_role_capacity(rows, fine.ravel(), Q).reshape(ks.size, REFINE, Q + 1)[b, :, p] < L).sum(axis=1)
+        whole[p] = np.where(more > 0, fine[b, np.maximum(more - 1, 0)], whole[p])
+    whole[:1] = 0.0
+    return whole
+
+
+def _role_gains(r: np.ndarray, grid: np.ndarray, Q: int) -> dict[tuple[int, int], np.ndarray]:
+    """gain[(f, l)][c, j]: most whole layers a block of j stages of this group holds at cycle grid[c] (NONE where it
+    cannot), f / l: whether it holds the pipeline's first / last stage (as mesh_bound._option_gains, from the
+    group's own rows instead of a candidate's tables, and the whole pipeline on one group for every j)."""
+    a = dict(zip(_COLS, r.T))
+    first, last, cross, intra = a["first"], a["last"], a["cross"], a["intra"]
+    fc, cl, cc, fi, ci, li, ii, fl = (whole_layers(grid[:, None], pen[None, :], a["tau"][None, :], a["most"][None, :])
+                                      for pen in (first + cross, cross + last, 2 * cross, first + intra, cross + intra,
+                                                  last + intra, 2 * intra, first + last))
+    j = np.arange(Q + 1)[:, None, None]
+    return {key: block_layers(j, single, head, tail, ii, a["slots"]).max(axis=-1).T
+            for key, single, head, tail in (((0, 0), cc, ci, ci), ((1, 0), fc, fi, ci), ((0, 1), cl, ci, li),
+                                            ((1, 1), fl, fi, li))}
+
+
+def _role_capacity(rows: list[np.ndarray], grid: np.ndarray, Q: int) -> np.ndarray:
+    """[c, p]: most whole layers p <= Q stages hold at cycle grid[c] (NONE where they cannot be placed), a max-plus
+    knapsack over the groups of (stages taken, first stage placed, last stage placed) as mesh_bound._capacity's. A
+    block that holds both the first and the last stage is the whole pipeline: that role is not a step of the
+    knapsack (it would let other groups' blocks join it) but, per stage count, the best such block alone."""
+    best = {(f, ll): np.full((grid.size, Q + 1), NONE) for f in (0, 1) for ll in (0, 1)}
+    best[(0, 0)][:, 0] = 0.0
+    alone = np.full((grid.size, Q + 1), NONE)
+    for gains in per_class(rows, lambda r: _role_gains(r, grid, Q), key=lambda r: r.tobytes()):
+        alone = np.maximum(alone, gains[(1, 1)])
+        best = step(best, {k: v for k, v in gains.items() if k != (1, 1)}, Q, merged)
+    return np.maximum(best[(1, 1)], alone)
 
 
 def _sum(rows: list[np.ndarray], col: str, fn) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -156,11 +218,7 @@ def _set_bound(costs: CostSource, per_group: list, rows: list[np.ndarray], m: in
     if m == 1 or not below.size or below[-1] < 2 or not math.isfinite(reach) or reach <= 0:
         return bound, cycle
     Q, grid = int(below[-1]), np.array(CYCLE_GRID) * reach  # the grid only up to the last p still below
-    held = [(r[:, 0], whole_layers(grid[:, None], r[None, :, 3], r[None, :, 1], r[None, :, 2])) for r in rows]
-    holds = _knapsack([(s, np.where(h >= 1, h, -math.inf)) for s, h in held], Q)  # [grid, p]
-    short = (holds < L).sum(axis=0)  # grid points below the least cycle (a prefix: holds rises with c)
-    whole = np.where(short > 0, grid[np.maximum(short - 1, 0)], 0.0)
-    whole[:2] = 0.0  # one stage touches no boundary
+    whole = _whole_cycle(rows, grid, Q, L)
     cycle = cycle.copy()
     cycle[:Q + 1] = np.maximum(cycle[:Q + 1], whole)
     bound = _objective(cycle, work, m, p >= cross[0] + 1)
