@@ -9,16 +9,16 @@ head work), the objective (m - 1) cycle + fill + tail is at
 least (m - 1) C(P) + W(P) + X(U, P):
 
 - C(P), the least cycle, the larger of two knapsacks over how many stages each group takes (j stages of one group
-  need an option with j slots): the rate bound L / cap(P), cap = most layers per microsecond P stages hold; and,
-  for P >= 2, the whole-layer bound: at cycle c a stage holds at most min(floor((c - x) / tau_o), most_o) layers,
-  x what else it does within the cycle, as the tables' bound counts it (planner/mesh_bound.py, _option_gains):
-  each used group runs one block of j stages, whose inner boundaries are its own mesh's sends and whose ends face
-  another group (the least send to or from any other group of the fleet: a group's rows do not depend on the
-  candidate) unless the block holds the pipeline's first stage (the embedding instead) or its last (the LM head); a
-  max-plus knapsack over the groups of (stages taken, first placed, last placed) gives the most whole layers p stages
-  hold. The cycle exceeds every c at which P stages hold fewer than L. That c is looked for on a grid (CYCLE_GRID)
-  up to the cycle at which the bound reaches the incumbent, then on REFINE points inside the step of the grid that
-  holds each stage count's least cycle, so the bound is exact to a quarter of a grid step.
+  need an option with j slots): the rate bound L / cap(P), cap = most layers per microsecond P stages hold; and the
+  whole-layer bound: at cycle c a stage holds at most min(floor((c - x) / tau_o), most_o) layers, x what else it does
+  within the cycle, as the tables' bound counts it (planner/mesh_bound.py, _option_gains): each used group runs one
+  block of j stages, whose inner boundaries are its own mesh's sends and whose ends face another group (the least
+  send to or from any other group of the fleet: a group's rows do not depend on the candidate) unless the block holds
+  the pipeline's first stage (the embedding instead) or its last (the LM head; a single stage: both); a max-plus
+  knapsack over the groups of (stages taken, first placed, last placed) gives the most whole layers p stages hold.
+  The cycle exceeds every c at which P stages hold fewer than L. That c is looked for on a grid (CYCLE_GRID) up to
+  the cycle at which the bound reaches the incumbent, then on REFINE points inside the step of the grid that holds
+  each stage count's least cycle, so the bound is exact to a quarter of a grid step.
 - W(P), the work of the fill: L layers at the fastest per-layer time, or, with each of the P stages holding at
   least one layer, the least sum of tau over P stages plus L - P layers at the fastest, whichever is larger; the
   cheapest embedding and LM head.
@@ -62,8 +62,9 @@ knapsack is evaluated, 1% apart near the incumbent, before REFINE points inside 
 REFINE = 3
 """Points of a second pass inside the step of CYCLE_GRID that holds a stage count's least cycle (one knapsack over
 all those steps' points): on the eight-group fleet of benchmarks/search_scaling.py --beyond (2026-11-28) the least
-first bound 0.778 -> 0.808 of the stock best with 3 points, 0.810 with 15, candidates left below it 153 -> 143 (143
-with 7 or 15; a grid of 71 or 281 points instead: 144 and 143 in 2.7 and 10.5 s), 1.07 -> 1.8 s for all 800."""
+first bound 0.778 -> 0.808 of the stock best with 3 points, 0.810 with 15, candidates left below it 152 -> 143 (143
+with 7 or 15; a grid of 71 points instead: 144 in 3.4-3.6 s); all 800 candidates' first bounds in 1.6 and 2.1 s
+without the second pass, 1.6 and 2.2 s with it (two runs, alternating)."""
 
 _COLS = ("slots", "tau", "most", "pen", "intra", "cross", "first", "last")
 
