@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hgplan.planner.mesh_knapsack import block_layers, knapsack_before, merged, per_class, shared, step
+from hgplan.planner.mesh_knapsack import block_layers, block_roles, knapsack_before, merged, per_class, shared, step
 from hgplan.planner.mesh_order import LAYER_SLACK, NONE, least_ordered_cycle, order_hosts, whole_layers
 from hgplan.planner.mesh_tables import MeshTables
 from hgplan.planner.mesh_wan import loop_prices, prices_loops, site_capacity
@@ -97,27 +97,15 @@ def _gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, in
 
 
 def _option_gains(a: dict[str, np.ndarray], cycle: float, P: int) -> dict[tuple[int, int], np.ndarray]:
-    """As _gains, per option: gain[(f, l)][j, o]. A single stage pays both its ends (the first stage's embedding,
-    the last's head, or a send to another host), a block's head and tail one end and one own-mesh send, its middle
-    stages two own-mesh sends."""
+    """As _gains, per option: gain[(f, l)][j, o] (mesh_knapsack.block_roles; a single stage pays both its ends)."""
     if P == 1:
         g = np.full((2, a["tau"].size), NONE)
         g[1] = _held(a, cycle, a["first"] + a["last"])
         return {(1, 1): g}
-    first, last, cross, intra = a["first"], a["last"], a["cross"], a["intra"]
-    fc, cl, cc, fi, ci, li, ii = _held(a, cycle, np.stack([first + cross, cross + last, 2 * cross, first + intra,
-                                                            cross + intra, last + intra, 2 * intra]))
-    j = np.arange(P + 1)[:, None]
-    out = {}
-    for key, single, head, tail in (((0, 0), cc, ci, ci), ((1, 0), fc, fi, ci), ((0, 1), cl, ci, li)):
-        out[key] = block_layers(j, single, head, tail, ii, a["slots"])
-    # one host holds the whole pipeline (the (1, 1) role of a multi-stage pipeline): no boundary to another host
-    cap = fi + li + (P - 2) * (ii if P >= 3 else 0.0)
-    ok = (P <= a["slots"]) & (fi > 0) & (li > 0) & ((P < 3) | (ii > 0))
-    g = np.full((P + 1, cap.size), NONE)
-    g[P] = np.where(ok, cap, NONE)
-    out[(1, 1)] = g
-    return out
+    roles = block_roles(a, lambda penalties: _held(a, cycle, penalties), np.arange(P + 1)[:, None], np.array([[P]]))
+    g = np.full((P + 1, a["tau"].size), NONE)
+    g[P] = roles[(1, 1)][0]  # one host holds the whole pipeline: no boundary to another host
+    return {**roles, (1, 1): g}
 
 
 def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float:

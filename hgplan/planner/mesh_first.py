@@ -48,7 +48,7 @@ import numpy as np
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
 from hgplan.planner.costs import CostSource, capacity_mib, layers_that_fit, to_us
-from hgplan.planner.mesh_knapsack import block_layers, knapsack_before, merged, per_class, step
+from hgplan.planner.mesh_knapsack import block_roles, knapsack_before, merged, per_class, step
 from hgplan.planner.mesh_order import NONE, whole_layers
 from hgplan.planner.mesh_sites import MAX_SITES, cheapest_crossings
 from hgplan.planner.mesh_tables import host_options
@@ -132,17 +132,13 @@ def _whole_cycle(rows: list[np.ndarray], grid: np.ndarray, Q: int, L: int) -> np
 
 def _role_gains(r: np.ndarray, grid: np.ndarray, Q: int) -> dict[tuple[int, int], np.ndarray]:
     """gain[(f, l)][c, j]: most whole layers a block of j stages of this group holds at cycle grid[c] (NONE where it
-    cannot), f / l: whether it holds the pipeline's first / last stage (as mesh_bound._option_gains, from the
-    group's own rows instead of a candidate's tables, and the whole pipeline on one group for every j)."""
+    cannot), f / l: whether it holds the pipeline's first / last stage: mesh_knapsack.block_roles, as the tables'
+    bound (mesh_bound._option_gains), from the group's own rows, the whole pipeline on one group for every j."""
     a = dict(zip(_COLS, r.T))
-    first, last, cross, intra = a["first"], a["last"], a["cross"], a["intra"]
-    fc, cl, cc, fi, ci, li, ii, fl = (whole_layers(grid[:, None], pen[None, :], a["tau"][None, :], a["most"][None, :])
-                                      for pen in (first + cross, cross + last, 2 * cross, first + intra, cross + intra,
-                                                  last + intra, 2 * intra, first + last))
     j = np.arange(Q + 1)[:, None, None]
-    return {key: block_layers(j, single, head, tail, ii, a["slots"]).max(axis=-1).T
-            for key, single, head, tail in (((0, 0), cc, ci, ci), ((1, 0), fc, fi, ci), ((0, 1), cl, ci, li),
-                                            ((1, 1), fl, fi, li))}
+    roles = block_roles(a, lambda penalties: whole_layers(grid[None, :, None], penalties[:, None, :], a["tau"],
+                                                          a["most"]), j, j)
+    return {key: g.max(axis=-1).T for key, g in roles.items()}
 
 
 def _role_capacity(rows: list[np.ndarray], grid: np.ndarray, Q: int) -> np.ndarray:

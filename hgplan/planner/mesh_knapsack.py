@@ -81,3 +81,19 @@ def block_layers(j: np.ndarray, single, head, tail, middle, slots) -> np.ndarray
     cap = np.where(j == 1, single, head + tail + (j - 2) * np.where(j >= 3, middle, 0.0))
     ok = (j >= 1) & (j <= slots) & (cap > NONE / 2) & ((j < 3) | (middle > 0))
     return np.where(ok, cap, NONE)
+
+
+def block_roles(a: dict[str, np.ndarray], held, j: np.ndarray, whole: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+    """gain[(f, l)]: block_layers of a host's block of j stages under each option, f / l: whether it holds the
+    pipeline's first / last stage; a single stage pays both its ends (the embedding, the LM head or a send to another
+    host), a block's head and tail one end and one own-mesh send, its middle stages two own-mesh sends. The (1, 1)
+    role, a block with the first and the last stage, is the whole pipeline: at the stage counts `whole` only. a: the
+    host's per-option first, last, cross, intra and slots; held(penalties): the whole layers a stage holds with each of
+    a stack of penalties (planner/mesh_bound.py at one cycle, planner/mesh_first.py at a grid of them)."""
+    first, last, cross, intra = a["first"], a["last"], a["cross"], a["intra"]
+    fc, cl, cc, fi, ci, li, ii, fl = held(np.stack([first + cross, cross + last, 2 * cross, first + intra,
+                                                    cross + intra, last + intra, 2 * intra, first + last]))
+    out = {key: block_layers(j, single, head, tail, ii, a["slots"])
+           for key, single, head, tail in (((0, 0), cc, ci, ci), ((1, 0), fc, fi, ci), ((0, 1), cl, ci, li))}
+    out[(1, 1)] = block_layers(whole, fl, fi, li, ii, a["slots"])
+    return out
