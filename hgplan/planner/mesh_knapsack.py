@@ -64,12 +64,14 @@ def step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: int
     held = np.concatenate([held, np.full(held.shape[:-1] + (1,), NONE)], axis=-1)[..., knapsack_before(P)]
     used = np.stack([gains[r] for r in roles])
     used[..., 0] = NONE  # a used host takes at least one stage
-    cand = (held[:, None] + used[None, ..., None, :]).max(axis=-1)  # [s, r, ..., total], every pair at once
+    pairs = [(i, k, key) for i, s in enumerate(live) for k, r in enumerate(roles) if (key := to(s, r)) is not None]
+    if not pairs:
+        return out
+    si, ri = (np.array([p[n] for p in pairs]) for n in (0, 1))
+    cand = (held[si] + used[ri][..., None, :]).max(axis=-1)  # [pair, ..., total], every pair that can follow at once
     cand = np.where(cand > NONE / 2, cand, NONE)
-    for i, s in enumerate(live):
-        for k, r in enumerate(roles):
-            if (key := to(s, r)) is not None:
-                out[key] = np.maximum(out[key], cand[i, k])
+    for n, (_, _, key) in enumerate(pairs):
+        out[key] = np.maximum(out[key], cand[n])
     return out
 
 
@@ -93,7 +95,12 @@ def block_roles(a: dict[str, np.ndarray], held, j: np.ndarray, whole: np.ndarray
     first, last, cross, intra = a["first"], a["last"], a["cross"], a["intra"]
     fc, cl, cc, fi, ci, li, ii, fl = held(np.stack([first + cross, cross + last, 2 * cross, first + intra,
                                                     cross + intra, last + intra, 2 * intra, first + last]))
-    out = {key: block_layers(j, single, head, tail, ii, a["slots"])
-           for key, single, head, tail in (((0, 0), cc, ci, ci), ((1, 0), fc, fi, ci), ((0, 1), cl, ci, li))}
+    # the three roles' blocks at once (a leading axis over them, j's shape and theirs broadcast behind it), then the
+    # whole pipeline's
+    lead = (3,) + (1,) * max(0, j.ndim - cc.ndim) + cc.shape
+    held_by_role = block_layers(j[None], *(np.stack(parts).reshape(lead) for parts in ((cc, fc, cl), (ci, fi, ci),
+                                                                                       (ci, ci, li))), ii, a["slots"])
+    held_by_role.setflags(write=False)  # shared by a class's hosts (per_class)
+    out = dict(zip(((0, 0), (1, 0), (0, 1)), held_by_role))
     out[(1, 1)] = block_layers(whole, fl, fi, li, ii, a["slots"])
     return out

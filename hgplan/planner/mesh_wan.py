@@ -27,24 +27,26 @@ def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int,
             "lL": loc + last, "wL": wan + last, "fi": first + intra, "li": loc + intra, "wi": wan + intra,
             "Li": last + intra, "ii": 2 * intra}
     layers = whole_layers(cycle, np.stack(list(ends.values())), a["tau"], a["most"])
-    held = {k: v[None, None, :] for k, v in zip(ends, layers)}
+    # held[end][i, 0, o]: what a stage of option o with these ends counts at price i (one array over the ends)
+    held = np.repeat(layers[:, None, None, :], prices.size, axis=1)
+    at = {name: n for n, name in enumerate(ends)}
     price = prices[:, None, None]
     # stages with e ends across sites (at the price 0 alone, the layers as they are)
     for name, e in (("lw", 1), ("ww", 2), ("fw", 1), ("wL", 1), ("wi", 1)) if prices.any() else ():
-        k, spare = held[name], cycle - ends[name] - a["wan_lat"]
+        k, spare = layers[at[name]], cycle - ends[name] - a["wan_lat"]
         with np.errstate(invalid="ignore"):  # an end no option can take (inf) is NONE whatever the price
             value = np.where(price * e * a["tau"] < 1, k + price * e * (spare - k * a["tau"]),
                              1 + price * e * (spare - a["tau"]))
-        held[name] = np.where(k >= 1, value, NONE)
-    j, ii = np.arange(P + 1)[None, :, None], held["ii"]
-
-    def block(single: str, head: str, tail: str) -> np.ndarray:
-        cap = block_layers(j, held[single], held[head], held[tail], ii, a["slots"])
-        return np.broadcast_to(cap.max(axis=2), (prices.size, P + 1))
-
-    return {(0, 0, 0): block("ll", "li", "li"), (0, 0, 1): block("lw", "li", "wi"), (0, 0, 2): block("ww", "wi", "wi"),
-            (1, 0, 0): block("fl", "fi", "li"), (1, 0, 1): block("fw", "fi", "wi"),
-            (0, 1, 0): block("lL", "li", "Li"), (0, 1, 1): block("wL", "wi", "Li")}
+        held[at[name]] = np.where(k >= 1, value, NONE)
+    roles = {(0, 0, 0): ("ll", "li", "li"), (0, 0, 1): ("lw", "li", "wi"), (0, 0, 2): ("ww", "wi", "wi"),
+             (1, 0, 0): ("fl", "fi", "li"), (1, 0, 1): ("fw", "fi", "wi"), (0, 1, 0): ("lL", "li", "Li"),
+             (0, 1, 1): ("wL", "wi", "Li")}
+    # every role's blocks at once: one array per part of the block, a leading axis over the roles
+    single, head, tail = (held[[at[names[n]] for names in roles.values()]] for n in range(3))
+    cap = block_layers(np.arange(P + 1)[None, None, :, None], single, head, tail, held[at["ii"]], a["slots"])
+    gains = cap.max(axis=3)
+    gains.setflags(write=False)  # shared by a class's hosts (per_class)
+    return dict(zip(roles, gains))
 
 
 def site_capacity(hosts: list[dict[str, np.ndarray]], sites: list[str], cycle: float, P: int,
