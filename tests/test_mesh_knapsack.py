@@ -1,0 +1,113 @@
+"""The mesh bounds' knapsack pieces (planner/mesh_knapsack.py, planner/mesh_wan.py) against plain per-role and per-pair
+computations: the vectorised forms must give the same arrays, bit for bit, whatever the shapes they are called with."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from hgplan.planner.mesh_knapsack import block_layers, block_roles, merged, step
+from hgplan.planner.mesh_order import NONE
+from hgplan.planner.mesh_wan import _site_gains
+
+
+def _host(rng: np.random.Generator, options: int) -> dict[str, np.ndarray]:
+    """Per-option columns of a host, some options without a second slot or an own-mesh send."""
+    a = {k: rng.uniform(50, 3000, options) for k in ("first", "last", "cross", "intra", "local", "wan")}
+    a["intra"][rng.random(options) < 0.2] = np.inf
+    a.update(tau=rng.uniform(200, 4000, options), most=rng.integers(1, 40, options).astype(float),
+             slots=rng.integers(1, 9, options).astype(float), wan_lat=np.full(options, rng.uniform(0, 5000)))
+    return a
+
+
+def _held_at(a: dict[str, np.ndarray], cycles: np.ndarray):
+    """Whole layers at these cycles (any shape broadcast against the options' axis), NONE below one."""
+    def held(penalties: np.ndarray) -> np.ndarray:
+        k = np.minimum(np.floor((cycles[..., None] - penalties[(slice(None),) + (None,) * cycles.ndim])
+                                / a["tau"]), a["most"])
+        return np.where(k >= 1, k, NONE)
+    return held
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_roles_match_each_role_alone(seed):
+    rng = np.random.default_rng(seed)
+    a = _host(rng, int(rng.integers(1, 12)))
+    P = int(rng.integers(1, 9))
+    # the tables' bound: one cycle, j as a column; the first bound: a grid of cycles, j on a leading axis
+    for cycles, j in ((np.array(rng.uniform(2000, 60000)), np.arange(P + 1)[:, None]),
+                      (rng.uniform(2000, 60000, 5), np.arange(P + 1)[:, None, None]),
+                      (rng.uniform(2000, 60000, (2, 3)), np.arange(P + 1)[:, None, None, None]),
+                      (rng.uniform(2000, 60000, (2, 3)), np.array([[min(2, P)]]))):  # fewer axes than the parts
+        held = _held_at(a, cycles)
+        got = block_roles(a, held, j, j)
+        first, last, cross, intra = a["first"], a["last"], a["cross"], a["intra"]
+        fc, cl, cc, fi, ci, li, ii, fl = held(np.stack([first + cross, cross + last, 2 * cross, first + intra,
+                                                        cross + intra, last + intra, 2 * intra, first + last]))
+        parts = {(0, 0): (cc, ci, ci), (1, 0): (fc, fi, ci), (0, 1): (cl, ci, li), (1, 1): (fl, fi, li)}
+        want = {key: block_layers(j, *three, ii, a["slots"]) for key, three in parts.items()}
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+
+
+def _plain_step(states, gains, P, to, optional=True):
+    """One host more, pair by pair and stage count by stage count."""
+    out = {k: v.copy() if optional else np.full_like(v, NONE) for k, v in states.items()}
+    for (s, held), (r, gain) in itertools.product(states.items(), gains.items()):
+        if (key := to(s, r)) is None:
+            continue
+        for idx in np.ndindex(held.shape[:-1]):
+            for total, j in itertools.product(range(P + 1), range(1, P + 1)):
+                before, added = held[idx + (total - j,)], gain[idx + (j,)]
+                if j <= total and before > NONE / 2 and added > NONE / 2:
+                    out[key][idx + (total,)] = max(out[key][idx + (total,)], before + added)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_step_matches_every_pair_alone(seed):
+    rng = np.random.default_rng(100 + seed)
+    P, lead = int(rng.integers(1, 7)), tuple(int(n) for n in rng.integers(1, 3, int(rng.integers(0, 2))))
+    states = {(f, ll): np.where(rng.random(lead + (P + 1,)) < 0.6, rng.integers(0, 30, lead + (P + 1,)), NONE)
+              .astype(float) for f in (0, 1) for ll in (0, 1)}
+    states[(1, 1)][...] = NONE  # a state no host reached yet
+    gains = {r: np.where(rng.random(lead + (P + 1,)) < 0.7, rng.integers(1, 20, lead + (P + 1,)), NONE).astype(float)
+             for r in ((0, 0), (1, 0), (0, 1))}
+    for optional in (True, False):
+        got, want = step(states, gains, P, merged, optional), _plain_step(states, gains, P, merged, optional)
+        assert got.keys() == want.keys()
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_site_gains_match_each_role_alone(seed):
+    rng = np.random.default_rng(200 + seed)
+    a = _host(rng, int(rng.integers(1, 10)))
+    P, cycle = int(rng.integers(1, 8)), float(rng.uniform(3000, 60000))
+    for prices in (np.zeros(1), np.concatenate([[0.0], rng.uniform(1e-4, 5e-3, 4)])):
+        got = _site_gains(a, cycle, P, prices)
+        # the same, role by role: held per end at each price, one block per role
+        first, last, intra, loc, wan = a["first"], a["last"], a["intra"], a["local"], a["wan"]
+        ends = {"ll": loc + loc, "lw": loc + wan, "ww": wan + wan, "fl": first + loc, "fw": first + wan,
+                "lL": loc + last, "wL": wan + last, "fi": first + intra, "li": loc + intra, "wi": wan + intra,
+                "Li": last + intra, "ii": 2 * intra}
+        with np.errstate(invalid="ignore"):
+            held = {n: np.where((k := np.minimum(np.floor((cycle - e) / a["tau"] + 1e-6), a["most"])) >= 1, k, NONE)
+                    [None, None, :] for n, e in ends.items()}
+            price = prices[:, None, None]
+            for name, e in (("lw", 1), ("ww", 2), ("fw", 1), ("wL", 1), ("wi", 1)) if prices.any() else ():
+                k, spare = held[name], cycle - ends[name] - a["wan_lat"]
+                value = np.where(price * e * a["tau"] < 1, k + price * e * (spare - k * a["tau"]),
+                                 1 + price * e * (spare - a["tau"]))
+                held[name] = np.where(k >= 1, value, NONE)
+        j = np.arange(P + 1)[None, :, None]
+        for key, (s, h, t) in {(0, 0, 0): ("ll", "li", "li"), (0, 0, 1): ("lw", "li", "wi"),
+                               (0, 0, 2): ("ww", "wi", "wi"), (1, 0, 0): ("fl", "fi", "li"),
+                               (1, 0, 1): ("fw", "fi", "wi"), (0, 1, 0): ("lL", "li", "Li"),
+                               (0, 1, 1): ("wL", "wi", "Li")}.items():
+            want = np.broadcast_to(block_layers(j, held[s], held[h], held[t], held["ii"], a["slots"]).max(axis=2),
+                                   (prices.size, P + 1))
+            np.testing.assert_array_equal(got[key], want)
