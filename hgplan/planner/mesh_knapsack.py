@@ -67,11 +67,11 @@ def step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: int
     pairs = [(i, k, key) for i, s in enumerate(live) for k, r in enumerate(roles) if (key := to(s, r)) is not None]
     if not pairs:
         return out
-    si, ri = (np.array([p[n] for p in pairs]) for n in (0, 1))
-    cand = (held[si] + used[ri][..., None, :]).max(axis=-1)  # [pair, ..., total], every pair that can follow at once
+    si, ri, keys = zip(*pairs)
+    cand = (held[list(si)] + used[list(ri)][..., None, :]).max(axis=-1)  # [pair, ..., total]: the pairs that can follow
     cand = np.where(cand > NONE / 2, cand, NONE)
-    for n, (_, _, key) in enumerate(pairs):
-        out[key] = np.maximum(out[key], cand[n])
+    for key, value in zip(keys, cand):
+        out[key] = np.maximum(out[key], value)
     return out
 
 
