@@ -8,7 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
-from hgplan.planner.mesh_knapsack import block_layers, block_roles, merged, step
+from hgplan.planner import mesh_bound
+from hgplan.planner.mesh_knapsack import ANY_ROLE, ROLES, block_layers, block_roles, merged, roles_step, step
 from hgplan.planner.mesh_order import NONE
 from hgplan.planner.mesh_wan import _site_gains
 
@@ -80,6 +81,74 @@ def test_step_matches_every_pair_alone(seed):
         assert got.keys() == want.keys()
         for key in want:
             np.testing.assert_array_equal(got[key], want[key])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_roles_step_matches_every_pair_alone(seed):
+    """The array form of step over the four roles (the stage-coupled work's knapsack) gives what the pairs give one
+    by one."""
+    rng = np.random.default_rng(300 + seed)
+    P, lead = int(rng.integers(1, 7)), tuple(int(n) for n in rng.integers(1, 3, int(rng.integers(0, 2))))
+    held = np.where(rng.random((4,) + lead + (P + 1,)) < 0.6, rng.integers(-30, 30, (4,) + lead + (P + 1,)), NONE)
+    held = held.astype(float)
+    held[3] = NONE  # a state no host reached yet
+    gains = np.where(rng.random((4,) + lead + (P + 1,)) < 0.7, rng.integers(-20, 20, (4,) + lead + (P + 1,)), NONE)
+    gains = gains.astype(float)
+    gains[..., 0] = NONE
+    for optional in (True, False):
+        got = roles_step(held, gains, P, optional=optional)
+        want = _plain_step(dict(zip(ROLES, held)), dict(zip(ROLES, gains)), P, merged, optional)
+        for i, key in enumerate(ROLES):
+            np.testing.assert_array_equal(got[i], want[key])
+        # without roles: one state, which any block follows
+        got = roles_step(held[:1], gains[:1], P, ANY_ROLE, optional=optional)
+        want = _plain_step({0: held[0]}, {0: gains[0]}, P, lambda s, r: 0, optional)
+        np.testing.assert_array_equal(got[0], want[0])
+
+
+def _least_work(caps, taus, P: int, L: int) -> float:
+    """The least work of L layers on exactly P stages, host by host unused or in one role, option and stage count
+    (one block holding the first stage and one the last), j <= x <= cap layers each, fastest first: by enumeration."""
+    best = np.inf
+    choices = [[None] + [(r, o, j) for r in cap for o in range(cap[r].shape[1]) for j in range(1, P + 1)
+                         if cap[r][j, o] >= 1] for cap in caps]
+    for pick in itertools.product(*choices):
+        used = [(h, c) for h, c in enumerate(pick) if c is not None]
+        state = (0, 0)
+        for _, (r, _, _) in used:
+            state = merged(state, r) if state is not None else None
+        if state != (1, 1) or sum(j for _, (_, _, j) in used) != P:
+            continue
+        lows = [(float(taus[h][o]), j, int(caps[h][r][j, o])) for h, (r, o, j) in used]
+        left, work = L - sum(j for _, j, _ in lows), sum(tau * j for tau, j, _ in lows)
+        for tau, j, cap in sorted(lows):
+            take = max(0, min(cap - j, left))
+            work, left = work + take * tau, left - take
+        if left == 0:
+            best = min(best, work)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_role_coupled_work_is_below_the_least_work_and_above_the_role_free(seed):
+    """The stage-coupled work's dual with the roles (mesh_bound._dual_work) never exceeds the least work of a plan in
+    which one block holds the first stage and one the last (by enumeration, at every price), and never falls below
+    the dual without them, in which every block takes its best role."""
+    rng = np.random.default_rng(400 + seed)
+    P, options = int(rng.integers(1, 5)), int(rng.integers(1, 3))
+    hosts = [_host(rng, options) for _ in range(int(rng.integers(2, 4)))]
+    for a in hosts:
+        a["cross"] *= 4  # sends to other hosts dearer than the embedding and the head: the roles differ
+    cycle = float(rng.uniform(15000, 50000))
+    caps = [mesh_bound._option_gains(a, cycle, P) for a in hosts]
+    taus = [a["tau"] for a in hosts]
+    L = int(rng.integers(P, P + 8))
+    prices = np.linspace(150, 4500, 7)
+    coupled = mesh_bound._dual_work(caps, taus, P, L, prices, roles=True)
+    free = mesh_bound._dual_work(caps, taus, P, L, prices)
+    exact = _least_work(caps, taus, P, L)
+    assert np.all(coupled <= exact + 1e-6), (coupled, exact)
+    assert np.all(coupled >= free - 1e-6), (coupled, free)
 
 
 @pytest.mark.parametrize("seed", range(4))

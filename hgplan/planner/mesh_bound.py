@@ -29,7 +29,9 @@ planner/mesh_sites.py calls this per set of sites a plan can use; for a set of t
 cycle comes from planner/mesh_wan.py, where each site's blocks face another site at least once or twice, and, where
 the tables' cycle holds 1F1B's loops (loops=True), the stages next to each crossing leave it twice its latency of
 slack (a Lagrangian dual; the least cycle without the loops first, then with them from there up, and the larger
-work term of the two). The knapsacks' arithmetic is planner/mesh_knapsack.py's.
+work term of the two); there the stage-coupled W also has some block of each site face another and, where that
+still leaves it short of the incumbent, one block hold each end of the pipeline (_dual_work's roles). The knapsacks'
+arithmetic is planner/mesh_knapsack.py's.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hgplan.planner.mesh_knapsack import block_layers, block_roles, knapsack_before, merged, per_class, shared, step
+from hgplan.planner.mesh_knapsack import (ANY_ROLE, ROLE_PAIRS, ROLES, Roles, block_layers, block_roles, merged,
+                                         per_class, roles_step, shared, step)
 from hgplan.planner.mesh_order import LAYER_SLACK, NONE, least_ordered_cycle, order_hosts, whole_layers
 from hgplan.planner.mesh_tables import MeshTables
 from hgplan.planner.mesh_wan import loop_prices, prices_loops, site_capacity
@@ -118,30 +121,32 @@ def _capacity(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> float
     return float(best[(1, 1)][P])
 
 
-def _caps(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> list[np.ndarray]:
-    """Per host, cap[j, o]: most layers j stages of option o hold at this cycle in the role that holds most (below
-    one: it cannot take j stages)."""
-    return per_class(hosts, lambda a: np.max(list(_option_gains(a, cycle, P).values()), axis=0))
+def _caps(hosts: list[dict[str, np.ndarray]], cycle: float, P: int) -> list[Roles]:
+    """Per host and role (f, l), cap[j, o]: most layers j stages of option o hold at this cycle in a block that holds
+    the pipeline's first / last stage as f / l say (below one: it cannot take j stages; _option_gains)."""
+    return per_class(hosts, lambda a: _option_gains(a, cycle, P))
 
 
-def _wan_caps(a: dict[str, np.ndarray], cycle: float, P: int) -> np.ndarray:
-    """As _caps' cap[j, o], of a block with at least one end facing a host of another site (its send the least across
-    sites, the other end's the least of any): one stage, or a head and a tail of which one faces it."""
+def _wan_caps(a: dict[str, np.ndarray], cycle: float, P: int) -> Roles:
+    """As _caps' roles, of a block with at least one end facing a host of another site (its send the least across
+    sites, the other end's the least of its role: another host's, the embedding's or the LM head's): one stage, or a
+    head facing it and a tail. No such block holds both the first and the last stage."""
     fw, wl, wc, wi, ci, fi, li, ii = _held(a, cycle, np.stack([
         a["first"] + a["wan"], a["wan"] + a["last"], a["wan"] + a["cross"], a["wan"] + a["intra"],
         a["cross"] + a["intra"], a["first"] + a["intra"], a["last"] + a["intra"], 2 * a["intra"]]))
     j = np.arange(P + 1)[:, None]
-    return block_layers(j, np.maximum.reduce([fw, wl, wc]), wi, np.maximum.reduce([ci, fi, li]), ii, a["slots"])
+    return {role: block_layers(j, single, wi, tail, ii, a["slots"])
+            for role, single, tail in (((0, 0), wc, ci), ((1, 0), fw, fi), ((0, 1), wl, li))}
 
 
-def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], L: int) -> float:
+def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], L: int) -> float:
     """W(cycle), caps = _caps at that cycle: least work (us) of the L layers on stages no longer than the cycle. Host
     h holds at most its best block's layers under any option and role, each at no less than the per-layer time of
     its fastest option that holds a layer at this cycle; the layers go fastest host first (inf when the caps cannot
     take them)."""
     rows = []
-    for a, cap in zip(hosts, caps):
-        per_option = cap.max(axis=0)
+    for a, roles in zip(hosts, caps):
+        per_option = np.max(list(roles.values()), axis=(0, 1))
         holds = per_option >= 1
         if holds.any():
             rows.append((float(a["tau"][holds].min()), float(per_option.max())))
@@ -154,76 +159,83 @@ def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], L: int)
     return math.inf
 
 
-def _dual_work(caps: list[np.ndarray], taus: list[np.ndarray], P: int, L: int, prices: np.ndarray,
-               across: tuple[list[str], list[np.ndarray]] | None = None,
-               forced: frozenset[int] = frozenset()) -> np.ndarray:
+def _dual_work(caps: list[Roles], taus: list[np.ndarray], P: int, L: int, prices: np.ndarray,
+               across: tuple[list[str], list[Roles]] | None = None,
+               forced: frozenset[int] = frozenset(), roles: bool = False) -> np.ndarray:
     """At each price per layer: a lower bound of the least work of L layers on exactly P stages, where a used host
     takes j stages under one option o and j <= x <= cap[j, o] layers at x tau_o. Pricing the layer count instead of
     requiring it (Lagrangian relaxation), a host's best is x = j when tau_o >= price and x = cap[j, o] below; a
     min-plus knapsack over stage counts gives the least sum of x (tau_o - price) over P stages, and that plus
-    price x L is below the least work at every price (weak duality). across = (the hosts' sites, their caps with a
-    block end facing another site, _wan_caps): plans over every one of those sites (two or more), where some block
-    of each site faces another (the knapsack runs site by site with a flag for it, and every site is used); forced
-    (without across): the indices of hosts every plan uses, which take one stage or more."""
+    price x L is below the least work at every price (weak duality). roles: the knapsack has a state per (first stage
+    placed, last stage placed), as _capacity's, and each host's block one role (its cap that role's), so one block
+    holds each end of the pipeline and the others pay a send to another host at both; without, every block takes the
+    cap of its best role. across = (the hosts' sites, their caps with a block end facing another site, _wan_caps):
+    plans over every one of those sites (two or more), where some block of each site faces another (the knapsack
+    runs site by site with a flag for it, and every site is used); forced (without across): the indices of hosts
+    every plan uses, which take one stage or more. The knapsack is max-plus (mesh_knapsack.roles_step) over the
+    negated sums."""
     assert not (forced and across), "forced hosts are for the knapsack over hosts only"
-    price = prices[:, None, None]
-    j = np.arange(P + 1)[None, :, None]
-    before = knapsack_before(P)
+    j = np.arange(P + 1)[None, None, :, None]
+    pairs, states = (ROLE_PAIRS, len(ROLES)) if roles else (ANY_ROLE, 1)
 
-    def host_values(cap_tau: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        cap, tau = cap_tau
-        d = tau[None, None, :] - price
-        val = np.where(cap[None] >= 1, np.where(d >= 0, j * d, (cap[None] + LAYER_SLACK) * d), np.inf).min(axis=2)
-        val[:, 0] = np.inf  # a used host takes at least one stage
-        return val
+    def host_gains(cap_tau: tuple[Roles, np.ndarray]) -> np.ndarray:
+        caps_by_role, tau = cap_tau
+        none = np.full(next(iter(caps_by_role.values())).shape, NONE)
+        cap = np.stack([caps_by_role.get(role, none) for role in ROLES])  # [role, stages, option]
+        cap = (cap if roles else cap.max(axis=0, keepdims=True))[:, None]  # [role, 1, stages, option]
+        d = (tau[None, :] - prices[:, None])[None, :, None, :]  # [1, price, 1, option]
+        val = np.where(cap >= 1, np.where(d >= 0, j * d, (cap + LAYER_SLACK) * d), np.inf).min(axis=-1)
+        gains = np.where(np.isfinite(val), -val, NONE)
+        gains[..., 0] = NONE  # a used host takes at least one stage
+        gains.setflags(write=False)  # shared by a class's hosts (per_class)
+        return gains
 
-    def added(best: np.ndarray, val: np.ndarray) -> np.ndarray:
-        ext = np.concatenate([best, np.full((prices.size, 1), np.inf)], axis=1)
-        return (ext[:, before] + val[:, None, :]).min(axis=2)
+    def per_host(cs: list[Roles]) -> list[np.ndarray]:
+        return per_class(list(zip(cs, taus)), host_gains, key=lambda ct: (id(ct[0]), id(ct[1])))
 
-    def start() -> np.ndarray:
-        out = np.full((prices.size, P + 1), np.inf)
-        out[:, 0] = 0.0
-        return out
-
-    def per_host(cs: list[np.ndarray]) -> list[np.ndarray]:
-        return per_class(list(zip(cs, taus)), host_values, key=lambda ct: (id(ct[0]), id(ct[1])))
-
-    vals = per_host(caps)
-    best = start()
+    best = np.full((states, prices.size, P + 1), NONE)
+    best[0, :, 0] = 0.0
+    gains = per_host(caps)
     if across is None:
-        for i, val in enumerate(vals):
-            best = added(best, val) if i in forced else np.minimum(best, added(best, val))
-        return best[:, P] + prices * L
-    sites, wcaps = across
-    wan = per_host(wcaps)
-    for site in dict.fromkeys(sites):
-        free, faced = start(), np.full((prices.size, P + 1), np.inf)  # no block facing another site yet / one
-        for val, wval in ((v, w) for v, w, x in zip(vals, wan, sites) if x == site):
-            free, faced = (np.minimum(free, added(free, val)),
-                           np.minimum.reduce([faced, added(faced, val), added(faced, wval), added(free, wval)]))
-        best = added(best, faced)  # every site is used, and faces another
-    return best[:, P] + prices * L
+        for i, g in enumerate(gains):
+            best = roles_step(best, g, P, pairs, optional=i not in forced)
+    else:
+        sites, wan = across[0], per_host(across[1])
+        for site in dict.fromkeys(sites):
+            free, faced = best, np.full_like(best, NONE)  # no block of the site facing another yet / one
+            for g, w in ((g, w) for g, w, x in zip(gains, wan, sites) if x == site):
+                # a site already faced takes the host's block facing another site or not, whichever gains more
+                faced = np.maximum(roles_step(faced, np.maximum(g, w), P, pairs),
+                                   roles_step(free, w, P, pairs, optional=False))
+                free = roles_step(free, g, P, pairs)
+            best = faced  # every site is used, and faces another
+    most = best[-1, :, P]  # both ends placed (the one state without roles)
+    return np.where(most > NONE / 2, -most, np.inf) + prices * L
 
 
-def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[np.ndarray], P: int, L: int,
-                   enough: float = math.inf, across: tuple[list[str], list[np.ndarray]] | None = None,
-                   forced: frozenset[int] = frozenset()) -> float:
+def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int, L: int,
+                   enough: float = math.inf, across: tuple[list[str], list[Roles]] | None = None,
+                   forced: frozenset[int] = frozenset(), roles: bool = False) -> float:
     """W(cycle) with the stage count coupled (the greedy W of _work_at lets every host hold its most layers however
     few stages are left for it), caps = _caps at that cycle: the best price of _dual_work found. The dual is concave
     in the price and peaks between the least and the largest tau; each round narrows the bracket to the best price's
     neighbours. The rounds stop once the value reaches `enough` (all the caller needs); across and forced as
-    _dual_work's."""
+    _dual_work's. roles: where the dual without them stays below `enough`, its rounds again with them (_dual_work's
+    roles: tighter and dearer; the level of the bound that has them took 24.5 -> 36 s on the first 40 candidates of
+    benchmarks/mesh_search.py's four-site fleet)."""
     taus = [a["tau"] for a in hosts]
-    prices = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), DUAL_PRICES)
     best = -math.inf
-    for _ in range(DUAL_ROUNDS):
-        vals = _dual_work(caps, taus, P, L, prices, across, forced)
-        i = int(np.argmax(vals))
-        best = max(best, float(vals[i]))
+    for coupled in (False, True) if roles else (False,):
         if best >= enough:
             break
-        prices = np.linspace(prices[max(i - 1, 0)], prices[min(i + 1, DUAL_PRICES - 1)], DUAL_PRICES)
+        prices = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), DUAL_PRICES)
+        for _ in range(DUAL_ROUNDS):
+            vals = _dual_work(caps, taus, P, L, prices, across, forced, coupled)
+            i = int(np.argmax(vals))
+            best = max(best, float(vals[i]))
+            if best >= enough:
+                break
+            prices = np.linspace(prices[max(i - 1, 0)], prices[min(i + 1, DUAL_PRICES - 1)], DUAL_PRICES)
     return best
 
 
@@ -250,7 +262,7 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
 
     def stage_work(cycle: float, enough: float = math.inf) -> float:
         across = None if sites is None else (sites, per_class(hosts, lambda a: _wan_caps(a, cycle, P)))
-        return _stage_work_at(hosts, caps(cycle), P, L, enough, across)
+        return _stage_work_at(hosts, caps(cycle), P, L, enough, across, roles=across is not None)
 
     if m == 1:
         return max(work(top), stage_work(top) if stages else -math.inf)

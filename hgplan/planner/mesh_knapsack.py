@@ -49,6 +49,32 @@ def merged(state: tuple[int, int], role: tuple[int, int]) -> tuple[int, int] | N
     return None if (f and fh) or (ll and lh) else (f | fh, ll | lh)
 
 
+ROLES = ((0, 0), (1, 0), (0, 1), (1, 1))
+"""The (first stage placed, last stage placed) states of roles_step's knapsacks, and a block's roles, in this order."""
+Roles = dict[tuple[int, int], np.ndarray]
+"""Per role (f, l) of a host's block, whether it holds the pipeline's first / last stage: the most layers its blocks
+of j stages hold, [j, option]."""
+ROLE_PAIRS = np.array([(s, r, ROLES.index(k)) for s in range(4) for r in range(4)
+                       if (k := merged(ROLES[s], ROLES[r])) is not None]).T
+"""(state, role, state after) of every role that can follow a state, as three index arrays (roles_step's `pairs`)."""
+ANY_ROLE = np.zeros((3, 1), dtype=int)
+"""roles_step's `pairs` of a knapsack without roles: one state, one role."""
+
+
+def roles_step(held: np.ndarray, gains: np.ndarray, P: int, pairs: np.ndarray = ROLE_PAIRS,
+               optional: bool = True) -> np.ndarray:
+    """step with states and roles as arrays: held[state, ..., t] the most t stages hold in each state, gains[role, ...,
+    j] what the host (or site) holds with j stages in each role, NONE where it cannot (gains[..., 0] must be NONE: a
+    used host takes at least one stage); pairs: (state, role, state after) of the roles that can follow each state
+    (ROLE_PAIRS over ROLES, or ANY_ROLE); returns the states after it (if optional, it may stay unused)."""
+    state, role, after = pairs
+    ext = np.concatenate([held, np.full(held.shape[:-1] + (1,), NONE)], axis=-1)[..., knapsack_before(P)]
+    cand = (ext[state] + gains[role][..., None, :]).max(axis=-1)  # [pair, ..., total]
+    out = held.copy() if optional else np.full_like(held, NONE)
+    np.maximum.at(out, after, cand)
+    return np.where(out > NONE / 2, out, NONE)
+
+
 def step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: int, to,
          optional: bool = True) -> dict[tuple, np.ndarray]:
     """One host (or site) more in a max-plus knapsack over stage counts: states[s][..., t] the most layers t stages
