@@ -227,21 +227,25 @@ def test_the_loop_dual_raises_bounds_across_sites(monkeypatch):
     assert sum(a > b + 1.0 for a, b in zip(with_dual, without)) >= 1
 
 
+def _benchmark_tables(gpus: int, sites: int, types: int, *, B: int, P: int):
+    """The tables of candidate (B, P) of a synthetic fleet of benchmarks/search_scaling.py (its model, sequence 4096,
+    global batch 512), and the fill work of its B."""
+    from search_scaling import model_for, synthetic
+
+    fleet = synthetic(gpus, sites, types)
+    train = TrainingSettings(seq_length=4096, global_batch_size=512)
+    opts = SearchOptions(target=Target.FLAGSCALE)
+    costs, groups = CostSource(fleet, model_for(gpus)[1], train), list(fleet.groups)
+    return build_mesh_tables(costs, B, P, groups, opts), mesh_first.first_bounds(costs, groups, opts)[1][B]
+
+
 def test_the_work_across_sites_raises_the_three_site_bound(monkeypatch):
     """The stage-coupled work with some block of each site facing another (mesh_bound._wan_caps in _dual_work's
     knapsack site by site, every site used) raises the bound where the crossings' sends are large: benchmarks/
     mesh_search.py's three-site 1024-GPU fleet, B = 16, P = 16 (measured 0.9729 -> 0.9805 of the stock incumbent,
     4.128 s; asserted: 0.5% higher). Without it each block's caps are its best under any role, so any block meets a
     site's flag. The bound stays below the exhaustive optima of the small fleets above (its validity test)."""
-    from search_scaling import model_for, synthetic
-
-    fleet = synthetic(1024, 3, 4)
-    model = model_for(1024)[1]
-    train = TrainingSettings(seq_length=4096, global_batch_size=512)
-    opts = SearchOptions(target=Target.FLAGSCALE)
-    costs, groups = CostSource(fleet, model, train), list(fleet.groups)
-    fill = mesh_first.first_bounds(costs, groups, opts)[1][16]
-    t = build_mesh_tables(costs, 16, 16, groups, opts)
+    t, fill = _benchmark_tables(1024, 3, 4, B=16, P=16)
     with_work = mesh_sites.site_set_bound(t, fill, stages=True).bound_us
     monkeypatch.setattr(mesh_bound, "_wan_caps", lambda a, cycle, P: {
         role: cap for role, cap in mesh_bound._option_gains(a, cycle, P).items() if role != (1, 1)})
@@ -256,15 +260,7 @@ def test_the_roles_in_the_stage_coupled_work_raise_the_four_site_bound(monkeypat
     P = 15 (measured 0.961 -> 0.971 of the stock incumbent, 4.500 s; asserted: 0.5% higher). Without the roles every
     block may take the pipeline's end. The bound stays below the exhaustive optima of the small fleets above, and
     tests/test_mesh_knapsack.py checks the dual against enumerated least work."""
-    from search_scaling import model_for, synthetic
-
-    fleet = synthetic(1000, 4, 5)
-    model = model_for(1000)[1]
-    train = TrainingSettings(seq_length=4096, global_batch_size=512)
-    opts = SearchOptions(target=Target.FLAGSCALE)
-    costs, groups = CostSource(fleet, model, train), list(fleet.groups)
-    fill = mesh_first.first_bounds(costs, groups, opts)[1][16]
-    t = build_mesh_tables(costs, 16, 15, groups, opts)
+    t, fill = _benchmark_tables(1000, 4, 5, B=16, P=15)
     with_roles = mesh_sites.site_set_bound(t, fill, stages=True).bound_us
     dual = mesh_bound._dual_work
     monkeypatch.setattr(mesh_bound, "_dual_work", lambda *args: dual(*args[:7], roles=False))
