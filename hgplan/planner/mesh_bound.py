@@ -29,9 +29,10 @@ planner/mesh_sites.py calls this per set of sites a plan can use; for a set of t
 cycle comes from planner/mesh_wan.py, where each site's blocks face another site at least once or twice, and, where
 the tables' cycle holds 1F1B's loops (loops=True), the stages next to each crossing leave it twice its latency of
 slack (a Lagrangian dual; the least cycle without the loops first, then with them from there up, and the larger
-work term of the two); there the stage-coupled W also has some block of each site face another and, where that
-still leaves it short of the incumbent, one block hold each end of the pipeline (_dual_work's roles). The knapsacks'
-arithmetic is planner/mesh_knapsack.py's.
+work term of the two); there the stage-coupled W also has some block of each site face another, each used host
+beyond one per site add a boundary between hosts (mesh_fill.host_boundary_us) and, where that still leaves it short
+of the incumbent, one block hold each end of the pipeline (_dual_work's roles). The knapsacks' arithmetic is
+planner/mesh_knapsack.py's.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hgplan.planner.mesh_fill import fixed_part_us, host_boundary_us
 from hgplan.planner.mesh_knapsack import (ANY_ROLE, ROLE_PAIRS, ROLES, Roles, block_layers, block_roles, merged,
                                          per_class, roles_step, shared, step)
 from hgplan.planner.mesh_order import LAYER_SLACK, NONE, least_ordered_cycle, order_hosts, whole_layers
@@ -160,20 +162,21 @@ def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], L: int) -> f
 
 
 def _dual_work(caps: list[Roles], taus: list[np.ndarray], P: int, L: int, prices: np.ndarray,
-               across: tuple[list[str], list[Roles]] | None = None,
+               across: tuple[list[str], list[Roles], float] | None = None,
                forced: frozenset[int] = frozenset(), roles: bool = False) -> np.ndarray:
     """At each price per layer: a lower bound of the least work of L layers on exactly P stages, where a used host
     takes j stages under one option o and j <= x <= cap[j, o] layers at x tau_o. Pricing the layer count instead of
     requiring it (Lagrangian relaxation), a host's best is x = j when tau_o >= price and x = cap[j, o] below; a
-    min-plus knapsack over stage counts gives the least sum of x (tau_o - price) over P stages, and that plus
-    price x L is below the least work at every price (weak duality). roles: the knapsack has a state per (first stage
+    min-plus knapsack over stage counts gives the least sum of x (tau_o - price) over P stages, and that plus price
+    x L is below the least work at every price (weak duality). roles: the knapsack has a state per (first stage
     placed, last stage placed), as _capacity's, and each host's block one role (its cap that role's), so one block
     holds each end of the pipeline and the others pay a send to another host at both; without, every block takes the
-    cap of its best role. across = (the hosts' sites, their caps with a block end facing another site, _wan_caps):
-    plans over every one of those sites (two or more), where some block of each site faces another (the knapsack
-    runs site by site with a flag for it, and every site is used); forced (without across): the indices of hosts
-    every plan uses, which take one stage or more. The knapsack is max-plus (mesh_knapsack.roles_step) over the
-    negated sums."""
+    cap of its best role. across = (the hosts' sites, their caps with a block end facing another site, _wan_caps,
+    the least boundary between two hosts over the least counted for any boundary, host_boundary_us): plans over
+    every one of those sites (two or more), where some block of each site faces another (the knapsack runs site by
+    site with a flag for it, and every site is used), and each used host but one per site adds a boundary at that
+    cost; forced (without across): the indices of hosts every plan uses, which take one stage or more. The knapsack
+    is max-plus (mesh_knapsack.roles_step) over the negated sums."""
     assert not (forced and across), "forced hosts are for the knapsack over hosts only"
     j = np.arange(P + 1)[None, None, :, None]
     pairs, states = (ROLE_PAIRS, len(ROLES)) if roles else (ANY_ROLE, 1)
@@ -200,7 +203,9 @@ def _dual_work(caps: list[Roles], taus: list[np.ndarray], P: int, L: int, prices
         for i, g in enumerate(gains):
             best = roles_step(best, g, P, pairs, optional=i not in forced)
     else:
-        sites, wan = across[0], per_host(across[1])
+        sites, wan, boundary = across[0], per_host(across[1]), across[2]
+        if boundary > 0:  # each used host one boundary more (the sites' first ones given back below)
+            gains, wan = ([np.where(g > NONE / 2, g - boundary, NONE) for g in gs] for gs in (gains, wan))
         for site in dict.fromkeys(sites):
             free, faced = best, np.full_like(best, NONE)  # no block of the site facing another yet / one
             for g, w in ((g, w) for g, w, x in zip(gains, wan, sites) if x == site):
@@ -209,12 +214,13 @@ def _dual_work(caps: list[Roles], taus: list[np.ndarray], P: int, L: int, prices
                                    roles_step(free, w, P, pairs, optional=False))
                 free = roles_step(free, g, P, pairs)
             best = faced  # every site is used, and faces another
+        best = best + boundary * len(set(sites))
     most = best[-1, :, P]  # both ends placed (the one state without roles)
     return np.where(most > NONE / 2, -most, np.inf) + prices * L
 
 
 def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int, L: int,
-                   enough: float = math.inf, across: tuple[list[str], list[Roles]] | None = None,
+                   enough: float = math.inf, across: tuple[list[str], list[Roles], float] | None = None,
                    forced: frozenset[int] = frozenset(), roles: bool = False) -> float:
     """W(cycle) with the stage count coupled (the greedy W of _work_at lets every host hold its most layers however
     few stages are left for it), caps = _caps at that cycle: the best price of _dual_work found. The dual is concave
@@ -240,7 +246,8 @@ def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int
 
 
 def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, lo: float, hi: float,
-                   top: float, need: float, stages: bool, sites: list[str] | None = None) -> float:
+                   top: float, need: float, stages: bool, sites: list[str] | None = None,
+                   boundary_us: float = 0.0) -> float:
     """Least (m - 1) c + W(c) over the cycles c a plan can have: above lo (too short) and at most top. W does not
     increase, so on [c_i, c_i+1) the value is at least (m - 1) c_i + W(c_i+1) (and W(hi) below hi, the least
     cycle known to hold the layers); past lo + span, span = (W(hi) - W(top)) / (m - 1), nothing beats the value
@@ -261,7 +268,7 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
         return _work_at(hosts, caps(cycle), L)
 
     def stage_work(cycle: float, enough: float = math.inf) -> float:
-        across = None if sites is None else (sites, per_class(hosts, lambda a: _wan_caps(a, cycle, P)))
+        across = None if sites is None else (sites, per_class(hosts, lambda a: _wan_caps(a, cycle, P)), boundary_us)
         return _stage_work_at(hosts, caps(cycle), P, L, enough, across, roles=across is not None)
 
     if m == 1:
@@ -282,37 +289,6 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
             return min((m - 1) * lo + w_hi, float(vals[i]))
         known[i] = max(known[i], levels[done[i]](ends[i], need - (m - 1) * grid[i]))
         done[i] += 1
-
-
-def _sends_fill_us(t: MeshTables, wan: tuple[int, float] = (0, 0.0)) -> float:
-    """Least boundary time in the fill: each of the P - 1 boundaries at least the cheapest send and latency, both
-    ways; wan = (k, x): k of them cross between sites and cost at least x in all (planner/mesh_sites.py)."""
-    if t.pp == 1:
-        return 0.0
-    sends = t.send_values()
-    lats = [v for r in t.intra_lat_us for v in r] + [t.lat_us[h][h2] for h in range(len(t.hosts))
-                                                       for h2 in range(len(t.hosts)) if t.snd_us[h][h2] is not None]
-    return 2 * (t.pp - 1 - wan[0]) * (min(sends) + min(lats)) + wan[1]
-
-
-def _tail_us(t: MeshTables) -> float:
-    """Least tail: the first stage's (its class, one layer at least, the tied sync) and the fullest stage's (at
-    least ceil(L / P) layers, any class)."""
-    P, H = t.pp, len(t.hosts)
-    first = 3 if P == 1 else 0
-    classes = {3} if P == 1 else {0, 2} if P == 2 else {0, 1, 2}
-    pairs = [(h, o) for h in range(H) for o in range(len(t.options[h]))]
-    tied = min((min(r) for rows in t.tied_us for r in rows), default=0) if P > 1 else 0
-    first_us = min(t.tail_a_us[first][h][o] + t.tail_b_us[first][h][o] for h, o in pairs) + tied
-    fullest = (min(t.tail_a_us[c][h][o] for c in classes for h, o in pairs)
-               + min(t.tail_b_us[c][h][o] for c in classes for h, o in pairs) * math.ceil(t.num_layers / P))
-    return max(first_us, fullest)
-
-
-def fixed_part_us(t: MeshTables, fill_us: float) -> float:
-    """What candidate_bound counts of every plan's objective besides (m - 1) x its cycle: the fill's work (fill_us),
-    its boundaries and the tail (planner/mesh_cuts.py bounds the cycle with it)."""
-    return fill_us + (_sends_fill_us(t) + _tail_us(t))
 
 
 def least_stage_work_us(t: MeshTables, cycle_us: float, used: list[tuple[int, ...]]) -> list[float]:
@@ -405,7 +381,8 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     fixed = edges + boundaries_and_tail
 
     def least_work(lo: float, hi: float) -> float:
-        return _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, sites if across else None) + fixed
+        return _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, sites if across else None,
+                              host_boundary_us(t) if across else 0.0) + fixed
 
     lo, hi = _bisect(lambda c: capacity(c, loops=False) >= L, lo, hi, m, rest)
     work = least_work(lo, hi)

@@ -8,7 +8,7 @@ the proof all branching. What the bounds know goes in (mesh_model.CycleCuts):
 - the candidate's floor: planner/mesh_bound.py has bisected a cycle no plan of it is below (CandidateBound.cycle_us);
 - per (first host, last host) pair, for a candidate solved one pair at a time (mesh_model.SPLIT_HOSTS): a plan
   below the incumbent U has (m - 1) x cycle + the rest of its objective < U, and the rest is at least what
-  candidate_bound counts of it (mesh_bound.fixed_part_us), so its cycle is at most the ceiling (U - rest) / (m - 1).
+  candidate_bound counts of it (mesh_fill.fixed_part_us), so its cycle is at most the ceiling (U - rest) / (m - 1).
   With the least stage work of plans that use both its hosts (mesh_bound.least_stage_work_us, at the ceiling) in
   place of the fill's, the pair's plans below U have a cycle of at most its own top; mesh_order.ordered_capacity
   with both ends fixed, bisected between the candidate's floor and that top, gives the pair's floor, and a pair
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 
-from hgplan.planner.mesh_bound import BOUND_RESOLUTION, BOUND_RESOLUTION_US, fixed_part_us, least_stage_work_us
+from hgplan.planner.mesh_bound import BOUND_RESOLUTION, BOUND_RESOLUTION_US, least_stage_work_us
+from hgplan.planner.mesh_fill import fixed_part_us
 from hgplan.planner.mesh_model import SPLIT_HOSTS, CycleCuts, end_pairs
 from hgplan.planner.mesh_order import least_ordered_cycle, order_hosts
 from hgplan.planner.mesh_tables import MeshTables

@@ -13,7 +13,7 @@ cross join U: they contain a spanning tree of U, and its crossings cost at least
 graph whose edge {a, b} is the cheapest crossing between a host of a and one of b (2 (max(least send term, least
 receive term) + latency): both ways, as in the fill). The other boundaries keep the cheapest send, so with k = |U| -
 1 crossings of least total x the fill's boundaries are at least 2 (P - 1 - k)(least send + latency) + x
-(mesh_bound._sends_fill_us). Every value candidate_bound returns holds that boundary term once, so the bound of
+(mesh_fill.sends_fill_us). Every value candidate_bound returns holds that boundary term once, so the bound of
 plans over exactly U is the bound of U's hosts plus the difference. With two or more sites the restricted bound is
 also told that every site of U is used (every_site): the pipeline enters or leaves each of them, so in each some
 block's end faces another site and pays a crossing's send in the cycle (mesh_wan.site_capacity), which the bound
@@ -31,7 +31,8 @@ import heapq
 import itertools
 import math
 
-from hgplan.planner.mesh_bound import CandidateBound, _sends_fill_us, candidate_bound
+from hgplan.planner.mesh_bound import CandidateBound, candidate_bound
+from hgplan.planner.mesh_fill import sends_fill_us
 from hgplan.planner.mesh_tables import MeshTables
 from hgplan.planner.spanning import least_spanning_tree
 
@@ -70,22 +71,22 @@ def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, floa
     if len(sites) == 1 or len(sites) > MAX_SITES or whole.bound_us >= enough_us:
         return whole
     edges = site_edges_us(t)
-    # every value candidate_bound returns is a core (the rest of the objective) plus _sends_fill_us of its tables
-    core = whole.bound_us - _sends_fill_us(t)
+    # every value candidate_bound returns is a core (the rest of the objective) plus sends_fill_us of its tables
+    core = whole.bound_us - sends_fill_us(t)
     heap, spans = [], {}
     for k in range(1, min(len(sites), t.pp) + 1):
         for U in itertools.combinations(sites, k):
             spans[U] = least_spanning_tree(U, edges)
             floor = (floors_us or {}).get(frozenset(U), -math.inf)
             if math.isfinite(spans[U]) and floor < math.inf:  # an infinite floor: no plan over U
-                heapq.heappush(heap, (max(floor, core + _sends_fill_us(t, (k - 1, spans[U]))), -k, U, False))
+                heapq.heappush(heap, (max(floor, core + sends_fill_us(t, (k - 1, spans[U]))), -k, U, False))
     while heap:
         value, _, U, exact = heapq.heappop(heap)
         if exact or value >= enough_us:
             return CandidateBound(value, whole.cycle_us)
         wan = (len(U) - 1, spans[U])
         part = t if U == sites else t.restricted([h for h in range(len(t.hosts)) if t.sites[h] in U])
-        extra = _sends_fill_us(part, wan) - _sends_fill_us(part)
+        extra = sends_fill_us(part, wan) - sends_fill_us(part)
         # fewer hosts, or every site used, hold no more layers at a cycle: the least cycle is at least the whole's
         least = max(whole.cycle_us[0], loop_floor_us(part, U, edges))
         bound = candidate_bound(part, fill_us, cycle_us=(least, math.inf), enough_us=enough_us - extra,
