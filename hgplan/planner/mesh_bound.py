@@ -379,10 +379,11 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
             hi = cut
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
     fixed = edges + boundaries_and_tail
+    boundary = host_boundary_us(t) if across else 0.0
 
     def least_work(lo: float, hi: float) -> float:
         return _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, sites if across else None,
-                              host_boundary_us(t) if across else 0.0) + fixed
+                              boundary) + fixed
 
     lo, hi = _bisect(lambda c: capacity(c, loops=False) >= L, lo, hi, m, rest)
     work = least_work(lo, hi)

@@ -9,19 +9,21 @@ import math
 from hgplan.planner.mesh_tables import MeshTables
 
 
+def _least_boundary_us(t: MeshTables) -> float:
+    """The cheapest send and the cheapest latency of any boundary, one way."""
+    lats = [v for r in t.intra_lat_us for v in r] + [t.lat_us[h][h2] for h in range(len(t.hosts))
+                                                       for h2 in range(len(t.hosts)) if t.snd_us[h][h2] is not None]
+    return min(t.send_values()) + min(lats)
+
+
 def sends_fill_us(t: MeshTables, wan: tuple[int, float] = (0, 0.0)) -> float:
     """Least boundary time in the fill: each of the P - 1 boundaries at least the cheapest send and latency, both
     ways; wan = (k, x): k of them cross between sites and cost at least x in all (planner/mesh_sites.py)."""
-    if t.pp == 1:
-        return 0.0
-    sends = t.send_values()
-    lats = [v for r in t.intra_lat_us for v in r] + [t.lat_us[h][h2] for h in range(len(t.hosts))
-                                                       for h2 in range(len(t.hosts)) if t.snd_us[h][h2] is not None]
-    return 2 * (t.pp - 1 - wan[0]) * (min(sends) + min(lats)) + wan[1]
+    return 0.0 if t.pp == 1 else 2 * (t.pp - 1 - wan[0]) * _least_boundary_us(t) + wan[1]
 
 
 def host_boundary_us(t: MeshTables) -> float:
-    """What a boundary between two hosts costs the fill over the least sends_fill_us counts for any boundary: both
+    """What a boundary between two hosts costs the fill over the least that sends_fill_us counts for any: both
     ways, at least the least send between two hosts (the larger of its two ends' terms) and its latency. A plan over
     the sites U with k hosts has k - 1 such boundaries, |U| - 1 of them the WAN crossings counted apart."""
     H = len(t.hosts)
@@ -29,7 +31,7 @@ def host_boundary_us(t: MeshTables) -> float:
                if h != h2 and t.snd_us[h][h2] is not None]
     if t.pp == 1 or not between:
         return 0.0
-    return max(0.0, 2 * (min(between) - sends_fill_us(t) / (2 * (t.pp - 1))))
+    return max(0.0, 2 * (min(between) - _least_boundary_us(t)))
 
 
 def tail_us(t: MeshTables) -> float:
