@@ -46,7 +46,8 @@ def _placements(t: MeshTables):
 
 def _scores(t: MeshTables, assign: list[int], choice: dict[int, int],
             splits: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(closed form, cycle) of every layer split of one placement (inf where memory breaks; None when unreachable)."""
+    """(closed form, cycle) of every layer split of one placement (inf where memory breaks or the tail is outside the
+    tables' tail_range_us; None when unreachable)."""
     P, m = t.pp, t.microbatches
     sends = []
     for s in range(P - 1):
@@ -76,8 +77,9 @@ def _scores(t: MeshTables, assign: list[int], choice: dict[int, int],
     if P > 1:
         tails[:, -1] += tied
     room = np.array([t.memory_layers(s, h, o) for s, (h, o) in enumerate(zip(assign, opt))])
-    ok = (splits <= room).all(axis=1)
-    return np.where(ok, (m - 1) * cycle + fill + tails.max(axis=1), np.inf), np.where(ok, cycle, np.inf)
+    tail = tails.max(axis=1)
+    ok = (splits <= room).all(axis=1) & (tail >= t.tail_range_us[0]) & (tail <= t.tail_range_us[1])
+    return np.where(ok, (m - 1) * cycle + fill + tail, np.inf), np.where(ok, cycle, np.inf)
 
 
 def scored(t: MeshTables, stride: int = 1):

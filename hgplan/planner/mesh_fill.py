@@ -35,8 +35,8 @@ def host_boundary_us(t: MeshTables) -> float:
 
 
 def tail_us(t: MeshTables) -> float:
-    """Least tail: the first stage's (its class, one layer at least, the tied sync) and the fullest stage's (at
-    least ceil(L / P) layers, any class)."""
+    """Least tail: the first stage's (its class, one layer at least, the tied sync), the fullest stage's (at least
+    ceil(L / P) layers, any class) and the lower end of the tables' tail_range_us (planner/mesh_tail.py)."""
     P, H = t.pp, len(t.hosts)
     first = 3 if P == 1 else 0
     classes = {3} if P == 1 else {0, 2} if P == 2 else {0, 1, 2}
@@ -45,7 +45,7 @@ def tail_us(t: MeshTables) -> float:
     first_us = min(t.tail_a_us[first][h][o] + t.tail_b_us[first][h][o] for h, o in pairs) + tied
     fullest = (min(t.tail_a_us[c][h][o] for c in classes for h, o in pairs)
                + min(t.tail_b_us[c][h][o] for c in classes for h, o in pairs) * math.ceil(t.num_layers / P))
-    return max(first_us, fullest)
+    return max(first_us, fullest, t.tail_range_us[0])
 
 
 def fixed_part_us(t: MeshTables, fill_us: float) -> float:

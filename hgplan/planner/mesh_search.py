@@ -6,16 +6,17 @@ with cp = 1 and no interleaving is the special case where every mesh takes the s
 stock search's best plan as the incumbent the asymmetric best is never worse under the tables.
 
 Two lower bounds per candidate (us), the second tighter and dearer: a cheap one over all candidates up front
-(planner/mesh_first.py: the least cycle from the groups' rates and whole layers per stage, the work of the fill
-with each stage holding a layer, the boundaries' sends and the WAN crossings, least over the sets of sites a plan
-can use), and one from the candidate's tables when it is first taken (planner/mesh_sites.py over
-planner/mesh_bound.py with stages=True: memory by stage position, boundaries, the embedding and the head, the tail,
-the work the fastest hosts cannot hold at the cycle coupled to the stage count, the hosts' order, the WAN crossings
-of each set of sites), and, for plans over several sites, when it is taken again, the same with 1F1B's loops through
-the crossings (LOOP_BOUND); a candidate still below the incumbent is solved when it is taken again, after a seed
-plan built without CP-SAT (planner/mesh_seed.py) where it spans two or more hosts; candidates of one or two stages get
-theirs before the search (EARLY_SEED_STAGES). A solve that ends at its limit without a proof is tried again with twice
-the time after every candidate has had its first solve.
+(planner/mesh_first.py: the least cycle from the groups' rates and whole layers per stage, the work of the fill with
+each stage holding a layer, the boundaries' sends and the WAN crossings, least over the sets of sites a plan can
+use), and one from the candidate's tables when it is first taken (planner/mesh_sites.py over planner/mesh_bound.py
+with stages=True: memory by stage position, boundaries, the embedding and the head, the tail, the work the fastest
+hosts cannot hold at the cycle coupled to the stage count, the hosts' order, the WAN crossings of each set of
+sites), and, for plans over several sites, when it is taken again, the same with 1F1B's loops through the crossings
+(LOOP_BOUND); a candidate still below the incumbent is solved when it is taken again, after a seed plan built
+without CP-SAT (planner/mesh_seed.py) where it spans two or more hosts; candidates of one or two stages get theirs
+before the search (EARLY_SEED_STAGES). A solve that ends at its limit without a proof is tried again with twice the
+time after every candidate has had its first solve, its bound first split at a level of the plans' tail
+(planner/mesh_tail.py) where it is still below the incumbent by more than the search's gap.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from typing import Callable
 from hgplan.domain import NodeGroup
 from hgplan.plan import Plan, StageAssignment
 from hgplan.planner.costs import CostSource
+from hgplan.planner.mesh_bound import CandidateBound
 from hgplan.planner.mesh_first import first_bounds
 from hgplan.planner.mesh_cuts import cycle_cuts
 from hgplan.planner.mesh_sites import site_set_bound
 from hgplan.planner.mesh_wan import prices_loops
 from hgplan.planner.mesh_model import MeshSolution, pair_solves, solve_mesh
 from hgplan.planner.mesh_seed import SEED_HOSTS, seed_plan
+from hgplan.planner.mesh_tail import BoundOf, tail_split
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables
 from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
@@ -179,6 +182,10 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
         if res.found:  # a solve's plan is below the incumbent it was given
             best = min(best, res.found[-1].time_us)
         if again:
+            if attempt == 0 and bound < best * (1 - opts.max_gap) and time.perf_counter() <= stop_at:
+                # before its retries, the bound split at the tail
+                bound = tail_split(t, CandidateBound(bound, cycle), _bound_of(fills[B], floors.get((B, P)), best),
+                                   best).bound_us
             heapq.heappush(retries, (bound, B, P, level + 1, cycle, t, pairs))
         else:
             closed.append(bound)
@@ -186,6 +193,14 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     res.bound_us = min([best] + closed)
     res.wall_time_s = time.perf_counter() - start
     return res
+
+
+def _bound_of(fill_us: float, floors_us: dict | None, best: float) -> BoundOf:
+    """The tables' whole bound (site_set_bound with the stage coupling) of a candidate, for mesh_tail.tail_split."""
+    def bound(tables: MeshTables, *, cycle_us: tuple[float, float], loops: bool):
+        return site_set_bound(tables, fill_us, cycle_us=cycle_us, enough_us=best, stages=True, floors_us=floors_us,
+                              loops=loops)
+    return bound
 
 
 def _in_band(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions, candidate: tuple[int, int],

@@ -29,6 +29,13 @@ from hgplan.planner.costs import (TAIL_CLASSES, CostSource, capacity_mib, layers
 from hgplan.planner.options import MAX_MICRO_BATCH, SearchOptions
 
 
+def _fit(a: np.ndarray, b: np.ndarray, room: np.ndarray | int, num_layers: int) -> np.ndarray:
+    """costs.layers_that_fit over arrays: most layers of cost a + b x layers within room (every layer where b is 0
+    and a fits, -1 where not even none fit)."""
+    left = room - a
+    return np.where(b > 0, left // np.maximum(b, 1), np.where(left >= 0, num_layers, -1))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MeshTables:
     """Integer tables of one (B, P) candidate over its hosts and their options."""
@@ -66,6 +73,10 @@ class MeshTables:
     tail_b_us: tuple[tuple[tuple[int, ...], ...], ...]
     tied_us: tuple[tuple[tuple[int, ...], ...], ...]
     """tied_us[h][o][h2]: tied-embedding sync of a first stage on h (option o) with a last stage on h2."""
+    tail_range_us: tuple[float, float] = (0.0, math.inf)
+    """Bounds only (planner/mesh_tail.py): the tables of the candidate's plans whose tail lies in this range. Its
+    upper end caps every stage's layers (memory_matrix, memory_layers) at what keeps the stage's own tail within it
+    (the ends' with the least tied-embedding sync); objective() refuses a plan whose tail falls outside."""
 
     def restricted(self, keep: list[int]) -> MeshTables:
         """These tables over the hosts `keep` only (in that order): the candidate with the other hosts left idle."""
@@ -109,15 +120,34 @@ class MeshTables:
         return self.intra_lat_us[h][o] if h == h2 else self.lat_us[h][h2]
 
     def memory_layers(self, s: int, h: int, o: int) -> int:
-        """Most layers stage s holds on host h under option o (negative when none fit)."""
-        return layers_that_fit(self.mem_a_mib[s][h][o], self.mem_b_mib[s][h][o], self.cap_mib[h], self.num_layers)
+        """Most layers stage s holds on host h under option o (negative when none fit): its memory, and the upper end
+        of tail_range_us."""
+        fits = layers_that_fit(self.mem_a_mib[s][h][o], self.mem_b_mib[s][h][o], self.cap_mib[h], self.num_layers)
+        if math.isfinite(self.tail_range_us[1]):
+            c = tail_class(s, self.pp)
+            fits = min(fits, int(_fit(np.array(self.tail_a_us[c][h][o]), np.array(self.tail_b_us[c][h][o]),
+                                      self._tail_room_us(s), self.num_layers)))
+        return fits
 
     def memory_matrix(self, h: int) -> np.ndarray:
         """memory_layers(s, h, o) of every stage s and option o of host h at once, as an int array [s, o]."""
         a = np.array([self.mem_a_mib[s][h] for s in range(self.pp)], dtype=np.int64)
         b = np.array([self.mem_b_mib[s][h] for s in range(self.pp)], dtype=np.int64)
-        room = self.cap_mib[h] - a
-        return np.where(b > 0, room // np.maximum(b, 1), np.where(room >= 0, self.num_layers, -1))
+        fits = _fit(a, b, self.cap_mib[h], self.num_layers)
+        if math.isfinite(self.tail_range_us[1]):
+            classes = [tail_class(s, self.pp) for s in range(self.pp)]
+            a = np.array([self.tail_a_us[c][h] for c in classes], dtype=np.int64)
+            b = np.array([self.tail_b_us[c][h] for c in classes], dtype=np.int64)
+            room = np.array([[self._tail_room_us(s)] for s in range(self.pp)])
+            fits = np.minimum(fits, _fit(a, b, room, self.num_layers))
+        return fits
+
+    def _tail_room_us(self, s: int) -> int:
+        """What stage s's own tail may reach under the upper end of tail_range_us (whole us): the pipeline's ends
+        less the least tied-embedding sync."""
+        ends = self.pp > 1 and s in (0, self.pp - 1)
+        tied = min((min(r) for rows in self.tied_us for r in rows), default=0) if ends else 0
+        return math.floor(self.tail_range_us[1]) - tied
 
     def objective(self, assign: list[int], choice: dict[int, int], layers: list[int]) -> int | None:
         """Closed-form iteration time (us) of a placement (host of each stage, option of each used host, layers of
@@ -157,6 +187,8 @@ class MeshTables:
             c = tail_class(s, P)
             tail = max(tail, self.tail_a_us[c][h][choice[h]] + self.tail_b_us[c][h][choice[h]] * n
                        + (tied if s in (0, P - 1) else 0))
+        if not self.tail_range_us[0] <= tail <= self.tail_range_us[1]:
+            return None
         return (m - 1) * cycle + fill + tail
 
 
