@@ -251,18 +251,18 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
                    top: float, need: float, stages: bool, sites: list[str] | None = None,
                    boundary_us: float = 0.0) -> float:
     """Least (m - 1) c + W(c) over the cycles c a plan can have: above lo (too short) and at most top. W does not
-    increase, so on [c_i, c_i+1) the value is at least (m - 1) c_i + W(c_i+1) (and W(hi) below hi, the least
-    cycle known to hold the layers); past lo + span, span = (W(hi) - W(top)) / (m - 1), nothing beats the value
-    at lo. Evaluated lazily, lowest interval first: an interval's W is at least any lower bound of W further right
-    (W(top) at the least), so only the interval that is lowest gets its greedy W and then, with stages, its
-    stage-coupled W, until the lowest has all of them or is at or above need (a value the caller needs no more
-    than; the stage-coupled W stops its price search once the interval reaches it). The lowest interval with all of
-    them is then halved, up to WORK_SPLITS times, its left half's W at its new end evaluated the same way: W drops
-    fastest just above the least cycle, where the first interval's value takes W at its right end (on the four-site
+    increase, so on [c_i, c_i+1) the value is at least (m - 1) c_i + W(c_i+1) (and W(hi) below hi, the least cycle
+    known to hold the layers); past lo + span, span = (W(hi) - W(top)) / (m - 1), nothing beats the value at lo.
+    Evaluated lazily, lowest interval first: an interval's W is at least any lower bound of W further right (W(top)
+    at the least), so only the interval that is lowest gets its greedy W and then, with stages, its stage-coupled W,
+    until the lowest has all of them or is at or above need (a value the caller needs no more than; the
+    stage-coupled W stops its price search once the interval reaches it). The lowest interval with all of them is
+    then halved, up to WORK_SPLITS times, its left half's W at its new end evaluated the same way: W drops fastest
+    just above the least cycle, where the first interval's value takes W at its right end (on the four-site
     benchmark fleet's B = 16, P = 15 one halving raised the bound 0.9817 -> 0.9851 of the incumbent, 0.74 -> 0.79 s;
-    a grid of 32 gave the same, 1.12 s, and more halvings 0.0003 more). With stages W(hi) is
-    stage-coupled too, which widens the span. Both Ws of one cycle share its caps. sites: the hosts' sites, for
-    plans over every one of them (the stage-coupled W then has some block of each site face another, _dual_work)."""
+    a grid of 32 gave the same, 1.12 s, and more halvings 0.0003 more). With stages W(hi) is stage-coupled too,
+    which widens the span. Both Ws of one cycle share its caps. sites: the hosts' sites, for plans over every one of
+    them (the stage-coupled W then has some block of each site face another, _dual_work)."""
     caps_of: dict[float, list[np.ndarray]] = {}
 
     def caps(cycle: float) -> list[np.ndarray]:
