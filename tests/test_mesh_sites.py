@@ -257,9 +257,11 @@ def test_the_loop_dual_raises_bounds_across_sites(monkeypatch):
     assert sum(a > b + 1.0 for a, b in zip(with_dual, without)) >= 1
 
 
+@functools.cache
 def _benchmark_tables(gpus: int, sites: int, types: int, *, B: int, P: int):
     """The tables of candidate (B, P) of a synthetic fleet of benchmarks/search_scaling.py (its model, sequence 4096,
-    global batch 512), and the fill work of its B."""
+    global batch 512), and the fill work of its B (built once per test process: tests/test_mesh_tail.py reads the
+    four-site candidate too)."""
     from search_scaling import model_for, synthetic
 
     fleet = synthetic(gpus, sites, types)

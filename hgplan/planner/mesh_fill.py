@@ -41,7 +41,7 @@ def tail_us(t: MeshTables) -> float:
     first = 3 if P == 1 else 0
     classes = {3} if P == 1 else {0, 2} if P == 2 else {0, 1, 2}
     pairs = [(h, o) for h in range(H) for o in range(len(t.options[h]))]
-    tied = min((min(r) for rows in t.tied_us for r in rows), default=0) if P > 1 else 0
+    tied = t.least_tied_us()
     first_us = min(t.tail_a_us[first][h][o] + t.tail_b_us[first][h][o] for h, o in pairs) + tied
     fullest = (min(t.tail_a_us[c][h][o] for c in classes for h, o in pairs)
                + min(t.tail_b_us[c][h][o] for c in classes for h, o in pairs) * math.ceil(t.num_layers / P))

@@ -121,16 +121,15 @@ class MeshTables:
 
     def memory_layers(self, s: int, h: int, o: int) -> int:
         """Most layers stage s holds on host h under option o (negative when none fit): its memory, and the upper end
-        of tail_range_us."""
-        fits = layers_that_fit(self.mem_a_mib[s][h][o], self.mem_b_mib[s][h][o], self.cap_mib[h], self.num_layers)
+        of tail_range_us (then through memory_matrix, the one place that caps by it)."""
         if math.isfinite(self.tail_range_us[1]):
-            c = tail_class(s, self.pp)
-            fits = min(fits, int(_fit(np.array(self.tail_a_us[c][h][o]), np.array(self.tail_b_us[c][h][o]),
-                                      self._tail_room_us(s), self.num_layers)))
-        return fits
+            return int(self.memory_matrix(h)[s, o])
+        return layers_that_fit(self.mem_a_mib[s][h][o], self.mem_b_mib[s][h][o], self.cap_mib[h], self.num_layers)
 
     def memory_matrix(self, h: int) -> np.ndarray:
-        """memory_layers(s, h, o) of every stage s and option o of host h at once, as an int array [s, o]."""
+        """memory_layers(s, h, o) of every stage s and option o of host h at once, as an int array [s, o]; with a
+        finite upper end of tail_range_us, each stage's layers also keep its own tail within it (the pipeline's ends
+        less the least tied-embedding sync)."""
         a = np.array([self.mem_a_mib[s][h] for s in range(self.pp)], dtype=np.int64)
         b = np.array([self.mem_b_mib[s][h] for s in range(self.pp)], dtype=np.int64)
         fits = _fit(a, b, self.cap_mib[h], self.num_layers)
@@ -138,16 +137,14 @@ class MeshTables:
             classes = [tail_class(s, self.pp) for s in range(self.pp)]
             a = np.array([self.tail_a_us[c][h] for c in classes], dtype=np.int64)
             b = np.array([self.tail_b_us[c][h] for c in classes], dtype=np.int64)
-            room = np.array([[self._tail_room_us(s)] for s in range(self.pp)])
+            room = np.full((self.pp, 1), math.floor(self.tail_range_us[1]), dtype=np.int64)
+            room[[0, -1] if self.pp > 1 else []] -= self.least_tied_us()
             fits = np.minimum(fits, _fit(a, b, room, self.num_layers))
         return fits
 
-    def _tail_room_us(self, s: int) -> int:
-        """What stage s's own tail may reach under the upper end of tail_range_us (whole us): the pipeline's ends
-        less the least tied-embedding sync."""
-        ends = self.pp > 1 and s in (0, self.pp - 1)
-        tied = min((min(r) for rows in self.tied_us for r in rows), default=0) if ends else 0
-        return math.floor(self.tail_range_us[1]) - tied
+    def least_tied_us(self) -> int:
+        """The least tied-embedding sync of any first and last stage (0 without one)."""
+        return min((min(r) for rows in self.tied_us for r in rows), default=0) if self.pp > 1 else 0
 
     def objective(self, assign: list[int], choice: dict[int, int], layers: list[int]) -> int | None:
         """Closed-form iteration time (us) of a placement (host of each stage, option of each used host, layers of
