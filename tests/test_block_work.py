@@ -24,7 +24,7 @@ from hgplan.domain import TrainingSettings
 from hgplan.plan import Recompute
 from hgplan.planner import block_bound
 from hgplan.planner.block_bound import block_bound_us
-from hgplan.planner.block_work import block_pools, cheapest_fill, work_one
+from hgplan.planner.block_work import block_pools, cheapest_fill, least_value, work_one
 from hgplan.planner.bounds import subset_terms
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
@@ -216,3 +216,46 @@ def test_eight_group_item_bound_reaches_near_its_optimum():
     quick = block_bound_us(cand.ctx, cand.cfg, subset, L=80, m=64, enough_us=4965490)
     assert 4.90e6 <= full <= 5016987
     assert 4.82e6 <= quick <= full
+
+
+def _steps(rng: random.Random, start: float) -> tuple[list[float], list[float]]:
+    """A random non-increasing step function from `start` on: breakpoints and the value from each one on."""
+    at, vals = [start], [rng.uniform(1.0, 3.0)]
+    for _ in range(rng.randint(0, 6)):
+        at.append(at[-1] + rng.uniform(1e-3, 0.2))
+        vals.append(vals[-1] * rng.uniform(0.7, 1.0))
+    return at, vals
+
+
+def _step_w(at: list[float], vals: list[float]):
+    """W at an array of cycles: infinite below the first breakpoint."""
+    def w(cs: np.ndarray) -> np.ndarray:
+        idx = np.searchsorted(np.array(at), cs, side="right") - 1
+        return np.where(idx >= 0, np.array(vals)[np.maximum(idx, 0)], np.inf)
+    return w
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_least_value_moves_past_a_charged_w_infinite_at_the_least_cycle():
+    """A charged W infinite at C* (no placement with a cycle that short closes its WAN loops: the 16-group benchmark
+    fleet's items, where least_value returned inf, a cut of plans that exist, beside numpy's NaN warnings): the
+    value is at most the exhaustive min over C >= C* of (v m - 1) C + W(C), at least (v m - 1) times the first cycle
+    where the charged W is finite (within 0.1%; C*'s lower end where that is C*) plus its least, and with a charge
+    finite nowhere, the plain value."""
+    rng = random.Random(3)
+    for _ in range(400):
+        hi, vm1 = rng.uniform(0.01, 0.2), rng.randint(1, 64)
+        plain_at, plain_vals = _steps(rng, 0.0)
+        first = hi * rng.choice([1.0, rng.uniform(1.0, 1.5), rng.uniform(1.5, 40)])
+        at, vals = _steps(rng, first)
+        vals = [x + max(plain_vals) for x in vals]  # at least the plain W everywhere
+        plain, charged = _step_w(plain_at, plain_vals), _step_w(at, vals)
+        least = min(plain_vals) * 0.5
+        value = least_value(hi * 0.999, hi, vm1, least, plain, charged)
+        exact = min(vm1 * c + float(charged(np.array([c]))[0]) for c in [hi] + at if c >= hi)
+        assert value <= exact + 1e-9, (hi, first, value, exact)
+        assert value >= vm1 * (first * (1 - 1e-3) if first > hi else hi * 0.999) + min(vals) - 1e-9, (hi, first)
+        assert least_value(hi * 0.999, hi, vm1, least, plain) <= value
+    nowhere = _step_w([1e300], [1.0])
+    plain = _step_w([0.0, 0.05], [2.0, 1.0])
+    assert least_value(0.0299, 0.03, 8, 0.5, plain, nowhere) == least_value(0.0299, 0.03, 8, 0.5, plain)
