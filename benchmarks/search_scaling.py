@@ -30,7 +30,7 @@ from hgplan.planner.options import SearchOptions
 
 TYPES = [("H100-SXM5-80GB", Transport.INFINIBAND, 400), ("A100-SXM4-80GB", Transport.ROCE, 200),
          ("A100-SXM4-40GB", Transport.ROCE, 200), ("H200-SXM-141GB", Transport.INFINIBAND, 400),
-         ("MI300X", Transport.ROCE, 400)]
+         ("MI300X", Transport.ROCE, 400), ("B200-HGX", Transport.INFINIBAND, 400)]
 
 
 def synthetic(num_gpus: int, sites: int, types: int, groups: int | None = None) -> Fleet:
@@ -154,10 +154,13 @@ def main() -> int:
     else:
         def measure_one(fleet, model, train, repeat):
             return measure(fleet, model, train, repeat, **how)
-    # (GPUs, sites, GPU types, node groups); the last five have more node groups than types (racks or pods of one
-    # hardware per site: interchangeable within a site), as the grid asks (fleets of 16, 32 and 64 groups)
+    # (GPUs, sites, GPU types, node groups); six types over five sites at 1024 and 2048 GPUs (the grid goes
+    # to six types, and names a 2048-GPU six-type five-site fleet); the last five have more node groups than types
+    # (racks or pods of one hardware per site: interchangeable within a site), as the grid asks (fleets of
+    # 16, 32 and 64 groups)
     grid = [(64, 1, 1, None), (64, 2, 3, None), (256, 2, 2, None), (512, 2, 3, None), (1024, 1, 1, None),
-            (1024, 3, 4, None), (1024, 4, 5, None), (4096, 3, 4, None), (16384, 1, 1, None), (16384, 4, 5, None),
+            (1024, 3, 4, None), (1024, 4, 5, None), (1024, 5, 6, None), (2048, 5, 6, None), (4096, 3, 4, None),
+            (16384, 1, 1, None), (16384, 4, 5, None),
             (1024, 4, 5, 8), (640, 5, 5, 10), (1024, 4, 4, 16), (2048, 4, 4, 32), (4096, 4, 4, 64)]
     if args.quick:
         grid = [g for g in grid if g[0] <= 1024]

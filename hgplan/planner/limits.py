@@ -1,5 +1,6 @@
 """The limits of one CP-SAT solve: how many retries, how much deterministic time per attempt, and the wall-clock
-safety net under the search's own deadline. Shared by the search, the proof of the gap and the mesh search."""
+safety net under the search's own deadline. Shared by the search, the proof of the gap and the mesh search; and the
+deadline of the mesh search's bounds (OutOfTime)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,13 @@ def within(params: SolverParams, stop_at_s: float | None) -> SolverParams:
         return params
     left = max(0.05, stop_at_s - time.perf_counter())
     return replace(params, max_time_in_seconds=min(params.max_time_in_seconds, left))
+
+
+class OutOfTime(Exception):
+    """A bound reached the search's deadline before its end (check_deadline): the caller keeps what it knew before."""
+
+
+def check_deadline(stop_at_s: float | None) -> None:
+    """Raise OutOfTime once time.perf_counter() is past stop_at_s (None: no deadline)."""
+    if stop_at_s is not None and time.perf_counter() > stop_at_s:
+        raise OutOfTime

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hgplan.planner.limits import check_deadline
 from hgplan.planner.mesh_fill import fixed_part_us, host_boundary_us
 from hgplan.planner.mesh_knapsack import (ANY_ROLE, ROLE_PAIRS, ROLES, Roles, block_layers, block_roles, merged,
                                          per_class, roles_step, shared, step)
@@ -249,7 +250,7 @@ def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int
 
 def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, lo: float, hi: float,
                    top: float, need: float, stages: bool, sites: list[str] | None = None,
-                   boundary_us: float = 0.0) -> float:
+                   boundary_us: float = 0.0, stop_at_s: float | None = None) -> float:
     """Least (m - 1) c + W(c) over the cycles c a plan can have: above lo (too short) and at most top. W does not
     increase, so on [c_i, c_i+1) the value is at least (m - 1) c_i + W(c_i+1) (and W(hi) below hi, the least cycle
     known to hold the layers); past lo + span, span = (W(hi) - W(top)) / (m - 1), nothing beats the value at lo.
@@ -262,7 +263,8 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
     benchmark fleet's B = 16, P = 15 one halving raised the bound 0.9817 -> 0.9851 of the incumbent, 0.74 -> 0.79 s;
     a grid of 32 gave the same, 1.12 s, and more halvings 0.0003 more). With stages W(hi) is stage-coupled too,
     which widens the span. Both Ws of one cycle share its caps. sites: the hosts' sites, for plans over every one of
-    them (the stage-coupled W then has some block of each site face another, _dual_work)."""
+    them (the stage-coupled W then has some block of each site face another, _dual_work). stop_at_s: OutOfTime past
+    it (limits.check_deadline), before each W."""
     caps_of: dict[float, list[np.ndarray]] = {}
 
     def caps(cycle: float) -> list[np.ndarray]:
@@ -288,6 +290,7 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
     levels = [work, stage_work] if stages else [work]
     known, done, depth = [w_top] * WORK_GRID, [0] * WORK_GRID, [0] * WORK_GRID
     while True:
+        check_deadline(stop_at_s)
         vals = (m - 1) * np.array(grid[:-1]) + np.maximum.accumulate(np.array(known)[::-1])[::-1]
         i = int(np.argmin(vals))
         if vals[i] >= need:
@@ -361,7 +364,7 @@ def _capacity_at(hosts: list[dict[str, np.ndarray]], P: int, sites: list[str] | 
 
 def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
                     enough_us: float = math.inf, stages: bool = False, every_site: bool = False,
-                    loops: bool = True) -> CandidateBound:
+                    loops: bool = True, stop_at_s: float | None = None) -> CandidateBound:
     """Lower bound (us) of every plan of the candidate. fill_us: the work of L layers, the embedding and the head at
     the fastest options (mesh_search computes it per B); cycle_us: what a cheaper bound knows of the least cycle
     (as CandidateBound.cycle_us); enough_us: a bound at which the caller stops caring (its incumbent), so the
@@ -369,7 +372,8 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     several times the cost); every_site: bound only the plans that use every site of the tables' hosts (two or more:
     planner/mesh_sites.py), whose least cycle then comes from mesh_wan.site_capacity; loops: with those, where the
     tables hold 1F1B's loops (mesh_wan.prices_loops), the loops through the crossings in the least cycle and the
-    crossings' sends in the stage-coupled work (_wan_caps) too."""
+    crossings' sends in the stage-coupled work (_wan_caps) too; stop_at_s: the search's deadline, past which each
+    capacity and work evaluation raises limits.OutOfTime (a loops bound over five sites took 4-5 s)."""
     P, L, m = t.pp, t.num_layers, t.microbatches
     kept = [(a, t.sites[h]) for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None]
     hosts = shared([a for a, _ in kept])
@@ -378,7 +382,12 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
     sites = [s for _, s in kept]
     across = loops and every_site and prices_loops(t)  # the loops' dual and the work across sites
     prices = loop_prices(hosts) if across else np.zeros(1)
-    capacity = _capacity_at(hosts, P, sites if every_site else None, prices)
+    capacity_at = _capacity_at(hosts, P, sites if every_site else None, prices)
+
+    def capacity(cycle: float, loops: bool = True) -> float:
+        check_deadline(stop_at_s)
+        return capacity_at(cycle, loops)
+
     sends = [float(v) for a in hosts for key in ("intra", "cross") for v in a[key] if math.isfinite(v)]
     # at this cycle every stage holds all that its memory fits, so if it holds fewer than L layers nothing does
     top = max(float((a["tau"] * L + a["first"] + a["last"]).max()) for a in hosts) + 2 * max(sends, default=0.0)
@@ -399,7 +408,7 @@ def candidate_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, flo
 
     def least_work(lo: float, hi: float) -> float:
         return _least_work_us(hosts, P, L, m, lo, hi, top, enough_us - fixed, stages, sites if across else None,
-                              boundary) + fixed
+                              boundary, stop_at_s) + fixed
 
     lo, hi = _bisect(lambda c: capacity(c, loops=False) >= L, lo, hi, m, rest)
     work = least_work(lo, hi)

@@ -41,7 +41,7 @@ from hgplan.planner.mesh_tail import BoundOf, tail_split
 from hgplan.planner.mesh_tables import MeshTables, build_mesh_tables
 from hgplan.planner.model import SolverParams
 from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
-from hgplan.planner.limits import solve_params, within
+from hgplan.planner.limits import OutOfTime, solve_params, within
 
 LOOP_BOUND = 1
 STAGE_BOUND = 2
@@ -168,8 +168,12 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             continue
         if level < STAGE_BOUND:
             looped = level == LOOP_BOUND
-            better = site_set_bound(t, fills[B], cycle_us=cycle, enough_us=best, stages=True,
-                                    floors_us=floors.get((B, P)), loops=looped)
+            try:
+                better = site_set_bound(t, fills[B], cycle_us=cycle, enough_us=best, stages=True,
+                                        floors_us=floors.get((B, P)), loops=looped, stop_at_s=stop_at)
+            except OutOfTime:  # the deadline passed during the bound: the candidate as it was, and the search stops
+                heapq.heappush(heap, (lb, B, P, level, cycle))
+                continue
             after = STAGE_BOUND if looped or not prices_loops(t) else LOOP_BOUND
             if math.isfinite(better.bound_us):
                 heapq.heappush(heap, (max(lb, better.bound_us), B, P, after, better.cycle_us))
@@ -183,9 +187,12 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
             best = min(best, res.found[-1].time_us)
         if again:
             if attempt == 0 and bound < best * (1 - opts.max_gap) and time.perf_counter() <= stop_at:
-                # before its retries, the bound split at the tail
-                bound = tail_split(t, CandidateBound(bound, cycle), _bound_of(fills[B], floors.get((B, P)), best),
-                                   best).bound_us
+                # before its retries, the bound split at the tail (unless the deadline passes first)
+                try:
+                    bound = tail_split(t, CandidateBound(bound, cycle),
+                                       _bound_of(fills[B], floors.get((B, P)), best, stop_at), best).bound_us
+                except OutOfTime:
+                    pass
             heapq.heappush(retries, (bound, B, P, level + 1, cycle, t, pairs))
         else:
             closed.append(bound)
@@ -195,11 +202,12 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
     return res
 
 
-def _bound_of(fill_us: float, floors_us: dict | None, best: float) -> BoundOf:
-    """The tables' whole bound (site_set_bound with the stage coupling) of a candidate, for mesh_tail.tail_split."""
+def _bound_of(fill_us: float, floors_us: dict | None, best: float, stop_at: float | None) -> BoundOf:
+    """The tables' whole bound (site_set_bound with the stage coupling) of a candidate, for mesh_tail.tail_split;
+    limits.OutOfTime past stop_at."""
     def bound(tables: MeshTables, *, cycle_us: tuple[float, float], loops: bool):
         return site_set_bound(tables, fill_us, cycle_us=cycle_us, enough_us=best, stages=True, floors_us=floors_us,
-                              loops=loops)
+                              loops=loops, stop_at_s=stop_at)
     return bound
 
 

@@ -60,13 +60,14 @@ def site_edges_us(t: MeshTables) -> dict[tuple[str, str], float]:
 
 def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, float] = (0.0, math.inf),
                    enough_us: float = math.inf, stages: bool = False,
-                   floors_us: dict[frozenset[str], float] | None = None, loops: bool = True) -> CandidateBound:
+                   floors_us: dict[frozenset[str], float] | None = None, loops: bool = True,
+                   stop_at_s: float | None = None) -> CandidateBound:
     """candidate_bound (same arguments) with the WAN crossings of every set of sites a plan can use (module
     docstring); its cycle_us is the whole candidate's. floors_us: a lower bound already known of the plans over
     each set of sites (planner/mesh_first.py's), which orders the sets and is kept where it is the higher; loops:
     a set of two or more sites' bound prices 1F1B's loops through its crossings and their sends in the work where
-    they apply (candidate_bound's loops)."""
-    whole = candidate_bound(t, fill_us, cycle_us=cycle_us, enough_us=enough_us, stages=stages)
+    they apply (candidate_bound's loops); stop_at_s: the search's deadline (candidate_bound's: limits.OutOfTime)."""
+    whole = candidate_bound(t, fill_us, cycle_us=cycle_us, enough_us=enough_us, stages=stages, stop_at_s=stop_at_s)
     sites = tuple(sorted(set(t.sites)))
     if len(sites) == 1 or len(sites) > MAX_SITES or whole.bound_us >= enough_us:
         return whole
@@ -90,7 +91,7 @@ def site_set_bound(t: MeshTables, fill_us: float, *, cycle_us: tuple[float, floa
         # fewer hosts, or every site used, hold no more layers at a cycle: the least cycle is at least the whole's
         least = max(whole.cycle_us[0], loop_floor_us(part, U, edges))
         bound = candidate_bound(part, fill_us, cycle_us=(least, math.inf), enough_us=enough_us - extra,
-                                stages=stages, every_site=len(U) > 1, loops=loops)
+                                stages=stages, every_site=len(U) > 1, loops=loops, stop_at_s=stop_at_s)
         heapq.heappush(heap, (max(value, bound.bound_us + extra), -len(U), U, True))
     return CandidateBound(math.inf)
 

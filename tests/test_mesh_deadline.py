@@ -1,0 +1,75 @@
+"""The mesh search's bounds stop at the search's deadline (limits.OutOfTime): a tables' bound with 1F1B's loops over
+five sites took 4-5 s on benchmarks/search_scaling.py's 1008-GPU six-type fleet, and one that started before the
+60 s limit ended at 63.4 s (2026-11-29). Past the deadline each capacity and work evaluation raises, and the search
+keeps the candidate at the bound it had and stops as at the wall clock."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import pytest
+from test_mesh_exhaustive import SEEDS, case
+from test_mesh_sites import _benchmark_tables
+
+from hgplan.planner import mesh_search as search_module
+from hgplan.planner.limits import OutOfTime
+from hgplan.planner.mesh_bound import candidate_bound
+from hgplan.planner.mesh_sites import site_set_bound
+
+
+def test_bounds_raise_past_the_deadline_and_are_unchanged_before_it():
+    """On the three-site benchmark fleet's B = 16, P = 16 (its bound with the loops runs over every set of sites):
+    a deadline already past raises OutOfTime from the whole candidate's bound and from the bound by sets of sites;
+    one far ahead gives the same bound as none, bit for bit."""
+    t, fill = _benchmark_tables(1024, 3, 4, B=16, P=16)
+    past = time.perf_counter() - 1.0
+    with pytest.raises(OutOfTime):
+        candidate_bound(t, fill, stages=True, stop_at_s=past)
+    with pytest.raises(OutOfTime):
+        site_set_bound(t, fill, stages=True, loops=True, stop_at_s=past)
+    ahead = time.perf_counter() + 3600.0
+    assert site_set_bound(t, fill, stages=True, loops=True, stop_at_s=ahead) == \
+        site_set_bound(t, fill, stages=True, loops=True)
+
+
+class _Clock:
+    """A time module whose perf_counter only moves when told to."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_the_search_stops_at_a_bound_cut_by_the_deadline(monkeypatch):
+    """A bound that reaches the deadline (the clock moved past it, OutOfTime raised) is the search's last step: it
+    stops by the wall clock, the candidate counted skipped at the bound it had, and the search's bound stays below
+    the exhaustive optimum."""
+    fleet, model, train, opts, costs, best_us, best = case(SEEDS[0])
+    clock, calls = _Clock(), []
+
+    def cut_by_the_deadline(t, fill_us, *, stop_at_s=None, **kwargs):
+        calls.append((t.samples_per_step, t.pp))
+        clock.now = stop_at_s + 1.0
+        raise OutOfTime
+
+    first: dict[tuple[int, int], float] = {}
+    first_bounds_of = search_module.first_bounds
+
+    def first_bounds(*args, **kwargs):
+        heap, fills, floors = first_bounds_of(*args, **kwargs)
+        first.update({(B, P): lb for lb, B, P, *_ in heap})
+        return heap, fills, floors
+
+    monkeypatch.setattr(search_module, "first_bounds", first_bounds)
+    monkeypatch.setattr(search_module, "time", clock)
+    monkeypatch.setattr(search_module, "site_set_bound", cut_by_the_deadline)
+    res = search_module.mesh_search(costs, list(fleet.groups), dataclasses.replace(opts, wall_deadline_s=100.0),
+                                    incumbent_us=math.inf)
+    assert len(calls) == 1 and res.stopped_by == "wall" and res.candidates_skipped >= 1
+    # the candidate cut keeps its first bound, the least left (the next one's is higher)
+    assert res.bound_us <= first[calls[0]] < sorted(first.values())[1]
+    assert res.bound_us <= best_us
