@@ -169,8 +169,7 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
         if level < STAGE_BOUND:
             looped = level == LOOP_BOUND
             try:
-                better = site_set_bound(t, fills[B], cycle_us=cycle, enough_us=best, stages=True,
-                                        floors_us=floors.get((B, P)), loops=looped, stop_at_s=stop_at)
+                better = _bound_of(fills[B], floors.get((B, P)), best, stop_at)(t, cycle_us=cycle, loops=looped)
             except OutOfTime:  # the deadline passed during the bound: the candidate as it was, and the search stops
                 heapq.heappush(heap, (lb, B, P, level, cycle))
                 continue
@@ -203,8 +202,8 @@ def mesh_search(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions,
 
 
 def _bound_of(fill_us: float, floors_us: dict | None, best: float, stop_at: float | None) -> BoundOf:
-    """The tables' whole bound (site_set_bound with the stage coupling) of a candidate, for mesh_tail.tail_split;
-    limits.OutOfTime past stop_at."""
+    """The tables' whole bound (site_set_bound with the stage coupling) of a candidate, at the level its heap entry
+    or mesh_tail.tail_split asks for; limits.OutOfTime past stop_at."""
     def bound(tables: MeshTables, *, cycle_us: tuple[float, float], loops: bool):
         return site_set_bound(tables, fill_us, cycle_us=cycle_us, enough_us=best, stages=True, floors_us=floors_us,
                               loops=loops, stop_at_s=stop_at)
