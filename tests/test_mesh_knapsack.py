@@ -8,10 +8,11 @@ import itertools
 import numpy as np
 import pytest
 
-from hgplan.planner import mesh_bound
-from hgplan.planner.mesh_knapsack import ANY_ROLE, ROLES, block_layers, block_roles, merged, roles_step, step
+from hgplan.planner import mesh_bound, mesh_dual
+from hgplan.planner.mesh_knapsack import (ANY_ROLE, ROLE_PAIRS, ROLES, block_layers, block_roles, facing_pairs, merged,
+                                         roles_step, step)
 from hgplan.planner.mesh_order import NONE
-from hgplan.planner.mesh_wan import _site_gains
+from hgplan.planner.mesh_wan import SITE_ROLES, _site_gains
 
 
 def _host(rng: np.random.Generator, options: int) -> dict[str, np.ndarray]:
@@ -131,7 +132,7 @@ def _least_work(caps, taus, P: int, L: int) -> float:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_role_coupled_work_is_below_the_least_work_and_above_the_role_free(seed):
-    """The stage-coupled work's dual with the roles (mesh_bound._dual_work) never exceeds the least work of a plan in
+    """The stage-coupled work's dual with the roles (mesh_dual.dual_work) never exceeds the least work of a plan in
     which one block holds the first stage and one the last (by enumeration, at every price), and never falls below
     the dual without them, in which every block takes its best role."""
     rng = np.random.default_rng(400 + seed)
@@ -144,8 +145,8 @@ def test_role_coupled_work_is_below_the_least_work_and_above_the_role_free(seed)
     taus = [a["tau"] for a in hosts]
     L = int(rng.integers(P, P + 8))
     prices = np.linspace(150, 4500, 7)
-    coupled = mesh_bound._dual_work(caps, taus, P, L, prices, roles=True)
-    free = mesh_bound._dual_work(caps, taus, P, L, prices)
+    coupled = mesh_dual.dual_work(caps, taus, P, L, prices, roles=True)
+    free = mesh_dual.dual_work(caps, taus, P, L, prices)
     exact = _least_work(caps, taus, P, L)
     assert np.all(coupled <= exact + 1e-6), (coupled, exact)
     assert np.all(coupled >= free - 1e-6), (coupled, free)
@@ -179,4 +180,106 @@ def test_site_gains_match_each_role_alone(seed):
                                (0, 1, 1): ("wL", "wi", "Li")}.items():
             want = np.broadcast_to(block_layers(j, held[s], held[h], held[t], held["ii"], a["slots"]).max(axis=2),
                                    (prices.size, P + 1))
-            np.testing.assert_array_equal(got[key], want)
+            np.testing.assert_array_equal(got[SITE_ROLES.index(key)], want)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_roles_step_adds_only_what_can_be_reached(seed):
+    """roles_step adds up only the live states, the stage counts some block takes and the totals they reach: the same
+    arrays as pair by pair when blocks take few stages, states are dead and totals start late, over ROLES and over
+    facing_pairs' flagged states (a block facing another site or not)."""
+    rng = np.random.default_rng(500 + seed)
+    P, lead = int(rng.integers(3, 12)), tuple(int(n) for n in rng.integers(1, 3, int(rng.integers(0, 2))))
+    for states, roles, pairs, to in ((4, 4, ROLE_PAIRS, lambda s, r: _index(merged(ROLES[s], ROLES[r]))),
+                                     (8, 12, facing_pairs(ROLE_PAIRS, 4, 4), _facing_to)):
+        held = np.where(rng.random((states,) + lead + (P + 1,)) < 0.5,
+                        rng.integers(-30, 30, (states,) + lead + (P + 1,)), NONE).astype(float)
+        held[..., :int(rng.integers(0, P))] = NONE  # totals reached from some count on
+        held[rng.random(states) < 0.3] = NONE  # states no host reached yet
+        gains = np.where(rng.random((roles,) + lead + (P + 1,)) < 0.7,
+                         rng.integers(-20, 20, (roles,) + lead + (P + 1,)), NONE).astype(float)
+        gains[..., 0] = NONE
+        gains[..., int(rng.integers(1, P + 1)):] = NONE  # a block takes few stages
+        for optional in (True, False):
+            got = roles_step(held, gains, P, pairs, optional=optional)
+            want = _plain_step(dict(enumerate(held)), dict(enumerate(gains)), P, to, optional)
+            for s in range(states):
+                np.testing.assert_array_equal(got[s], want[s])
+
+
+def _index(state):
+    return None if state is None else ROLES.index(state)
+
+
+def _facing_to(s: int, r: int) -> int | None:
+    """facing_pairs' transitions written out: states 0-3 no block of the site facing another yet, 4-7 one; roles 0-3
+    a block that does not face one, 4-7 one that does, 8-11 either."""
+    faced, kind = s >= 4, r // 4
+    after = _index(merged(ROLES[s % 4], ROLES[r % 4]))
+    if after is None or (faced and kind != 2) or (not faced and kind == 2):
+        return None
+    return after + 4 * (faced or kind == 1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_facing_step_matches_the_three_steps_it_replaces(seed):
+    """One roles_step over facing_pairs is the knapsack over a site's host that took three: the states without a
+    facing block take a block that does not face (and stay) or one that does (and move), those with one the larger
+    of the two; bit for bit."""
+    rng = np.random.default_rng(600 + seed)
+    P = int(rng.integers(2, 10))
+    free, faced = (np.where(rng.random((4, 3, P + 1)) < 0.5, rng.integers(-30, 30, (4, 3, P + 1)), NONE).astype(float)
+                   for _ in range(2))
+    g, w = (np.where(rng.random((4, 3, P + 1)) < 0.6, rng.integers(-20, 20, (4, 3, P + 1)), NONE).astype(float)
+            for _ in range(2))
+    g[..., 0] = w[..., 0] = NONE
+    want_faced = np.maximum(roles_step(faced, np.maximum(g, w), P), roles_step(free, w, P, optional=False))
+    want_free = roles_step(free, g, P)
+    got = roles_step(np.concatenate([free, faced]), np.concatenate([g, w, np.maximum(g, w)]), P,
+                     facing_pairs(ROLE_PAIRS, 4, 4))
+    np.testing.assert_array_equal(got[:4], want_free)
+    np.testing.assert_array_equal(got[4:], want_faced)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_stage_work_price_search_reaches_the_dual_peak(seed):
+    """_stage_work_at's price search (the roles' rounds warm-started from the best price without them, the bracket
+    moved where the peak lies beyond it) ends within 0.1% of the best of a dense grid of prices, and never above it
+    (every price's value is a lower bound: weak duality)."""
+    rng = np.random.default_rng(700 + seed)
+    P, options = int(rng.integers(2, 6)), int(rng.integers(1, 3))
+    hosts = [_host(rng, options) for _ in range(int(rng.integers(2, 5)))]
+    for a in hosts:
+        a["cross"] *= 4
+    cycle = float(rng.uniform(15000, 50000))
+    caps = [mesh_bound._option_gains(a, cycle, P) for a in hosts]
+    taus = [a["tau"] for a in hosts]
+    L = int(rng.integers(P, P + 12))
+    dense = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), 4001)
+    peak = max(float(mesh_dual.dual_work(caps, taus, P, L, dense, roles=r).max()) for r in (False, True))
+    got = mesh_dual.stage_work_at(hosts, caps, P, L, roles=True)
+    if not np.isfinite(peak):
+        assert got == peak
+        return
+    assert got <= peak + 1e-6 * abs(peak)
+    assert got >= peak - 1e-3 * abs(peak), (got, peak)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_stage_work_price_search_follows_the_roles_peak(seed, monkeypatch):
+    """Where the dual with the roles peaks far from the one without them (a concave tent per dual, its peak anywhere
+    between the least and the largest tau), the warm-started rounds move their bracket to it: the search ends within
+    1/256 of the tau range's value of the higher peak."""
+    rng = np.random.default_rng(800 + seed)
+    low, high = 100.0, 1100.0
+    peaks = {False: (low + (high - low) * rng.random(), 1000.0), True: (low + (high - low) * rng.random(), 1100.0)}
+    slope = 3.0
+
+    def tent(caps, taus, P, L, prices, across=None, forced=frozenset(), roles=False):
+        at, top = peaks[roles]
+        return top - slope * np.abs(prices - at)
+
+    monkeypatch.setattr(mesh_dual, "dual_work", tent)
+    hosts = [{"tau": np.array([low])}, {"tau": np.array([high])}]
+    got = mesh_dual.stage_work_at(hosts, [], 4, 8, roles=True)
+    assert peaks[True][1] - slope * (high - low) / 256 <= got <= peaks[True][1], (got, peaks)

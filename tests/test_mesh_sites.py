@@ -17,7 +17,7 @@ from test_mesh_exhaustive import FAST, SLOW, _model
 from hgplan.domain import Fleet, Link, NodeGroup, Precision, Target, TrainingSettings, Transport
 from hgplan.io import catalog
 from hgplan.plan import Recompute
-from hgplan.planner import mesh_bound, mesh_fill, mesh_first, mesh_sites, mesh_wan
+from hgplan.planner import mesh_bound, mesh_dual, mesh_fill, mesh_first, mesh_sites, mesh_wan
 from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_search import mesh_search
 from hgplan.planner.mesh_tables import build_mesh_tables
@@ -272,11 +272,12 @@ def _benchmark_tables(gpus: int, sites: int, types: int, *, B: int, P: int):
 
 
 def test_the_work_across_sites_raises_the_three_site_bound(monkeypatch):
-    """The stage-coupled work with some block of each site facing another (mesh_bound._wan_caps in _dual_work's
-    knapsack site by site, every site used) raises the bound where the crossings' sends are large: benchmarks/
-    mesh_search.py's three-site 1024-GPU fleet, B = 16, P = 16 (measured 0.9729 -> 0.9805 of the stock incumbent,
-    4.128 s; asserted: 0.5% higher). Without it each block's caps are its best under any role, so any block meets a
-    site's flag. The bound stays below the exhaustive optima of the small fleets above (its validity test)."""
+    """The stage-coupled work with some block of each site facing another (mesh_bound._wan_caps in
+    mesh_dual.dual_work's knapsack site by site, every site used) raises the bound where the crossings' sends are
+    large: benchmarks/mesh_search.py's three-site 1024-GPU fleet, B = 16, P = 16 (measured 0.9729 -> 0.9805 of the
+    stock incumbent, 4.128 s; asserted: 0.5% higher). Without it each block's caps are its best under any role, so any
+    block meets a site's flag. The bound stays below the exhaustive optima of the small fleets above (its validity
+    test)."""
     t, fill = _benchmark_tables(1024, 3, 4, B=16, P=16)
     with_work = mesh_sites.site_set_bound(t, fill, stages=True).bound_us
     monkeypatch.setattr(mesh_bound, "_wan_caps", lambda a, cycle, P: {
@@ -305,7 +306,7 @@ def test_the_roles_and_the_host_boundaries_raise_the_four_site_bound(monkeypatch
     """Two terms of the work across sites raise the bound where sends between hosts are dear: benchmarks/
     mesh_search.py's four-site 1000-GPU fleet, whose MI300X and H100 groups share a site and exchange activations
     through host memory (25.6 ms each way), B = 16, P = 15: one block holding each end of the pipeline
-    (mesh_bound._dual_work's roles; without them every block may take an end: measured 0.961 -> 0.971 of the stock
+    (mesh_dual.dual_work's roles; without them every block may take an end: measured 0.961 -> 0.971 of the stock
     incumbent, 4.500 s), and each used host but one per site adding a boundary at the least cost of one between two
     hosts (mesh_fill.host_boundary_us: 0.971 -> 0.982). Asserted: each 0.5% or more. The bound stays below the
     exhaustive optima of the small fleets above, some of whose sites hold two groups, and tests/test_mesh_knapsack.py
@@ -313,8 +314,8 @@ def test_the_roles_and_the_host_boundaries_raise_the_four_site_bound(monkeypatch
     t, fill = _benchmark_tables(1000, 4, 5, B=16, P=15)
     both = mesh_sites.site_set_bound(t, fill, stages=True).bound_us
     with monkeypatch.context() as patch:
-        dual = mesh_bound._dual_work
-        patch.setattr(mesh_bound, "_dual_work", lambda *args: dual(*args[:7], roles=False))
+        dual = mesh_dual.dual_work
+        patch.setattr(mesh_dual, "dual_work", lambda *args: dual(*args[:7], roles=False))
         without_roles = mesh_sites.site_set_bound(t, fill, stages=True).bound_us
     monkeypatch.setattr(mesh_bound, "host_boundary_us", lambda t: 0.0)
     without_boundaries = mesh_sites.site_set_bound(t, fill, stages=True).bound_us

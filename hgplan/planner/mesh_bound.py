@@ -18,10 +18,10 @@ Objective (MeshTables.objective) = (m - 1) cycle + fill + tail, each bounded fro
   the fastest hosts cannot take every layer and the slower ones' work counts. That W ignores that the fastest hosts'
   most layers need stages too, P in all: the stage-coupled W (stages=True, what the search computes when it first
   builds a candidate's tables) also takes the Lagrangian dual of least work over (stages, layers), where each used
-  host takes j stages under one option o and j <= x <= cap(o, j) layers at x tau_o (_dual_work). The stage-coupled
-  refinement also raises C* where the hosts are few enough (mesh_order.order_hosts): with the hosts' order along the
-  pipeline, each block's ends priced by its actual neighbours and memory by stage position (planner/mesh_order.py),
-  then recomputes W.
+  host takes j stages under one option o and j <= x <= cap(o, j) layers at x tau_o (planner/mesh_dual.py). The
+  stage-coupled refinement also raises C* where the hosts are few enough (mesh_order.order_hosts): with the hosts'
+  order along the pipeline, each block's ends priced by its actual neighbours and memory by stage position
+  (planner/mesh_order.py), then recomputes W.
 - tail: the first stage's least tail (the tied-embedding sync included) and the fullest stage's (at least
   ceil(L / P) layers); planner/mesh_tail.py raises it by splitting the plans at a level of the tail.
 
@@ -31,7 +31,7 @@ the tables' cycle holds 1F1B's loops (loops=True), the stages next to each cross
 slack (a Lagrangian dual; the least cycle without the loops first, then with them from there up, and the larger
 work term of the two); there the stage-coupled W also has some block of each site face another, each used host
 beyond one per site add a boundary between hosts (mesh_fill.host_boundary_us) and, where that still leaves it short
-of the incumbent, one block hold each end of the pipeline (_dual_work's roles). The knapsacks' arithmetic is
+of the incumbent, one block hold each end of the pipeline (mesh_dual's roles). The knapsacks' arithmetic is
 planner/mesh_knapsack.py's.
 """
 
@@ -44,8 +44,8 @@ import numpy as np
 
 from hgplan.planner.limits import check_deadline
 from hgplan.planner.mesh_fill import fixed_part_us, host_boundary_us
-from hgplan.planner.mesh_knapsack import (ANY_ROLE, ROLE_PAIRS, ROLES, Roles, block_layers, block_roles, merged,
-                                         per_class, roles_step, shared, step)
+from hgplan.planner.mesh_dual import stage_work_at
+from hgplan.planner.mesh_knapsack import Roles, block_layers, block_roles, merged, per_class, shared, step
 from hgplan.planner.mesh_order import LAYER_SLACK, NONE, least_ordered_cycle, order_hosts, whole_layers
 from hgplan.planner.mesh_tables import MeshTables
 from hgplan.planner.mesh_wan import loop_prices, prices_loops, site_capacity
@@ -58,12 +58,6 @@ WORK_GRID = 16
 """Intervals over which the bound minimises (m - 1) c + W(c); each costs at most 1/WORK_GRID of W's range."""
 WORK_SPLITS = 1
 """Times the least of those intervals, fully evaluated, is halved (_least_work_us) while it stays the least."""
-DUAL_PRICES = 9
-"""Prices per layer at which each round of the stage-coupled work bound evaluates its dual."""
-DUAL_ROUNDS = 5
-"""Rounds of that price search; each narrows the bracket to 2 / (DUAL_PRICES - 1) of its width."""
-
-
 def _least(vals: list[float]) -> float:
     return min(vals, default=math.inf)
 
@@ -164,90 +158,6 @@ def _work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], L: int) -> f
     return math.inf
 
 
-def _dual_work(caps: list[Roles], taus: list[np.ndarray], P: int, L: int, prices: np.ndarray,
-               across: tuple[list[str], list[Roles], float] | None = None,
-               forced: frozenset[int] = frozenset(), roles: bool = False) -> np.ndarray:
-    """At each price per layer: a lower bound of the least work of L layers on exactly P stages, where a used host
-    takes j stages under one option o and j <= x <= cap[j, o] layers at x tau_o. Pricing the layer count instead of
-    requiring it (Lagrangian relaxation), a host's best is x = j when tau_o >= price and x = cap[j, o] below; a
-    min-plus knapsack over stage counts gives the least sum of x (tau_o - price) over P stages, and that plus price
-    x L is below the least work at every price (weak duality). roles: the knapsack has a state per (first stage
-    placed, last stage placed), as _capacity's, and each host's block one role (its cap that role's), so one block
-    holds each end of the pipeline and the others pay a send to another host at both; without, every block takes the
-    cap of its best role. across = (the hosts' sites, their caps with a block end facing another site, _wan_caps,
-    the least boundary between two hosts over the least counted for any boundary, host_boundary_us): plans over
-    every one of those sites (two or more), where some block of each site faces another (the knapsack runs site by
-    site with a flag for it, and every site is used), and each used host but one per site adds a boundary at that
-    cost; forced (without across): the indices of hosts every plan uses, which take one stage or more. The knapsack
-    is max-plus (mesh_knapsack.roles_step) over the negated sums."""
-    assert not (forced and across), "forced hosts are for the knapsack over hosts only"
-    j = np.arange(P + 1)[None, None, :, None]
-    pairs, states = (ROLE_PAIRS, len(ROLES)) if roles else (ANY_ROLE, 1)
-
-    def host_gains(cap_tau: tuple[Roles, np.ndarray]) -> np.ndarray:
-        caps_by_role, tau = cap_tau
-        none = np.full(next(iter(caps_by_role.values())).shape, NONE)
-        cap = np.stack([caps_by_role.get(role, none) for role in ROLES])  # [role, stages, option]
-        cap = (cap if roles else cap.max(axis=0, keepdims=True))[:, None]  # [role, 1, stages, option]
-        d = (tau[None, :] - prices[:, None])[None, :, None, :]  # [1, price, 1, option]
-        val = np.where(cap >= 1, np.where(d >= 0, j * d, (cap + LAYER_SLACK) * d), np.inf).min(axis=-1)
-        gains = np.where(np.isfinite(val), -val, NONE)
-        gains[..., 0] = NONE  # a used host takes at least one stage
-        gains.setflags(write=False)  # shared by a class's hosts (per_class)
-        return gains
-
-    def per_host(cs: list[Roles]) -> list[np.ndarray]:
-        return per_class(list(zip(cs, taus)), host_gains, key=lambda ct: (id(ct[0]), id(ct[1])))
-
-    best = np.full((states, prices.size, P + 1), NONE)
-    best[0, :, 0] = 0.0
-    gains = per_host(caps)
-    if across is None:
-        for i, g in enumerate(gains):
-            best = roles_step(best, g, P, pairs, optional=i not in forced)
-    else:
-        sites, wan, boundary = across[0], per_host(across[1]), across[2]
-        if boundary > 0:  # each used host one boundary more (the sites' first ones given back below)
-            gains, wan = ([np.where(g > NONE / 2, g - boundary, NONE) for g in gs] for gs in (gains, wan))
-        for site in dict.fromkeys(sites):
-            free, faced = best, np.full_like(best, NONE)  # no block of the site facing another yet / one
-            for g, w in ((g, w) for g, w, x in zip(gains, wan, sites) if x == site):
-                # a site already faced takes the host's block facing another site or not, whichever gains more
-                faced = np.maximum(roles_step(faced, np.maximum(g, w), P, pairs),
-                                   roles_step(free, w, P, pairs, optional=False))
-                free = roles_step(free, g, P, pairs)
-            best = faced  # every site is used, and faces another
-        best = best + boundary * len(set(sites))
-    most = best[-1, :, P]  # both ends placed (the one state without roles)
-    return np.where(most > NONE / 2, -most, np.inf) + prices * L
-
-
-def _stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int, L: int,
-                   enough: float = math.inf, across: tuple[list[str], list[Roles], float] | None = None,
-                   forced: frozenset[int] = frozenset(), roles: bool = False) -> float:
-    """W(cycle) with the stage count coupled (the greedy W of _work_at lets every host hold its most layers however
-    few stages are left for it), caps = _caps at that cycle: the best price of _dual_work found. The dual is concave
-    in the price and peaks between the least and the largest tau; each round narrows the bracket to the best price's
-    neighbours. The rounds stop once the value reaches `enough` (all the caller needs); across and forced as
-    _dual_work's. roles: where the dual without them stays below `enough`, its rounds again with them (_dual_work's
-    roles: tighter and dearer; the level of the bound that has them took 24.5 -> 36 s on the first 40 candidates of
-    benchmarks/mesh_search.py's four-site fleet)."""
-    taus = [a["tau"] for a in hosts]
-    best = -math.inf
-    for coupled in (False, True) if roles else (False,):
-        if best >= enough:
-            break
-        prices = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), DUAL_PRICES)
-        for _ in range(DUAL_ROUNDS):
-            vals = _dual_work(caps, taus, P, L, prices, across, forced, coupled)
-            i = int(np.argmax(vals))
-            best = max(best, float(vals[i]))
-            if best >= enough:
-                break
-            prices = np.linspace(prices[max(i - 1, 0)], prices[min(i + 1, DUAL_PRICES - 1)], DUAL_PRICES)
-    return best
-
-
 def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, lo: float, hi: float,
                    top: float, need: float, stages: bool, sites: list[str] | None = None,
                    boundary_us: float = 0.0, stop_at_s: float | None = None) -> float:
@@ -263,7 +173,7 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
     benchmark fleet's B = 16, P = 15 one halving raised the bound 0.9817 -> 0.9851 of the incumbent, 0.74 -> 0.79 s;
     a grid of 32 gave the same, 1.12 s, and more halvings 0.0003 more). With stages W(hi) is stage-coupled too,
     which widens the span. Both Ws of one cycle share its caps. sites: the hosts' sites, for plans over every one of
-    them (the stage-coupled W then has some block of each site face another, _dual_work). stop_at_s: OutOfTime past
+    them (the stage-coupled W then has some block of each site face another, mesh_dual). stop_at_s: OutOfTime past
     it (limits.check_deadline), before each W."""
     caps_of: dict[float, list[np.ndarray]] = {}
 
@@ -277,7 +187,7 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
 
     def stage_work(cycle: float, enough: float = math.inf) -> float:
         across = None if sites is None else (sites, per_class(hosts, lambda a: _wan_caps(a, cycle, P)), boundary_us)
-        return _stage_work_at(hosts, caps(cycle), P, L, enough, across, roles=across is not None)
+        return stage_work_at(hosts, caps(cycle), P, L, enough, across, roles=across is not None)
 
     if m == 1:
         return max(work(top), stage_work(top) if stages else -math.inf)
@@ -312,15 +222,15 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
 
 def least_stage_work_us(t: MeshTables, cycle_us: float, used: list[tuple[int, ...]]) -> list[float]:
     """Per set of hosts in `used` (indices of t.hosts): the least total stage work (layers, embedding and head) of a
-    plan whose cycle is at most cycle_us and which uses those hosts: the stage-coupled W (_stage_work_at, those hosts
-    forced in; it does not decrease as the cycle shrinks) and the cheapest embedding and head."""
+    plan whose cycle is at most cycle_us and which uses those hosts: the stage-coupled W (mesh_dual.stage_work_at,
+    those hosts forced in; it does not decrease as the cycle shrinks) and the cheapest embedding and head."""
     kept = [(h, a) for h in range(len(t.hosts)) if (a := _host_arrays(t, h)) is not None]
     if not kept:
         return [math.inf] * len(used)
     hosts, index = shared([a for _, a in kept]), {h: i for i, (h, _) in enumerate(kept)}
     caps = _caps(hosts, cycle_us, t.pp)
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
-    return [math.inf if any(h not in index for h in u) else edges + _stage_work_at(
+    return [math.inf if any(h not in index for h in u) else edges + stage_work_at(
         hosts, caps, t.pp, t.num_layers, forced=frozenset(index[h] for h in u)) for u in used]
 
 

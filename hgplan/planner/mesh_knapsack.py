@@ -54,24 +54,57 @@ ROLES = ((0, 0), (1, 0), (0, 1), (1, 1))
 Roles = dict[tuple[int, int], np.ndarray]
 """Per role (f, l) of a host's block, whether it holds the pipeline's first / last stage: the most layers its blocks
 of j stages hold, [j, option]."""
-ROLE_PAIRS = np.array([(s, r, ROLES.index(k)) for s in range(4) for r in range(4)
-                       if (k := merged(ROLES[s], ROLES[r])) is not None]).T
-"""(state, role, state after) of every role that can follow a state, as three index arrays (roles_step's `pairs`)."""
+ROLE_PAIRS = np.array(sorted(((s, r, ROLES.index(k)) for s in range(4) for r in range(4)
+                              if (k := merged(ROLES[s], ROLES[r])) is not None), key=lambda p: p[2])).T
+"""(state, role, state after) of every role that can follow a state, as three index arrays (roles_step's `pairs`),
+in the order of the state after."""
 ANY_ROLE = np.zeros((3, 1), dtype=int)
 """roles_step's `pairs` of a knapsack without roles: one state, one role."""
+
+
+def facing_pairs(pairs: np.ndarray, states: int, roles: int) -> np.ndarray:
+    """roles_step's `pairs` of a knapsack with a flag more, whether some block faces another site yet (planner/
+    mesh_bound.py's knapsack over a site's hosts): held stacks the states without the flag and with it (2 x states),
+    gains the roles of a block that does not face another site, of one that does, and the larger of the two (3 x
+    roles). A state without the flag takes a block that does not face one (and keeps it unset) or one that does (and
+    sets it); a state with it takes either, whichever gains more."""
+    state, role, after = pairs
+    out = np.concatenate([pairs, [state, role + roles, after + states], [state + states, role + 2 * roles,
+                                                                         after + states]], axis=1)
+    return out[:, np.argsort(out[2], kind="stable")]
+
+
+def _span(held: np.ndarray, gains: np.ndarray, P: int) -> tuple[int, int, int] | None:
+    """(least total, largest total, most stages) a step adds up: the totals that some reached count (held, stage
+    count last) plus some count a block takes (gains) reach, up to P; None where none does."""
+    taken = np.flatnonzero((gains > NONE / 2).reshape(-1, gains.shape[-1]).any(axis=0))
+    reached = np.flatnonzero((held > NONE / 2).reshape(-1, held.shape[-1]).any(axis=0))
+    if not taken.size or not reached.size or reached[0] + taken[0] > P:
+        return None
+    return int(reached[0] + taken[0]), min(P, int(reached[-1] + taken[-1])), int(taken[-1])
 
 
 def roles_step(held: np.ndarray, gains: np.ndarray, P: int, pairs: np.ndarray = ROLE_PAIRS,
                optional: bool = True) -> np.ndarray:
     """step with states and roles as arrays: held[state, ..., t] the most t stages hold in each state, gains[role, ...,
     j] what the host (or site) holds with j stages in each role, NONE where it cannot (gains[..., 0] must be NONE: a
-    used host takes at least one stage); pairs: (state, role, state after) of the roles that can follow each state
-    (ROLE_PAIRS over ROLES, or ANY_ROLE); returns the states after it (if optional, it may stay unused)."""
-    state, role, after = pairs
-    ext = np.concatenate([held, np.full(held.shape[:-1] + (1,), NONE)], axis=-1)[..., knapsack_before(P)]
-    cand = (ext[state] + gains[role][..., None, :]).max(axis=-1)  # [pair, ..., total]
+    used host takes at least one stage); pairs: (state, role, state after) of the roles that can follow each state,
+    in the order of the state after (ROLE_PAIRS over ROLES, ANY_ROLE or facing_pairs); returns the states after it
+    (if optional, it may stay unused). Only the states some stage count reaches, the stage counts some host's block
+    takes and the totals those two reach are added up (the rest stays NONE): the same arrays at a fraction of the
+    work (a block takes few of the P stages)."""
     out = held.copy() if optional else np.full_like(held, NONE)
-    np.maximum.at(out, after, cand)
+    pairs = pairs[:, (held > NONE / 2).reshape(held.shape[0], -1).any(axis=1)[pairs[0]]]  # from the live states
+    if pairs.shape[1] and (span := _span(held, gains, P)) is not None:
+        state, role, after = pairs
+        first, last, most = span
+        ext = np.concatenate([held, np.full(held.shape[:-1] + (1,), NONE)], axis=-1)
+        ext = ext[..., knapsack_before(P)[first:last + 1, :most + 1]]
+        cand = (ext[state] + gains[role][..., None, :most + 1]).max(axis=-1)  # [pair, ..., total from first]
+        starts = np.flatnonzero(np.r_[True, after[1:] != after[:-1]])
+        into = after[starts]
+        out[into, ..., first:last + 1] = np.maximum(out[into, ..., first:last + 1],
+                                                   np.maximum.reduceat(cand, starts, axis=0))
     return np.where(out > NONE / 2, out, NONE)
 
 
@@ -85,19 +118,22 @@ def step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: int
     if not live or not gains:
         return out
     roles = list(gains)
-    held = np.stack([states[s] for s in live])
-    # [s, ..., total, j], the sentinel column NONE
-    held = np.concatenate([held, np.full(held.shape[:-1] + (1,), NONE)], axis=-1)[..., knapsack_before(P)]
     used = np.stack([gains[r] for r in roles])
     used[..., 0] = NONE  # a used host takes at least one stage
+    held = np.stack([states[s] for s in live])
     pairs = [(i, k, key) for i, s in enumerate(live) for k, r in enumerate(roles) if (key := to(s, r)) is not None]
-    if not pairs:
+    if not pairs or (span := _span(held, used, P)) is None:  # as roles_step: only the totals the host reaches
         return out
+    first, last, most = span
+    # [s, ..., total from first, j], the sentinel column NONE
+    held = np.concatenate([held, np.full(held.shape[:-1] + (1,), NONE)], axis=-1)
+    held = held[..., knapsack_before(P)[first:last + 1, :most + 1]]
     si, ri, keys = zip(*pairs)
-    cand = (held[list(si)] + used[list(ri)][..., None, :]).max(axis=-1)  # [pair, ..., total]: the pairs that can follow
+    # [pair, ..., total from first]: the pairs that can follow
+    cand = (held[list(si)] + used[list(ri)][..., None, :most + 1]).max(axis=-1)
     cand = np.where(cand > NONE / 2, cand, NONE)
     for key, value in zip(keys, cand):
-        out[key] = np.maximum(out[key], value)
+        out[key][..., first:last + 1] = np.maximum(out[key][..., first:last + 1], value)
     return out
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hgplan.planner.mesh_knapsack import block_layers, merged, per_class, step
+from hgplan.planner.mesh_knapsack import ROLE_PAIRS, ROLES, block_layers, merged, per_class, roles_step
 from hgplan.planner.mesh_order import NONE, whole_layers
 from hgplan.planner.mesh_tables import MeshTables
 
@@ -16,12 +16,29 @@ LOOP_PRICES = 8
 (loop_prices)."""
 
 
-def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int,
-                prices: np.ndarray) -> dict[tuple[int, int, int], np.ndarray]:
+SITE_ROLES = ((0, 0, 0), (0, 0, 1), (0, 0, 2), (1, 0, 0), (1, 0, 1), (0, 1, 0), (0, 1, 1))
+"""A block's (first stage, last stage, ends facing another site) in _site_gains' order; none holds both ends."""
+SITE_STATES = tuple((f, ll, w) for f in (0, 1) for ll in (0, 1) for w in (0, 1, 2))
+"""(first stage placed, last stage placed, block ends facing another site: 0, 1, 2 or more) of site_capacity's
+knapsack over a site's hosts."""
+
+
+def _within(state: tuple[int, int, int], role: tuple[int, int, int]) -> tuple[int, int, int] | None:
+    joined = merged(state[:2], role[:2])
+    return None if joined is None else (*joined, min(2, state[2] + role[2]))
+
+
+SITE_PAIRS = np.array(sorted(((s, r, SITE_STATES.index(k)) for s, state in enumerate(SITE_STATES)
+                              for r, role in enumerate(SITE_ROLES) if (k := _within(state, role)) is not None),
+                             key=lambda p: p[2])).T
+"""mesh_knapsack.roles_step's `pairs` of that knapsack."""
+
+
+def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int, prices: np.ndarray) -> np.ndarray:
     """As mesh_bound._gains for a pipeline over hosts of several sites, by how many of the block's ends face a host of
     another site (e: 0-2, each paying the least send across sites, the others the least send within the host's
-    site): gain[(f, l, e)][i, j] at the loop dual's price prices[i] (site_capacity; 0: the layers themselves). No
-    block holds the whole pipeline."""
+    site): gain[SITE_ROLES.index((f, l, e)), i, j] at the loop dual's price prices[i] (site_capacity; 0: the layers
+    themselves). No block holds the whole pipeline."""
     first, last, intra, loc, wan = a["first"], a["last"], a["intra"], a["local"], a["wan"]
     ends = {"ll": loc + loc, "lw": loc + wan, "ww": wan + wan, "fl": first + loc, "fw": first + wan,
             "lL": loc + last, "wL": wan + last, "fi": first + intra, "li": loc + intra, "wi": wan + intra,
@@ -41,12 +58,13 @@ def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int,
     roles = {(0, 0, 0): ("ll", "li", "li"), (0, 0, 1): ("lw", "li", "wi"), (0, 0, 2): ("ww", "wi", "wi"),
              (1, 0, 0): ("fl", "fi", "li"), (1, 0, 1): ("fw", "fi", "wi"), (0, 1, 0): ("lL", "li", "Li"),
              (0, 1, 1): ("wL", "wi", "Li")}
+    assert tuple(roles) == SITE_ROLES
     # every role's blocks at once: one array per part of the block, a leading axis over the roles
     single, head, tail = (held[[at[names[n]] for names in roles.values()]] for n in range(3))
     cap = block_layers(np.arange(P + 1)[None, None, :, None], single, head, tail, held[at["ii"]], a["slots"])
     gains = cap.max(axis=3)
     gains.setflags(write=False)  # shared by a class's hosts (per_class)
-    return dict(zip(roles, gains))
+    return gains
 
 
 def site_capacity(hosts: list[dict[str, np.ndarray]], sites: list[str], cycle: float, P: int,
@@ -67,23 +85,21 @@ def site_capacity(hosts: list[dict[str, np.ndarray]], sites: list[str], cycle: f
     where mu e tau < 1 and one layer where not, so the knapsack runs on those values, at every price at once, and
     any price's value bounds the layers (the least is taken)."""
 
-    def within(state: tuple[int, int, int], role: tuple[int, int, int]) -> tuple[int, int, int] | None:
-        joined = merged(state[:2], role[:2])
-        return None if joined is None else (*joined, min(2, state[2] + role[2]))
-
     shape = (prices.size, P + 1)
-    best = {(f, ll): np.full(shape, NONE) for f in (0, 1) for ll in (0, 1)}
-    best[(0, 0)][:, 0] = 0.0
+    best = np.full((len(ROLES),) + shape, NONE)
+    best[0, :, 0] = 0.0
     gains = per_class(hosts, lambda a: _site_gains(a, cycle, P, prices))
+    # per (f, l): the states of a site that keep it, with enough ends facing another site
+    kept = [[SITE_STATES.index((f, ll, w)) for w in (1, 2) if w >= (1 if f + ll == 1 else 2)] for f, ll in ROLES]
     for site in dict.fromkeys(sites):
-        cur = {(f, ll, w): np.full(shape, NONE) for f in (0, 1) for ll in (0, 1) for w in (0, 1, 2)}
-        cur[(0, 0, 0)][:, 0] = 0.0
+        cur = np.full((len(SITE_STATES),) + shape, NONE)
+        cur[0, :, 0] = 0.0
         for host_gains in (g for g, s in zip(gains, sites) if s == site):
-            cur = step(cur, host_gains, P, within)
-        table = {(f, ll): np.max([cur[(f, ll, w)] for w in (1, 2) if w >= (1 if f + ll == 1 else 2)], axis=0)
-                 for f in (0, 1) for ll in (0, 1)}
-        best = step(best, table, P, merged, optional=False)  # every site is used
-    return float(best[(1, 1)][:, P].min())
+            cur = roles_step(cur, host_gains, P, SITE_PAIRS)
+        table = np.stack([cur[k].max(axis=0) for k in kept])
+        table[..., 0] = NONE  # a used site takes at least one stage
+        best = roles_step(best, table, P, ROLE_PAIRS, optional=False)  # every site is used
+    return float(best[ROLES.index((1, 1)), :, P].min())
 
 
 def prices_loops(t: MeshTables) -> bool:
