@@ -278,11 +278,19 @@ def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None =
     those of cuts.pairs_us where given (an earlier try's open_pairs, less those the cuts rule out), the others having
     been proven under an upper bound at least this one; cuts: what the bounds prove of the cycle."""
     if len(t.hosts) not in SPLIT_HOSTS:
+        began = time.perf_counter()
         md, v = build_mesh_model(t, upper_bound=upper_bound, cuts=cuts)
-        return _solve_one(md, v, t, params, log)
+        return _solve_one(md, v, t, _less_clock(params, began), log)
     pairs = cuts.pairs_us if cuts.pairs_us is not None else dict.fromkeys(end_pairs(t), cuts.floor_us)
     assert pairs, "a candidate whose pairs are all proven is not solved"
     return _solve_by_ends(t, params, upper_bound, cuts, pairs, log)
+
+
+def _less_clock(params: SolverParams, began: float) -> SolverParams:
+    """params with its wall-clock limit less the time since `began` (building the models counts: a 1024-GPU
+    eight-group candidate's solve that began 2.1 s before the search's deadline ended 0.6 s past it), at least
+    limits.within's 50 ms."""
+    return replace(params, max_time_in_seconds=max(0.05, params.max_time_in_seconds - (time.perf_counter() - began)))
 
 
 def _solve_one(md: cp_model.CpModel, v: _Vars, t: MeshTables, params: SolverParams,
@@ -334,15 +342,14 @@ def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None,
         for _ in range(2):
             for i in range(0, len(todo), limits.SOLVE_THREADS):
                 share = max(0.0, params.max_deterministic_time - used) / (len(todo) - i)
-                clock = params.max_time_in_seconds - (time.perf_counter() - began)
-                if clock <= 0:
+                if params.max_time_in_seconds - (time.perf_counter() - began) <= 0:
                     left += todo[i:]
                     break
                 if base is None:  # built again only when a pair found a better plan (a lower upper bound)
                     base = build_mesh_model(t, upper_bound=ub, cuts=cuts)
                 batch = todo[i:i + limits.SOLVE_THREADS]
-                each = replace(params, max_deterministic_time=share, max_time_in_seconds=clock)
                 models = [_pair_model(base, t, a, b, ends[(a, b)], cuts) for a, b in batch]
+                each = _less_clock(replace(params, max_deterministic_time=share), began)
                 sols = list(pool.map(lambda md: _solve_one(md, base[1], t, each, log), models))
                 above = math.inf if ub is None else ub
                 for e, sol in zip(batch, sols):
