@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hgplan.planner import mesh_bound, mesh_dual
-from hgplan.planner.mesh_knapsack import (ANY_ROLE, ROLE_PAIRS, ROLES, block_layers, block_roles, facing_pairs, merged,
-                                         roles_step, step)
+from hgplan.planner.mesh_knapsack import (ANY_ROLE, ROLE_PAIRS, ROLES, block_layers, block_roles, facing_pairs,
+                                          merged, roles_step, step)
 from hgplan.planner.mesh_order import NONE
 from hgplan.planner.mesh_wan import SITE_ROLES, _site_gains
 

@@ -58,6 +58,8 @@ WORK_GRID = 16
 """Intervals over which the bound minimises (m - 1) c + W(c); each costs at most 1/WORK_GRID of W's range."""
 WORK_SPLITS = 1
 """Times the least of those intervals, fully evaluated, is halved (_least_work_us) while it stays the least."""
+
+
 def _least(vals: list[float]) -> float:
     return min(vals, default=math.inf)
 

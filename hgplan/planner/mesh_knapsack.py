@@ -103,8 +103,8 @@ def roles_step(held: np.ndarray, gains: np.ndarray, P: int, pairs: np.ndarray = 
         cand = (ext[state] + gains[role][..., None, :most + 1]).max(axis=-1)  # [pair, ..., total from first]
         starts = np.flatnonzero(np.r_[True, after[1:] != after[:-1]])
         into = after[starts]
-        out[into, ..., first:last + 1] = np.maximum(out[into, ..., first:last + 1],
-                                                   np.maximum.reduceat(cand, starts, axis=0))
+        most_by_state = np.maximum.reduceat(cand, starts, axis=0)  # per state after, the most of its pairs
+        out[into, ..., first:last + 1] = np.maximum(out[into, ..., first:last + 1], most_by_state)
     return np.where(out > NONE / 2, out, NONE)
 
 
