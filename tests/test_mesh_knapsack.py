@@ -191,7 +191,7 @@ def test_roles_step_adds_only_what_can_be_reached(seed):
     rng = np.random.default_rng(500 + seed)
     P, lead = int(rng.integers(3, 12)), tuple(int(n) for n in rng.integers(1, 3, int(rng.integers(0, 2))))
     for states, roles, pairs, to in ((4, 4, ROLE_PAIRS, lambda s, r: _index(merged(ROLES[s], ROLES[r]))),
-                                     (8, 12, facing_pairs(ROLE_PAIRS, 4, 4), _facing_to)):
+                                     (8, 12, facing_pairs(True), _facing_to)):
         held = np.where(rng.random((states,) + lead + (P + 1,)) < 0.5,
                         rng.integers(-30, 30, (states,) + lead + (P + 1,)), NONE).astype(float)
         held[..., :int(rng.integers(0, P))] = NONE  # totals reached from some count on
@@ -236,7 +236,7 @@ def test_facing_step_matches_the_three_steps_it_replaces(seed):
     want_faced = np.maximum(roles_step(faced, np.maximum(g, w), P), roles_step(free, w, P, optional=False))
     want_free = roles_step(free, g, P)
     got = roles_step(np.concatenate([free, faced]), np.concatenate([g, w, np.maximum(g, w)]), P,
-                     facing_pairs(ROLE_PAIRS, 4, 4))
+                     facing_pairs(True))
     np.testing.assert_array_equal(got[:4], want_free)
     np.testing.assert_array_equal(got[4:], want_faced)
 
@@ -257,7 +257,7 @@ def test_stage_work_price_search_reaches_the_dual_peak(seed):
     L = int(rng.integers(P, P + 12))
     dense = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), 4001)
     peak = max(float(mesh_dual.dual_work(caps, taus, P, L, dense, roles=r).max()) for r in (False, True))
-    got = mesh_dual.stage_work_at(hosts, caps, P, L, roles=True)
+    got = mesh_dual.stage_work_at(hosts, caps, P, L, roles=True)[0]
     if not np.isfinite(peak):
         assert got == peak
         return
@@ -269,7 +269,8 @@ def test_stage_work_price_search_reaches_the_dual_peak(seed):
 def test_stage_work_price_search_follows_the_roles_peak(seed, monkeypatch):
     """Where the dual with the roles peaks far from the one without them (a concave tent per dual, its peak anywhere
     between the least and the largest tau), the warm-started rounds move their bracket to it: the search ends within
-    1/256 of the tau range's value of the higher peak."""
+    1/256 of the tau range's value of the higher peak, from the whole range and from a start price anywhere, and
+    returns the price of the peak without the roles (where the next call starts)."""
     rng = np.random.default_rng(800 + seed)
     low, high = 100.0, 1100.0
     peaks = {False: (low + (high - low) * rng.random(), 1000.0), True: (low + (high - low) * rng.random(), 1100.0)}
@@ -281,5 +282,8 @@ def test_stage_work_price_search_follows_the_roles_peak(seed, monkeypatch):
 
     monkeypatch.setattr(mesh_dual, "dual_work", tent)
     hosts = [{"tau": np.array([low])}, {"tau": np.array([high])}]
-    got = mesh_dual.stage_work_at(hosts, [], 4, 8, roles=True)
-    assert peaks[True][1] - slope * (high - low) / 256 <= got <= peaks[True][1], (got, peaks)
+    # from the whole range, and from the best price of a call at another cycle (anywhere: `start`)
+    for start in (None, low + (high - low) * rng.random()):
+        got, at = mesh_dual.stage_work_at(hosts, [], 4, 8, roles=True, start=start)
+        assert peaks[True][1] - slope * (high - low) / 256 <= got <= peaks[True][1], (got, peaks, start)
+        assert abs(at - peaks[False][0]) <= (high - low) / 256, (at, peaks, start)  # the next call's start

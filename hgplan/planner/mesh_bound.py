@@ -187,9 +187,13 @@ def _least_work_us(hosts: list[dict[str, np.ndarray]], P: int, L: int, m: int, l
     def work(cycle: float, _enough: float = math.inf) -> float:
         return _work_at(hosts, caps(cycle), L)
 
+    price: list[float | None] = [None]  # the last best price of the stage-coupled W, where the next one starts
+
     def stage_work(cycle: float, enough: float = math.inf) -> float:
         across = None if sites is None else (sites, per_class(hosts, lambda a: _wan_caps(a, cycle, P)), boundary_us)
-        return stage_work_at(hosts, caps(cycle), P, L, enough, across, roles=across is not None)
+        value, price[0] = stage_work_at(hosts, caps(cycle), P, L, enough, across, roles=across is not None,
+                                        start=price[0])
+        return value
 
     if m == 1:
         return max(work(top), stage_work(top) if stages else -math.inf)
@@ -233,7 +237,7 @@ def least_stage_work_us(t: MeshTables, cycle_us: float, used: list[tuple[int, ..
     caps = _caps(hosts, cycle_us, t.pp)
     edges = min(float(a["first"].min()) for a in hosts) + min(float(a["last"].min()) for a in hosts)
     return [math.inf if any(h not in index for h in u) else edges + stage_work_at(
-        hosts, caps, t.pp, t.num_layers, forced=frozenset(index[h] for h in u)) for u in used]
+        hosts, caps, t.pp, t.num_layers, forced=frozenset(index[h] for h in u))[0] for u in used]
 
 
 @dataclass(frozen=True, slots=True)

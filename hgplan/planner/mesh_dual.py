@@ -69,7 +69,7 @@ def dual_work(caps: list[Roles], taus: list[np.ndarray], P: int, L: int, prices:
             return np.where(out > NONE / 2, out - boundary, NONE) if boundary > 0 else out
 
         both = per_class(list(zip(gains, per_host(across[1]))), facing_gains, key=lambda gw: (id(gw[0]), id(gw[1])))
-        facing = facing_pairs(pairs, states, len(gains[0]))
+        facing = facing_pairs(roles)
         for site in dict.fromkeys(sites):
             # the states without a block of the site facing another yet, then those with one
             held = np.concatenate([best, np.full_like(best, NONE)])
@@ -83,7 +83,8 @@ def dual_work(caps: list[Roles], taus: list[np.ndarray], P: int, L: int, prices:
 
 def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int, L: int,
                   enough: float = math.inf, across: tuple[list[str], list[Roles], float] | None = None,
-                  forced: frozenset[int] = frozenset(), roles: bool = False) -> float:
+                  forced: frozenset[int] = frozenset(), roles: bool = False,
+                  start: float | None = None) -> tuple[float, float]:
     """W(cycle) with the stage count coupled (the greedy W of mesh_bound._work_at lets every host hold its most layers
     however few stages are left for it), caps = mesh_bound._caps at that cycle: the best price of dual_work found. The
     dual is concave in the price and peaks between the least and the largest tau; each round narrows the bracket to
@@ -94,17 +95,19 @@ def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int,
     steps around the best price without them, moved half its width at a time while the peak lies beyond it (every
     price's value is a bound, so where it starts changes only how tight the bound is: on the first 8 candidates of the
     16-group and the three-site benchmark fleets, at most 0.09% below five rounds from the whole range, 25% less
-    time)."""
+    time). start: a price the rounds without the roles start from the same way (the best price of a call at a nearby
+    cycle); without, they search the whole range. Returns (the value, the best price without the roles)."""
     taus = [a["tau"] for a in hosts]
     low, high = min(float(t.min()) for t in taus), max(float(t.max()) for t in taus)
-    best, at = -math.inf, low
+    best, at, first_at = -math.inf, low if start is None else start, low
     for coupled in (False, True) if roles else (False,):
         if best >= enough:
             break
-        if not coupled:
+        if not coupled and start is None:
             prices, rounds = np.linspace(low, high, DUAL_PRICES), DUAL_ROUNDS
-        else:  # from the best price without the roles, two first-round steps either side
+        else:  # from the best price without the roles (or `start`), two first-round steps either side
             step = (high - low) / (DUAL_PRICES - 1)
+            at = min(max(at, low), high)
             prices, rounds = np.linspace(max(low, at - step), min(high, at + step), DUAL_PRICES), WARM_ROUNDS
         while rounds:
             vals = dual_work(caps, taus, P, L, prices, across, forced, coupled)
@@ -120,4 +123,5 @@ def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int,
                 continue
             prices = np.linspace(prices[max(i - 1, 0)], prices[min(i + 1, DUAL_PRICES - 1)], DUAL_PRICES)
             rounds -= 1
-    return best
+        first_at = at if not coupled else first_at
+    return best, first_at

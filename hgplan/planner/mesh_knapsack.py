@@ -62,26 +62,48 @@ ANY_ROLE = np.zeros((3, 1), dtype=int)
 """roles_step's `pairs` of a knapsack without roles: one state, one role."""
 
 
-def facing_pairs(pairs: np.ndarray, states: int, roles: int) -> np.ndarray:
+@functools.lru_cache(maxsize=2)
+def facing_pairs(with_roles: bool) -> np.ndarray:
     """roles_step's `pairs` of a knapsack with a flag more, whether some block faces another site yet (planner/
-    mesh_bound.py's knapsack over a site's hosts): held stacks the states without the flag and with it (2 x states),
-    gains the roles of a block that does not face another site, of one that does, and the larger of the two (3 x
-    roles). A state without the flag takes a block that does not face one (and keeps it unset) or one that does (and
-    sets it); a state with it takes either, whichever gains more."""
+    mesh_dual.py's knapsack over a site's hosts), over ROLE_PAIRS (with_roles) or ANY_ROLE: held stacks the states
+    without the flag and with it (2 x states), gains the roles of a block that does not face another site, of one
+    that does, and the larger of the two (3 x roles). A state without the flag takes a block that does not face one
+    (and keeps it unset) or one that does (and sets it); a state with it takes either, whichever gains more."""
+    pairs, n = (ROLE_PAIRS, len(ROLES)) if with_roles else (ANY_ROLE, 1)
     state, role, after = pairs
-    out = np.concatenate([pairs, [state, role + roles, after + states], [state + states, role + 2 * roles,
-                                                                         after + states]], axis=1)
-    return out[:, np.argsort(out[2], kind="stable")]
+    out = np.concatenate([pairs, [state, role + n, after + n], [state + n, role + 2 * n, after + n]], axis=1)
+    out = out[:, np.argsort(out[2], kind="stable")]
+    out.setflags(write=False)
+    return out
 
 
-def _span(held: np.ndarray, gains: np.ndarray, P: int) -> tuple[int, int, int] | None:
-    """(least total, largest total, most stages) a step adds up: the totals that some reached count (held, stage
-    count last) plus some count a block takes (gains) reach, up to P; None where none does."""
+_ROUTES: dict[tuple[int, bytes], tuple] = {}
+"""_route's cache: (id of the pairs, live states) -> (the pairs, the route); the pairs are module constants."""
+
+
+def _route(pairs: np.ndarray, live_states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(state, role) of the pairs from the live states, where each state after's run of them starts, and that state
+    (pairs in the order of the state after), computed once per pairs and live states."""
+    key = (id(pairs), live_states.tobytes())
+    hit = _ROUTES.get(key)
+    if hit is not None and hit[0] is pairs:
+        return hit[1]
+    state, role, after = pairs[:, live_states[pairs[0]]]
+    starts = np.flatnonzero(np.concatenate([[True], after[1:] != after[:-1]])) if after.size else after
+    if len(_ROUTES) > 4096:
+        _ROUTES.clear()
+    _ROUTES[key] = (pairs, (state, role, starts, after[starts]))
+    return _ROUTES[key][1]
+
+
+def _span(reached: np.ndarray, gains: np.ndarray, P: int) -> tuple[int, int, int] | None:
+    """(least total, largest total, most stages) a step adds up: the totals that some reached count (a mask over the
+    held states, stage count last) plus some count a block takes (gains) reach, up to P; None where none does."""
     taken = np.flatnonzero((gains > NONE / 2).reshape(-1, gains.shape[-1]).any(axis=0))
-    reached = np.flatnonzero((held > NONE / 2).reshape(-1, held.shape[-1]).any(axis=0))
-    if not taken.size or not reached.size or reached[0] + taken[0] > P:
+    counts = np.flatnonzero(reached.reshape(-1, reached.shape[-1]).any(axis=0))
+    if not taken.size or not counts.size or counts[0] + taken[0] > P:
         return None
-    return int(reached[0] + taken[0]), min(P, int(reached[-1] + taken[-1])), int(taken[-1])
+    return int(counts[0] + taken[0]), min(P, int(counts[-1] + taken[-1])), int(taken[-1])
 
 
 def roles_step(held: np.ndarray, gains: np.ndarray, P: int, pairs: np.ndarray = ROLE_PAIRS,
@@ -89,20 +111,18 @@ def roles_step(held: np.ndarray, gains: np.ndarray, P: int, pairs: np.ndarray = 
     """step with states and roles as arrays: held[state, ..., t] the most t stages hold in each state, gains[role, ...,
     j] what the host (or site) holds with j stages in each role, NONE where it cannot (gains[..., 0] must be NONE: a
     used host takes at least one stage); pairs: (state, role, state after) of the roles that can follow each state,
-    in the order of the state after (ROLE_PAIRS over ROLES, ANY_ROLE or facing_pairs); returns the states after it
-    (if optional, it may stay unused). Only the states some stage count reaches, the stage counts some host's block
-    takes and the totals those two reach are added up (the rest stays NONE): the same arrays at a fraction of the
-    work (a block takes few of the P stages)."""
+    in the order of the state after (ROLE_PAIRS over ROLES, ANY_ROLE, facing_pairs or another module constant);
+    returns the states after it (if optional, it may stay unused). Only the states some stage count reaches, the
+    stage counts some host's block takes and the totals those two reach are added up (the rest stays NONE): the same
+    arrays at a fraction of the work (a block takes few of the P stages)."""
     out = held.copy() if optional else np.full_like(held, NONE)
-    pairs = pairs[:, (held > NONE / 2).reshape(held.shape[0], -1).any(axis=1)[pairs[0]]]  # from the live states
-    if pairs.shape[1] and (span := _span(held, gains, P)) is not None:
-        state, role, after = pairs
+    live = held > NONE / 2
+    state, role, starts, into = _route(pairs, live.reshape(held.shape[0], -1).any(axis=1))
+    if state.size and (span := _span(live, gains, P)) is not None:
         first, last, most = span
         ext = np.concatenate([held, np.full(held.shape[:-1] + (1,), NONE)], axis=-1)
         ext = ext[..., knapsack_before(P)[first:last + 1, :most + 1]]
         cand = (ext[state] + gains[role][..., None, :most + 1]).max(axis=-1)  # [pair, ..., total from first]
-        starts = np.flatnonzero(np.r_[True, after[1:] != after[:-1]])
-        into = after[starts]
         most_by_state = np.maximum.reduceat(cand, starts, axis=0)  # per state after, the most of its pairs
         out[into, ..., first:last + 1] = np.maximum(out[into, ..., first:last + 1], most_by_state)
     return np.where(out > NONE / 2, out, NONE)
@@ -122,7 +142,7 @@ def step(states: dict[tuple, np.ndarray], gains: dict[tuple, np.ndarray], P: int
     used[..., 0] = NONE  # a used host takes at least one stage
     held = np.stack([states[s] for s in live])
     pairs = [(i, k, key) for i, s in enumerate(live) for k, r in enumerate(roles) if (key := to(s, r)) is not None]
-    if not pairs or (span := _span(held, used, P)) is None:  # as roles_step: only the totals the host reaches
+    if not pairs or (span := _span(held > NONE / 2, used, P)) is None:  # as roles_step: only the totals the host reaches
         return out
     first, last, most = span
     # [s, ..., total from first, j], the sentinel column NONE
