@@ -1,7 +1,8 @@
 """The mesh search's bounds stop at the search's deadline (limits.OutOfTime): a tables' bound with 1F1B's loops over
 five sites took 4-5 s on benchmarks/search_scaling.py's 1008-GPU six-type fleet, and one that started before the
 60 s limit ended at 63.4 s (2026-11-29). Past the deadline each capacity and work evaluation raises, and the search
-keeps the candidate at the bound it had and stops as at the wall clock."""
+keeps the candidate at the bound it had and stops as at the wall clock. Every solve's wall-clock limit (the time left
+before the deadline) covers building its model too, in both families."""
 
 from __future__ import annotations
 
@@ -102,4 +103,33 @@ def test_building_the_model_counts_against_the_solves_clock(monkeypatch, fleet, 
     monkeypatch.setattr(mesh_model, "_solve_one", solve_one)
     mesh_model.solve_mesh(t, SolverParams(max_time_in_seconds=2.0, max_deterministic_time=1.0, num_workers=1,
                                           random_seed=0))
+    assert given and max(given) <= 2.0 - 0.3, given
+
+
+@pytest.mark.parametrize("which", ["solve", "solve_blocks"])
+def test_the_stock_solves_count_building_too(monkeypatch, which):
+    """The stock family's solves (planner/model.py's solve, planner/block_model.py's solve_blocks; planner/
+    path_model.py's solve_path the same way) give CP-SAT their wall-clock limit less the time their model took to
+    build (SolverParams.less_elapsed)."""
+    from test_planner import _two_group_tables
+
+    from hgplan.planner import block_model, model
+    from hgplan.planner.model import SolverParams
+
+    module, build = (model, "build_model") if which == "solve" else (block_model, "build_block_model")
+    real, given = getattr(module, build), []
+
+    def slow_build(*args, **kwargs):
+        time.sleep(0.3)
+        return real(*args, **kwargs)
+
+    def configure(solver, params, log):
+        given.append(params.max_time_in_seconds)
+        solver.parameters.max_time_in_seconds = 0.0  # nothing to solve: the test reads the limit only
+    monkeypatch.setattr(module, build, slow_build)
+    monkeypatch.setattr(module, "configure_solver", configure)
+    tables = _two_group_tables()
+    if which == "solve_blocks":  # an item whose every group hosts a block
+        tables = dataclasses.replace(tables, require_all=True)
+    getattr(module, which)(tables, SolverParams(max_time_in_seconds=2.0))
     assert given and max(given) <= 2.0 - 0.3, given

@@ -287,3 +287,22 @@ def test_stage_work_price_search_follows_the_roles_peak(seed, monkeypatch):
         got, at = mesh_dual.stage_work_at(hosts, [], 4, 8, roles=True, start=start)
         assert peaks[True][1] - slope * (high - low) / 256 <= got <= peaks[True][1], (got, peaks, start)
         assert abs(at - peaks[False][0]) <= (high - low) / 256, (at, peaks, start)  # the next call's start
+
+
+@pytest.mark.parametrize("width", [0.0, 0.3, 1.0])
+def test_stage_work_price_search_is_short_on_a_plateau(width, monkeypatch):
+    """A dual flat over part or all of the range (its peak a plateau): the search still reaches the peak's value and
+    makes a bounded number of evaluations (no walk across a plateau half a bracket at a time)."""
+    low, high, calls = 100.0, 1100.0, []
+
+    def plateau(caps, taus, P, L, prices, across=None, forced=frozenset(), roles=False):
+        calls.append(roles)
+        return 500.0 - 2.0 * np.maximum(0.0, np.abs(prices - 300.0) - width * (high - low))
+
+    monkeypatch.setattr(mesh_dual, "dual_work", plateau)
+    hosts = [{"tau": np.array([low])}, {"tau": np.array([high])}]
+    for start in (None, 1000.0):
+        calls.clear()
+        got, _ = mesh_dual.stage_work_at(hosts, [], 4, 8, roles=True, start=start)
+        assert got >= 500.0 - 2.0 * (high - low) / 256
+        assert len(calls) <= mesh_dual.DUAL_ROUNDS + mesh_dual.WARM_ROUNDS + 2 * mesh_dual.MAX_MOVES, len(calls)

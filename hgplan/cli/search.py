@@ -35,7 +35,7 @@ def _check_search_flags(top: int, time_limit: float, max_pp: int | None, solver_
     if max_pp is not None and max_pp < 1:
         raise InputError(f"--max-pp must be >= 1 (got {max_pp})")
     if solver_params:
-        from hgplan.planner.model import extra_params_error
+        from hgplan.planner.limits import extra_params_error
 
         problem = extra_params_error(solver_params)
         if problem:

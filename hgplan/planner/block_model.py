@@ -25,6 +25,7 @@ layers (u); objective in v-scaled integer microseconds, as CostTables.objective.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -375,11 +376,12 @@ def solve_blocks(t: CostTables, params: SolverParams, *, hint: tuple[list[int], 
     """Solve the block model of one item. The bound holds for every plan of the item (below upper_bound when one is
     given); the expanded plan is to be checked with CostTables.objective (it may break a dropped constraint).
     `paths`: with interleaving's relaxed steady paths (planner/block_paths.py), under PATHS_PARAMS."""
-    classes = table_classes(t)
+    classes, began = table_classes(t), time.perf_counter()
     md, xv = build_block_model(t, upper_bound=upper_bound, classes=classes, paths=paths, cuts=cuts)
     if hint is not None:
         add_block_hint(md, t, xv, canonical_assign(classes, hint[0]), list(hint[1]))
     solver = cp_model.CpSolver()
+    params = params.less_elapsed(began)
     configure_solver(solver, params.under(PATHS_PARAMS) if paths and t.vpp > 1 else params, log)
     status = solver.solve(md)
     name, text = solver.status_name(status), str(md.proto) if keep_model else None

@@ -1,12 +1,14 @@
 """The limits of one CP-SAT solve: how many retries, how much deterministic time per attempt, and the wall-clock
-safety net under the search's own deadline. Shared by the search, the proof of the gap and the mesh search; and the
-deadline of the mesh search's bounds (OutOfTime)."""
+safety net under the search's own deadline. Shared by the search, the proof of the gap and the mesh search; the
+deadline of the mesh search's bounds (OutOfTime); and the check of --solver-params (extra_params_error)."""
 
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import replace
+
+from ortools.sat.python import cp_model
 
 from hgplan.planner.model import SolverParams
 from hgplan.planner.options import SearchOptions
@@ -95,3 +97,11 @@ def check_deadline(stop_at_s: float | None) -> None:
     """Raise OutOfTime once time.perf_counter() is past stop_at_s (None: no deadline)."""
     if stop_at_s is not None and time.perf_counter() > stop_at_s:
         raise OutOfTime
+
+
+def extra_params_error(text: str) -> str | None:
+    """Why `text` is not valid text-format SatParameters (None when it is)."""
+    probe = cp_model.CpSolver().parameters
+    return None if probe.merge_text_format(text) else (
+        "not valid text-format SatParameters (e.g. 'linearization_level: 2 symmetry_level: 0'); see OR-Tools' "
+        "sat_parameters.proto for the field names")

@@ -17,6 +17,9 @@ DUAL_ROUNDS = 5
 """Rounds of that price search; each narrows the bracket to 2 / (DUAL_PRICES - 1) of its width."""
 WARM_ROUNDS = 3
 """Rounds of the search with the roles (stage_work_at), which starts from the best price without them."""
+MAX_MOVES = 2 * (DUAL_PRICES - 1)
+"""Times a warm-started search may move its bracket (half its width each, a quarter of the range at first): enough to
+cross the whole range twice."""
 
 
 def dual_work(caps: list[Roles], taus: list[np.ndarray], P: int, L: int, prices: np.ndarray,
@@ -93,10 +96,11 @@ def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int,
     (dual_work's roles: tighter and dearer; the level of the bound that has them took 24.5 -> 36 s on the first 40
     candidates of benchmarks/mesh_search.py's four-site fleet), WARM_ROUNDS of them from a bracket of two first-round
     steps around the best price without them, moved half its width at a time while the peak lies beyond it (every
-    price's value is a bound, so where it starts changes only how tight the bound is: on the first 8 candidates of the
-    16-group and the three-site benchmark fleets, at most 0.09% below five rounds from the whole range, 25% less
-    time). start: a price the rounds without the roles start from the same way (the best price of a call at a nearby
-    cycle); without, they search the whole range. Returns (the value, the best price without the roles)."""
+    price's value is a bound, so where it starts changes only how tight the bound is). start: a price the rounds
+    without the roles start from the same way (the best price of a call at a nearby cycle); without, they search the
+    whole range. Both warm starts, on the first eight candidates of four benchmark fleets: bounds at most 0.13% below
+    five rounds from the whole range, about 30% less time (docs/planner.md). Returns (the value, the best price
+    without the roles)."""
     taus = [a["tau"] for a in hosts]
     low, high = min(float(t.min()) for t in taus), max(float(t.max()) for t in taus)
     best, at, first_at = -math.inf, low if start is None else start, low
@@ -109,6 +113,7 @@ def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int,
             step = (high - low) / (DUAL_PRICES - 1)
             at = min(max(at, low), high)
             prices, rounds = np.linspace(max(low, at - step), min(high, at + step), DUAL_PRICES), WARM_ROUNDS
+        moves = 0
         while rounds:
             vals = dual_work(caps, taus, P, L, prices, across, forced, coupled)
             i = int(np.argmax(vals))
@@ -116,9 +121,11 @@ def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int,
                 best, at = float(vals[i]), float(prices[i])
             if best >= enough:
                 break
-            if i in (0, DUAL_PRICES - 1) and low < prices[i] < high:
-                # the peak is beyond the bracket (the dual is concave): the bracket moves half its width that way
-                half = (prices[-1] - prices[0]) / 2
+            inner = 1 if i == 0 else DUAL_PRICES - 2
+            if i in (0, DUAL_PRICES - 1) and low < prices[i] < high and vals[i] > vals[inner] and moves < MAX_MOVES:
+                # the peak is beyond the bracket (the dual is concave and still rising there): the bracket moves half
+                # its width that way (on a plateau it narrows instead)
+                half, moves = (prices[-1] - prices[0]) / 2, moves + 1
                 prices = np.linspace(max(low, prices[i] - half), min(high, prices[i] + half), DUAL_PRICES)
                 continue
             prices = np.linspace(prices[max(i - 1, 0)], prices[min(i + 1, DUAL_PRICES - 1)], DUAL_PRICES)

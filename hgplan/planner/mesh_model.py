@@ -280,17 +280,10 @@ def solve_mesh(t: MeshTables, params: SolverParams, *, upper_bound: int | None =
     if len(t.hosts) not in SPLIT_HOSTS:
         began = time.perf_counter()
         md, v = build_mesh_model(t, upper_bound=upper_bound, cuts=cuts)
-        return _solve_one(md, v, t, _less_clock(params, began), log)
+        return _solve_one(md, v, t, params.less_elapsed(began), log)
     pairs = cuts.pairs_us if cuts.pairs_us is not None else dict.fromkeys(end_pairs(t), cuts.floor_us)
     assert pairs, "a candidate whose pairs are all proven is not solved"
     return _solve_by_ends(t, params, upper_bound, cuts, pairs, log)
-
-
-def _less_clock(params: SolverParams, began: float) -> SolverParams:
-    """params with its wall-clock limit less the time since `began` (building the models counts: a 1024-GPU
-    eight-group candidate's solve that began 2.1 s before the search's deadline ended 0.6 s past it), at least
-    limits.within's 50 ms."""
-    return replace(params, max_time_in_seconds=max(0.05, params.max_time_in_seconds - (time.perf_counter() - began)))
 
 
 def _solve_one(md: cp_model.CpModel, v: _Vars, t: MeshTables, params: SolverParams,
@@ -349,7 +342,7 @@ def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None,
                     base = build_mesh_model(t, upper_bound=ub, cuts=cuts)
                 batch = todo[i:i + limits.SOLVE_THREADS]
                 models = [_pair_model(base, t, a, b, ends[(a, b)], cuts) for a, b in batch]
-                each = _less_clock(replace(params, max_deterministic_time=share), began)
+                each = replace(params, max_deterministic_time=share).less_elapsed(began)
                 sols = list(pool.map(lambda md: _solve_one(md, base[1], t, each, log), models))
                 above = math.inf if ub is None else ub
                 for e, sol in zip(batch, sols):

@@ -18,6 +18,7 @@ interleaving the first two terms are max'ed with each two-stage phase path and e
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -49,19 +50,17 @@ class SolverParams:
         the user's --solver-params still win."""
         return replace(self, extra=" ".join(p for p in (defaults, self.extra) if p))
 
+    def less_elapsed(self, began_s: float) -> SolverParams:
+        """These parameters with the wall-clock limit less the time since began_s (a time.perf_counter() reading taken
+        before building the model: building counts against limits.within's deadline; a 1024-GPU eight-group mesh
+        candidate's solve asked for 2.1 s before the deadline ended 0.6 s past it), at least 50 ms."""
+        return replace(self, max_time_in_seconds=max(0.05, self.max_time_in_seconds - (time.perf_counter() - began_s)))
+
     def to_dict(self) -> dict:
         """The parameters as recorded in the search JSON."""
         return {"num_workers": self.num_workers, "random_seed": self.random_seed,
                 "max_deterministic_time": self.max_deterministic_time, "max_time_in_seconds": self.max_time_in_seconds,
                 "relative_gap_limit": self.relative_gap_limit}
-
-
-def extra_params_error(text: str) -> str | None:
-    """Why `text` is not valid text-format SatParameters (None when it is)."""
-    probe = cp_model.CpSolver().parameters
-    return None if probe.merge_text_format(text) else (
-        "not valid text-format SatParameters (e.g. 'linearization_level: 2 symmetry_level: 0'); see OR-Tools' "
-        "sat_parameters.proto for the field names")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -423,9 +422,9 @@ def solve(t: CostTables, params: SolverParams, *, hint: tuple[list[int], list[in
 
     `log` receives CP-SAT's progress lines when params.log_search_progress is set (the CLI sends them to stderr;
     the planner never prints)."""
-    classes = table_classes(t)
+    classes, began = table_classes(t), time.perf_counter()
     md, xv = build_model(t, upper_bound=upper_bound, classes=classes)
-    return run_model(md, xv, t, classes, params, hint=hint, log=log, keep_model=keep_model)
+    return run_model(md, xv, t, classes, params.less_elapsed(began), hint=hint, log=log, keep_model=keep_model)
 
 
 def run_model(md: cp_model.CpModel, xv: PlacementVars, t: CostTables, classes: tuple[tuple[int, ...], ...],

@@ -16,6 +16,7 @@ objective is in v-scaled integer microseconds.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
@@ -241,6 +242,6 @@ def build_path_model(pt: PathTables, *, upper_bound: int | None = None,
 def solve_path(pt: PathTables, params: SolverParams, *, upper_bound: int | None = None,
                hint: tuple[list[int], list[int]] | None = None, cuts: tuple[PathCounts, ...] = ()) -> Solution:
     """Minimise the lower bound over one candidate. INFEASIBLE with upper_bound: every plan is at least it."""
-    classes = path_classes(pt)
+    classes, began = path_classes(pt), time.perf_counter()
     md, xv = build_path_model(pt, upper_bound=upper_bound, classes=classes, cuts=cuts)
-    return run_model(md, xv, pt.base, classes, params.under(PATH_MODEL_PARAMS), hint=hint)
+    return run_model(md, xv, pt.base, classes, params.less_elapsed(began).under(PATH_MODEL_PARAMS), hint=hint)
