@@ -403,14 +403,15 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     polished, mesh = _polish_and_meshes(costs, result, opts, stock_opts, started, log, progress)
     found = list(result.found) + polished + (mesh.found[:RERANKED] if mesh else [])
     checked = _fastest_per_config(_checked(found, fleet, model, train, warnings))
+    # the baselines before the proof, which runs to the deadline (after it they took 'large' 0.85 s past it)
+    _phase(progress if with_baselines else None, "baselines", "evaluating three baselines", result)
+    baselines = _baselines(fleet, model, train, opts, seeds) if with_baselines else []
     proof, faster = (_prove(costs, opts, result, checked, warnings, progress) if opts.prove_gap
                      else (None, []))
-    _phase(progress if with_baselines else None, "baselines", "evaluating three baselines", result)
     checked = sorted(checked + faster, key=lambda e: e[1].iteration_time_s)
     stock_best = next((e for e in checked if isinstance(e[2], Found)), None)
     ranked = [(plan, pred, f, "proof" if f.solution.status.startswith("BOUND_") else "search")
               for plan, pred, f in checked]
-    baselines = _baselines(fleet, model, train, opts, seeds) if with_baselines else []
     ranked = _with_faster_baselines(ranked, baselines, warnings)
     entries = [plan_entry(rank, plan, pred, origin=origin,
                           **({} if f is None else {"objective_s": f.time_us / 1e6, "status": f.solution.status}))
