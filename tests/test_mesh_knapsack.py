@@ -243,9 +243,9 @@ def test_facing_step_matches_the_three_steps_it_replaces(seed):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_stage_work_price_search_reaches_the_dual_peak(seed):
-    """_stage_work_at's price search (the roles' rounds warm-started from the best price without them, the bracket
-    moved where the peak lies beyond it) ends within 0.1% of the best of a dense grid of prices, and never above it
-    (every price's value is a lower bound: weak duality)."""
+    """mesh_dual.stage_work_at's price search (the roles' rounds warm-started from the best price without them, the
+    bracket moved where the peak lies beyond it) ends within 0.1% of the best of a dense grid of prices, and never
+    above it (every price's value is a lower bound: weak duality)."""
     rng = np.random.default_rng(700 + seed)
     P, options = int(rng.integers(2, 6)), int(rng.integers(1, 3))
     hosts = [_host(rng, options) for _ in range(int(rng.integers(2, 5)))]
