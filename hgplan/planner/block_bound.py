@@ -35,7 +35,8 @@ from hgplan.planner.limits import SETTLE_GROUPS
 from hgplan.planner.block_capacity import most_layers, rising
 from hgplan.planner.single_stages import single_cases
 from hgplan.planner.wan_loops import LoopSlack, most_lone, pair_loops
-from hgplan.planner.block_work import block_pools, cheapest_fill, ends_charge, least_value, loops_charge, work_one
+from hgplan.planner.block_work import (DOUBLINGS, block_pools, cheapest_fill, ends_charge, least_value, loops_charge,
+                                      work_one)
 from hgplan.planner.wan_ends import Role, WanEnds
 
 
@@ -419,13 +420,13 @@ class _BlockBound:
 
     def _upper_cycle(self, role: list[Role], wan: WanEnds | None) -> tuple[float, WanEnds | None]:
         """A feasible cycle (inf: none) at least every stage's demand with every layer, and the WAN ends to bound
-        with: without the loops if no cycle of up to 2^64 times that closes them."""
+        with: without the loops if no cycle of up to 2^DOUBLINGS times that closes them."""
         every = role + ([r for rs in wan.variants for r in rs[1:] if r is not None] if wan else [])
         c_max = max(vt * self.units + max(lone, end_a, end_b) + inner_extra
                     for vt, lone, end_a, end_b, inner_extra, _ in every if math.isfinite(lone))
         if not self.feasible(c_max, role, wan and replace(wan, loops=None)):
             return math.inf, wan
-        for _ in range(64):  # 1F1B's loops through the WAN can make the cycle longer than any stage's demand
+        for _ in range(DOUBLINGS):  # 1F1B's loops through the WAN can make the cycle longer than any stage's demand
             if self.feasible(c_max, role, wan):
                 return c_max, wan
             c_max *= 2

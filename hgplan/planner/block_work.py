@@ -220,6 +220,9 @@ def loops_charge(cs: np.ndarray, price: np.ndarray, cls: Sequence[int], loss: Ca
     return np.array([loss(float(x), tuple(row)) for x, row in zip(cs, per_class.tolist())])
 
 
+DOUBLINGS = 64
+"""Times a search for a cycle long enough (block_bound's upper cycle, _finite_from) doubles it before it gives up:
+1F1B's loops through the WAN can make the cycle longer than any stage's demand, and 2^64 times is past any plan."""
 FINITE_RESOLUTION = 1e-3
 """How close _finite_from brings its two cycles, relative to the upper: the value's cycle term is at most this much
 below the first finite cycle's. On the 16-group benchmark fleet (24 such calls, all in block_cuts) 1e-6 took 21
@@ -230,10 +233,10 @@ the code before, which cut those items as if they had no plan (8.9 -> 9.4 s, med
 
 def _finite_from(hi: float, w: Callable[[np.ndarray], np.ndarray]) -> tuple[float, float, float] | None:
     """(lo, hi, w(hi)) with w infinite at lo and finite at hi, hi - lo within FINITE_RESOLUTION of hi, for a
-    non-increasing w that is infinite at `hi`: by doubling (at most 64 times, as block_bound's upper cycle; None:
-    finite nowhere), then bisection. Every cycle at or below lo has an infinite w."""
+    non-increasing w that is infinite at `hi`: by doubling (at most DOUBLINGS times; None: finite nowhere), then
+    bisection. Every cycle at or below lo has an infinite w."""
     lo = hi
-    for _ in range(64):
+    for _ in range(DOUBLINGS):
         hi = 2 * hi
         w_hi = float(w(np.array([hi]))[0])
         if math.isfinite(w_hi):

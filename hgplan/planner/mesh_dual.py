@@ -103,7 +103,7 @@ def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int,
     without the roles)."""
     taus = [a["tau"] for a in hosts]
     low, high = min(float(t.min()) for t in taus), max(float(t.max()) for t in taus)
-    best, at, first_at = -math.inf, low if start is None else start, low
+    best, at = -math.inf, low if start is None else start
     for coupled in (False, True) if roles else (False,):
         if best >= enough:
             break
@@ -130,5 +130,6 @@ def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int,
                 continue
             prices = np.linspace(prices[max(i - 1, 0)], prices[min(i + 1, DUAL_PRICES - 1)], DUAL_PRICES)
             rounds -= 1
-        first_at = at if not coupled else first_at
+        if not coupled:
+            first_at = at
     return best, first_at

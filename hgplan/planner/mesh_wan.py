@@ -55,12 +55,11 @@ def _site_gains(a: dict[str, np.ndarray], cycle: float, P: int, prices: np.ndarr
             value = np.where(price * e * a["tau"] < 1, k + price * e * (spare - k * a["tau"]),
                              1 + price * e * (spare - a["tau"]))
         held[at[name]] = np.where(k >= 1, value, NONE)
-    roles = {(0, 0, 0): ("ll", "li", "li"), (0, 0, 1): ("lw", "li", "wi"), (0, 0, 2): ("ww", "wi", "wi"),
-             (1, 0, 0): ("fl", "fi", "li"), (1, 0, 1): ("fw", "fi", "wi"), (0, 1, 0): ("lL", "li", "Li"),
-             (0, 1, 1): ("wL", "wi", "Li")}
-    assert tuple(roles) == SITE_ROLES
+    # per role, in SITE_ROLES' order: the ends of its single stage, of its block's head and of its tail
+    parts = (("ll", "li", "li"), ("lw", "li", "wi"), ("ww", "wi", "wi"), ("fl", "fi", "li"), ("fw", "fi", "wi"),
+             ("lL", "li", "Li"), ("wL", "wi", "Li"))
     # every role's blocks at once: one array per part of the block, a leading axis over the roles
-    single, head, tail = (held[[at[names[n]] for names in roles.values()]] for n in range(3))
+    single, head, tail = (held[[at[names[n]] for names in parts]] for n in range(3))
     cap = block_layers(np.arange(P + 1)[None, None, :, None], single, head, tail, held[at["ii"]], a["slots"])
     gains = cap.max(axis=3)
     gains.setflags(write=False)  # shared by a class's hosts (per_class)
