@@ -107,9 +107,10 @@ def test_roles_step_matches_every_pair_alone(seed):
         np.testing.assert_array_equal(got[0], want[0])
 
 
-def _least_work(caps, taus, P: int, L: int) -> float:
+def _least_work(caps, taus, P: int, L: int, ends=None) -> float:
     """The least work of L layers on exactly P stages, host by host unused or in one role, option and stage count
-    (one block holding the first stage and one the last), j <= x <= cap layers each, fastest first: by enumeration."""
+    (one block holding the first stage and one the last), j <= x <= cap layers each, fastest first: by enumeration.
+    ends: per host, [role, option] what its block adds in that role (mesh_dual.end_work)."""
     best = np.inf
     choices = [[None] + [(r, o, j) for r in cap for o in range(cap[r].shape[1]) for j in range(1, P + 1)
                          if cap[r][j, o] >= 1] for cap in caps]
@@ -122,6 +123,7 @@ def _least_work(caps, taus, P: int, L: int) -> float:
             continue
         lows = [(float(taus[h][o]), j, int(caps[h][r][j, o])) for h, (r, o, j) in used]
         left, work = L - sum(j for _, j, _ in lows), sum(tau * j for tau, j, _ in lows)
+        work += 0.0 if ends is None else sum(float(ends[h][ROLES.index(r), o]) for h, (r, o, _) in used)
         for tau, j, cap in sorted(lows):
             take = max(0, min(cap - j, left))
             work, left = work + take * tau, left - take
@@ -150,6 +152,50 @@ def test_role_coupled_work_is_below_the_least_work_and_above_the_role_free(seed)
     exact = _least_work(caps, taus, P, L)
     assert np.all(coupled <= exact + 1e-6), (coupled, exact)
     assert np.all(coupled >= free - 1e-6), (coupled, free)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_end_work_is_below_the_least_work_with_each_ends_own_work(seed):
+    """With the embedding's and the LM head's work of the block that holds each end (mesh_dual.end_work, over the
+    least of any host's), the dual with the roles never exceeds the least work plus those of a plan by enumeration,
+    at every price, and never falls below the dual without them."""
+    rng = np.random.default_rng(1400 + seed)
+    P, options = int(rng.integers(1, 5)), int(rng.integers(1, 3))
+    hosts = [_host(rng, options) for _ in range(int(rng.integers(2, 4)))]
+    hosts[0]["first"] += 5000.0  # one host's embedding and another's head dearer than any layer's work
+    hosts[1]["last"] += 5000.0
+    cycle = float(rng.uniform(15000, 50000))
+    caps = [mesh_bound._option_gains(a, cycle, P) for a in hosts]
+    taus = [a["tau"] for a in hosts]
+    L = int(rng.integers(P, P + 8))
+    prices = np.linspace(150, 4500, 7)
+    ends = mesh_dual.end_work(hosts)
+    assert all(np.all(e >= 0) and e.shape == (len(ROLES), options) for e in ends)
+    with_ends = mesh_dual.dual_work(caps, taus, P, L, prices, roles=True, ends=ends)
+    without = mesh_dual.dual_work(caps, taus, P, L, prices, roles=True)
+    exact = _least_work(caps, taus, P, L, ends)
+    assert np.all(with_ends <= exact + 1e-6), (with_ends, exact)
+    assert np.all(with_ends >= without - 1e-6), (with_ends, without)
+
+
+def test_end_work_prices_the_block_that_holds_both_ends():
+    """One stage (P = 1) holds the embedding and the LM head: with the cheapest embedding on one host and the cheapest
+    head on the other, every plan pays more than the least of each, and the dual with the ends counts exactly the
+    cheaper host's excess at every price (hosts alike but for their ends; a mutant that drops `ends` fails)."""
+    rng = np.random.default_rng(1500)
+    hosts = [_host(rng, 1) for _ in range(2)]
+    for a, (first, last) in zip(hosts, ((100.0, 900.0), (700.0, 200.0))):
+        a.update(first=np.array([first]), last=np.array([last]), most=np.array([40.0]), slots=np.array([4.0]),
+                 tau=np.array([1000.0]))  # alike but for the ends: the same host is the cheapest with and without
+    caps = [mesh_bound._option_gains(a, 60000.0, 1) for a in hosts]
+    taus = [a["tau"] for a in hosts]
+    prices = np.linspace(150, 4500, 7)
+    ends = mesh_dual.end_work(hosts)
+    excess = min(100.0 + 900.0, 700.0 + 200.0) - (100.0 + 200.0)
+    with_ends = mesh_dual.dual_work(caps, taus, 1, 6, prices, roles=True, ends=ends)
+    without = mesh_dual.dual_work(caps, taus, 1, 6, prices, roles=True)
+    assert np.all(np.isfinite(without))
+    np.testing.assert_allclose(with_ends - without, excess, atol=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -256,7 +302,8 @@ def test_stage_work_price_search_reaches_the_dual_peak(seed):
     taus = [a["tau"] for a in hosts]
     L = int(rng.integers(P, P + 12))
     dense = np.linspace(min(float(t.min()) for t in taus), max(float(t.max()) for t in taus), 4001)
-    peak = max(float(mesh_dual.dual_work(caps, taus, P, L, dense, roles=r).max()) for r in (False, True))
+    ends = mesh_dual.end_work(hosts)
+    peak = max(float(mesh_dual.dual_work(caps, taus, P, L, dense, roles=r, ends=ends).max()) for r in (False, True))
     got = mesh_dual.stage_work_at(hosts, caps, P, L, roles=True)[0]
     if not np.isfinite(peak):
         assert got == peak
@@ -276,12 +323,12 @@ def test_stage_work_price_search_follows_the_roles_peak(seed, monkeypatch):
     peaks = {False: (low + (high - low) * rng.random(), 1000.0), True: (low + (high - low) * rng.random(), 1100.0)}
     slope = 3.0
 
-    def tent(caps, taus, P, L, prices, across=None, forced=frozenset(), roles=False):
+    def tent(caps, taus, P, L, prices, across=None, forced=frozenset(), roles=False, ends=None):
         at, top = peaks[roles]
         return top - slope * np.abs(prices - at)
 
     monkeypatch.setattr(mesh_dual, "dual_work", tent)
-    hosts = [{"tau": np.array([low])}, {"tau": np.array([high])}]
+    hosts = [{"tau": np.array([tau]), "first": np.zeros(1), "last": np.zeros(1)} for tau in (low, high)]
     # from the whole range, and from the best price of a call at another cycle (anywhere: `start`)
     for start in (None, low + (high - low) * rng.random()):
         got, at = mesh_dual.stage_work_at(hosts, [], 4, 8, roles=True, start=start)
@@ -295,12 +342,12 @@ def test_stage_work_price_search_is_short_on_a_plateau(width, monkeypatch):
     makes a bounded number of evaluations (no walk across a plateau half a bracket at a time)."""
     low, high, calls = 100.0, 1100.0, []
 
-    def plateau(caps, taus, P, L, prices, across=None, forced=frozenset(), roles=False):
+    def plateau(caps, taus, P, L, prices, across=None, forced=frozenset(), roles=False, ends=None):
         calls.append(roles)
         return 500.0 - 2.0 * np.maximum(0.0, np.abs(prices - 300.0) - width * (high - low))
 
     monkeypatch.setattr(mesh_dual, "dual_work", plateau)
-    hosts = [{"tau": np.array([low])}, {"tau": np.array([high])}]
+    hosts = [{"tau": np.array([tau]), "first": np.zeros(1), "last": np.zeros(1)} for tau in (low, high)]
     for start in (None, 1000.0):
         calls.clear()
         got, _ = mesh_dual.stage_work_at(hosts, [], 4, 8, roles=True, start=start)

@@ -4,6 +4,7 @@ takes it as its incumbent on candidates of two or more hosts."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -169,3 +170,29 @@ def test_shared_blocks_give_each_order_its_own_capacity():
             for g in np.nonzero(held >= t.num_layers)[0]:
                 assert (mesh_seed._structure(c, order, backs, int(g))
                         == mesh_seed._structure(c, order, backs_alone, int(g)))
+
+
+@pytest.mark.parametrize("lb, level, want", [
+    (0.996, 0, True), (0.996, mesh_search.STAGE_BOUND, True),  # below the incumbent: seeded at any level
+    (1.002, mesh_search.STAGE_BOUND, True), (1.002, mesh_search.STAGE_BOUND + 1, True),  # above, whole bound taken
+    (1.002, mesh_search.LOOP_BOUND, False), (1.0, 0, False),  # above (or at) it with a cheaper bound: pruned alone
+    (1.005, mesh_search.STAGE_BOUND, None), (1.3, 0, None)])  # past the band: the rest of the heap is pruned
+def test_the_seed_band_reaches_the_gap_either_side_of_the_incumbent(lb, level, want):
+    """mesh_search.in_band, the incumbent 1.0 and the gap 0.5%: a pruned candidate within the gap of the incumbent
+    gets its seed below it, and above it with its tables' whole bound taken (the three-site benchmark fleet's B = 16,
+    P = 14, whose seed the simulator ranks first, is bounded at 1.0001 of its incumbent)."""
+    assert mesh_search.in_band(lb, 1.0, level, 0.005) is want
+
+
+def test_the_search_seeds_the_pruned_candidates_within_the_band(monkeypatch):
+    """On a multi-site fleet with a 5% gap, every candidate the search hands to _in_band is within the band either
+    side of the incumbent, and some above it are seeded (the loop follows in_band)."""
+    fleet, _, _, opts, costs = site_case(2)
+    calls, band = [], mesh_search.in_band
+    monkeypatch.setattr(mesh_search, "in_band", lambda lb, best, level, gap: (
+        calls.append((lb / best, level, band(lb, best, level, gap))), calls[-1][2])[1])
+    res = mesh_search.mesh_search(costs, list(fleet.groups), dataclasses.replace(opts, max_gap=0.05),
+                                  incumbent_us=math.inf)
+    assert res.stopped_by == "complete"
+    assert calls and all(0.95 <= ratio < 1.05 for ratio, _, seeded in calls if seeded is not None)
+    assert any(seeded and ratio >= 1.0 for ratio, _, seeded in calls), calls

@@ -24,7 +24,8 @@ cross the whole range twice."""
 
 def dual_work(caps: list[Roles], taus: list[np.ndarray], P: int, L: int, prices: np.ndarray,
               across: tuple[list[str], list[Roles], float] | None = None,
-              forced: frozenset[int] = frozenset(), roles: bool = False) -> np.ndarray:
+              forced: frozenset[int] = frozenset(), roles: bool = False,
+              ends: list[np.ndarray] | None = None) -> np.ndarray:
     """At each price per layer: a lower bound of the least work of L layers on exactly P stages, where a used host
     takes j stages under one option o and j <= x <= cap[j, o] layers at x tau_o. Pricing the layer count instead of
     requiring it (Lagrangian relaxation), a host's best is x = j when tau_o >= price and x = cap[j, o] below; a
@@ -37,25 +38,31 @@ def dual_work(caps: list[Roles], taus: list[np.ndarray], P: int, L: int, prices:
     host_boundary_us): plans over every one of those sites (two or more), where some block of each site faces another
     (the knapsack runs site by site with a flag for it, and every site is used), and each used host but one per site
     adds a boundary at that cost; forced (without across): the indices of hosts every plan uses, which take one stage
-    or more. The knapsack is max-plus (mesh_knapsack.roles_step) over the negated sums."""
+    or more. ends (with roles): per host, [role, option] what its block adds as the holder of the pipeline's first
+    and last stage (the embedding's and the LM head's work, ROLES' order) over the least of any host's, which the
+    caller counts apart (mesh_bound.candidate_bound's edges): the block that holds an end pays its own option's. The
+    knapsack is max-plus (mesh_knapsack.roles_step) over the negated sums."""
     assert not (forced and across), "forced hosts are for the knapsack over hosts only"
     j = np.arange(P + 1)[None, None, :, None]
     pairs, states = (ROLE_PAIRS, len(ROLES)) if roles else (ANY_ROLE, 1)
 
-    def host_gains(cap_tau: tuple[Roles, np.ndarray]) -> np.ndarray:
-        caps_by_role, tau = cap_tau
+    def host_gains(cap_tau: tuple[Roles, np.ndarray, np.ndarray | None]) -> np.ndarray:
+        caps_by_role, tau, end = cap_tau
         none = np.full(next(iter(caps_by_role.values())).shape, NONE)
         cap = np.stack([caps_by_role.get(role, none) for role in ROLES])  # [role, stages, option]
         cap = (cap if roles else cap.max(axis=0, keepdims=True))[:, None]  # [role, 1, stages, option]
         d = (tau[None, :] - prices[:, None])[None, :, None, :]  # [1, price, 1, option]
-        val = np.where(cap >= 1, np.where(d >= 0, j * d, (cap + LAYER_SLACK) * d), np.inf).min(axis=-1)
+        val = np.where(cap >= 1, np.where(d >= 0, j * d, (cap + LAYER_SLACK) * d), np.inf)
+        val = (val if end is None else val + end[:, None, None, :]).min(axis=-1)
         gains = np.where(np.isfinite(val), -val, NONE)
         gains[..., 0] = NONE  # a used host takes at least one stage
         gains.setflags(write=False)  # shared by a class's hosts (per_class)
         return gains
 
+    own = ends if roles and ends is not None else [None] * len(taus)
+
     def per_host(cs: list[Roles]) -> list[np.ndarray]:
-        return per_class(list(zip(cs, taus)), host_gains, key=lambda ct: (id(ct[0]), id(ct[1])))
+        return per_class(list(zip(cs, taus, own)), host_gains, key=lambda ct: (id(ct[0]), id(ct[1]), id(ct[2])))
 
     best = np.full((states, prices.size, P + 1), NONE)
     best[0, :, 0] = 0.0
@@ -89,19 +96,21 @@ def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int,
                   forced: frozenset[int] = frozenset(), roles: bool = False,
                   start: float | None = None) -> tuple[float, float]:
     """W(cycle) with the stage count coupled (the greedy W of mesh_bound._work_at lets every host hold its most layers
-    however few stages are left for it), caps = mesh_bound._caps at that cycle: the best price of dual_work found. The
-    dual is concave in the price and peaks between the least and the largest tau; each round narrows the bracket to
-    the best price's neighbours. The rounds stop once the value reaches `enough` (all the caller needs); across and
-    forced as dual_work's. roles: where the dual without them stays below `enough`, its rounds again with them
-    (dual_work's roles: tighter and dearer; the level of the bound that has them took 24.5 -> 36 s on the first 40
-    candidates of benchmarks/mesh_search.py's four-site fleet), WARM_ROUNDS of them from a bracket of two first-round
-    steps around the best price without them, moved half its width at a time while the peak lies beyond it (every
-    price's value is a bound, so where it starts changes only how tight the bound is). start: a price the rounds
-    without the roles start from the same way (the best price of a call at a nearby cycle); without, they search the
-    whole range. Both warm starts, on the first eight candidates of four benchmark fleets: bounds at most 0.13% below
-    five rounds from the whole range, about 30% less time (docs/planner.md). Returns (the value, the best price
-    without the roles)."""
+    however few stages are left for it), caps = mesh_bound._caps at that cycle: the best price of dual_work found.
+    The dual is concave in the price and peaks between the least and the largest tau; each round narrows the bracket
+    to the best price's neighbours. The rounds stop once the value reaches `enough` (all the caller needs); across
+    and forced as dual_work's. roles: where the dual without them stays below `enough`, its rounds again with them,
+    each end's block paying its own embedding or LM head over the least of the hosts' (end_work; the caller adds
+    that least) (dual_work's roles and ends: tighter and dearer; the level of the bound that has them took 24.5 ->
+    36 s on the first 40 candidates of benchmarks/mesh_search.py's four-site fleet), WARM_ROUNDS of them from a
+    bracket of two first-round steps around the best price without them, moved half its width at a time while the
+    peak lies beyond it (every price's value is a bound, so where it starts changes only how tight the bound is).
+    start: a price the rounds without the roles start from the same way (the best price of a call at a nearby
+    cycle); without, they search the whole range. Both warm starts, on the first eight candidates of four benchmark
+    fleets: bounds at most 0.13% below five rounds from the whole range, about 30% less time (docs/planner.md).
+    Returns (the value, the best price without the roles)."""
     taus = [a["tau"] for a in hosts]
+    ends = end_work(hosts) if roles else None
     low, high = min(float(t.min()) for t in taus), max(float(t.max()) for t in taus)
     best, at = -math.inf, low if start is None else start
     for coupled in (False, True) if roles else (False,):
@@ -115,7 +124,7 @@ def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int,
             prices, rounds = np.linspace(max(low, at - step), min(high, at + step), DUAL_PRICES), WARM_ROUNDS
         moves = 0
         while rounds:
-            vals = dual_work(caps, taus, P, L, prices, across, forced, coupled)
+            vals = dual_work(caps, taus, P, L, prices, across, forced, coupled, ends)
             i = int(np.argmax(vals))
             if vals[i] > best:
                 best, at = float(vals[i]), float(prices[i])
@@ -133,3 +142,18 @@ def stage_work_at(hosts: list[dict[str, np.ndarray]], caps: list[Roles], P: int,
         if not coupled:
             first_at = at
     return best, first_at
+
+
+def end_work(hosts: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """dual_work's ends: per host, [role, option] the embedding's work if the role holds the first stage plus the LM
+    head's if it holds the last, each over the least of any option of any of the hosts (so never below zero). A
+    class's hosts (mesh_knapsack.shared) share one array."""
+    first = min(float(a["first"].min()) for a in hosts)
+    last = min(float(a["last"].min()) for a in hosts)
+
+    def one(a: dict[str, np.ndarray]) -> np.ndarray:
+        f, ll = a["first"] - first, a["last"] - last
+        out = np.stack([np.zeros_like(f), f, ll, f + ll])  # ROLES' order: (0, 0), (1, 0), (0, 1), (1, 1)
+        out.setflags(write=False)
+        return out
+    return per_class(hosts, one)
