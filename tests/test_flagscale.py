@@ -173,7 +173,7 @@ def test_cli_search_and_export_flagscale(a100_t4, tmp_path):
     assert "no interleaving, no context parallelism" in doc["asymmetric"]["stock_family"]
     # the mesh models' own CP-SAT parameters, recorded (plain search has no such field: tests/test_cli_contract.py)
     assert doc["solver"]["mesh_params"] == "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false " \
-                                           "symmetry_level: 0 max_presolve_iterations: 1"
+                                           "symmetry_level: 0 max_presolve_iterations: 1 add_zero_half_cuts: false"
     assert doc["plans"][0]["prediction"]["iteration_time_s"] <= doc["asymmetric"]["stock_iteration_time_s"]
     r = runner.invoke(app, ["export", str(tmp_path / "plan.json"), "-f", "flagscale", "-o", str(tmp_path / "fs")])
     assert r.exit_code == 0, r.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from dataclasses import replace
 
 import pytest
@@ -125,6 +126,33 @@ def test_a_candidate_of_two_or_three_hosts_is_solved_pair_by_pair(hosts, monkeyp
     monkeypatch.setattr(mesh_model, "_solve_one", lambda *a: (calls.append(1), real(*a))[1])
     solve_mesh(t, LONG)
     assert len(calls) == len(t.hosts) ** 2
+
+
+def test_the_pairs_are_queued_at_once_so_no_thread_waits_for_the_other(monkeypatch):
+    """The pairs of a turn are queued together on the SOLVE_THREADS threads: while the first pair is still being
+    solved, the other thread goes on to the third (solved two at a time, the third waited for the first to end), and
+    every pair of the turn has the same upper bound and share; the candidate's result is the same as one thread's."""
+    t, best = _open_candidate()
+    assert limits.SOLVE_THREADS == 2
+    third_started, seen, real = threading.Event(), [], mesh_model._solve_one
+
+    def solve_one(md, v, t_, params, log):
+        seen.append(params.max_deterministic_time)
+        if len(seen) == 3:
+            third_started.set()
+        if len(seen) == 1:  # the first pair ends only once the third has begun (or after 20 s: the test fails)
+            assert third_started.wait(20.0), "the third pair waited for the first"
+        return real(md, v, t_, params, log)
+
+    monkeypatch.setattr(mesh_model, "_solve_one", solve_one)
+    sol = solve_mesh(t, LONG)
+    assert third_started.is_set() and len(seen) == len(t.hosts) ** 2
+    assert len(set(seen)) == 1 and seen[0] == pytest.approx(LONG.max_deterministic_time / len(seen))
+    monkeypatch.setattr(mesh_model, "_solve_one", real)
+    monkeypatch.setattr(limits, "SOLVE_THREADS", 1)
+    alone = solve_mesh(t, LONG)
+    assert (sol.status, sol.objective) == ("OPTIMAL", best)
+    assert (sol.assign, sol.choice, sol.layers) == (alone.assign, alone.choice, alone.layers)
 
 
 def test_the_pairs_keep_to_the_wall_clock_limit_together(monkeypatch):

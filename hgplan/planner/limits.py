@@ -63,9 +63,10 @@ SOLVE_THREADS = 2
 """CP-SAT solves run at once where the search has several that do not wait on each other: the pairs of end hosts of a
 mesh candidate (mesh_model._solve_by_ends) and the path solves of the items released together
 (search._prefetch_paths). Each is a one-worker solve on its own thread (the solve releases Python's lock). A fixed
-number, not the machine's core count: the solves of a batch share one upper bound and one deterministic share, so
-the results depend on it, and plans must not depend on the machine. Measured 2026-11-27 (2-core machine):
-v100-a100-t4's 73 pair solves 7.0 -> 3.6 s wall, the same statuses."""
+number, not the machine's core count: the shares and upper bounds the solves get depend on it (a mesh candidate's
+pairs are all queued at once with one upper bound and share each; the path solves go in batches of this many), and
+plans must not depend on the machine. Measured 2026-11-27 (2-core machine): v100-a100-t4's 73 pair solves 7.0 ->
+3.6 s wall, the same statuses."""
 
 
 def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf, *,

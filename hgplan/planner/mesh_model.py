@@ -39,7 +39,8 @@ two-site fleet 4.3 -> 3.8 s). With four hosts (the 1024-GPU three-site fleet) th
 model did not, with the cuts and threads neither (1.96% at the time limit both ways)."""
 
 MESH_MODEL_PARAMS = (
-    "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false symmetry_level: 0 max_presolve_iterations: 1")
+    "cp_model_probing_level: 0 add_mir_cuts: false add_cg_cuts: false symmetry_level: 0 max_presolve_iterations: 1"
+    " add_zero_half_cuts: false")
 """CP-SAT parameters every mesh solve gets before --solver-params (which win): most mesh solves prove that nothing
 beats the incumbent, and presolve's probing took two thirds of that work (measured 2026-11-24 on six candidates
 each of mixed-nic and mixed-vendor: 3.11 -> 1.01 and 2.62 -> 0.77 deterministic seconds, the same statuses); MIR
@@ -53,7 +54,11 @@ of the 504-GPU fleet 8.0 -> 7.2 s, the same statuses; without presolve the hard 
 benchmarks/mesh_search.py --quick (single runs): the same plans, gaps and solves on every row; with --only, medians
 of three: the 504-GPU fleet 22.9 -> 19.9 s. The stock family's models keep three: replayed, the ordinary solves of
 the 16-group fleet were faster but its path solves slower, and the 8-group fleet's 5% faster, a gain too small for a
-change of every stock plan file's solver record."""
+change of every stock plan file's solver record. Zero-half cuts are off (2026-11-29): replayed with the limits the
+search gave them (medians of three), v100-a100-t4's 68 pair solves 2.32 -> 1.73 deterministic and 4.65 -> 4.09 wall
+seconds, two-site's 4 0.50 -> 0.35, the 256-GPU fleet's 6 0.38 -> 0.28, mixed-nic's 56 0.99 -> 0.98, all with the
+same statuses; the 504-GPU fleet's six hard pairs 3.00 -> 2.77 with three of them proven in their limits instead of
+none, the three-site fleet's seven whole-model solves 29.2 -> 28.6 (the same statuses)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -319,39 +324,44 @@ def _pair_model(base: tuple[cp_model.CpModel, _Vars], t: MeshTables, a: int, b: 
 
 def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None, cuts: CycleCuts,
                    ends: dict[tuple[int, int], int], log: Callable[[str], None] | None) -> MeshSolution:
-    """One solve per (first host, last host) pair of `ends` (with its cycle floor), limits.SOLVE_THREADS at a time,
-    under the best objective found before (the pairs partition the plans); each gets an equal share of what the earlier
-    ones left of the deterministic limit, and the pairs left unproven get a second turn with what the first left over.
-    The result is the best plan found (the first pair's of equal ones), proven (OPTIMAL, or INFEASIBLE without one)
-    when every pair is, and its bound the least of the pairs' bounds. Why: CP-SAT proves the pairs of a three-host
-    candidate several times faster in deterministic time than the whole model (SPLIT_HOSTS; docs/planner.md,
-    "Asymmetric plans"). cuts: the whole model's."""
+    """One solve per (first host, last host) pair of `ends` (with its cycle floor), all queued at once on
+    limits.SOLVE_THREADS threads under the upper bound of their turn (the pairs partition the plans), each with an equal
+    share of the deterministic limit; the pairs left unproven get a second turn, under the best objective the first
+    found, with what it left over. The result is the best plan found (the first pair's of equal ones), proven (OPTIMAL,
+    or INFEASIBLE without one) when every pair is, and its bound the least of the pairs' bounds. Why: CP-SAT proves the
+    pairs of a three-host candidate several times faster in deterministic time than the whole model (SPLIT_HOSTS;
+    docs/planner.md, "Asymmetric plans"). Queued at once rather than SOLVE_THREADS at a time, no thread waits for the
+    other's pair to end (v100-a100-t4's 66 pair solves: the threads busy 63% -> 70% of the candidates' solve time).
+    cuts: the whole model's."""
     ub, used, best, base = upper_bound, 0.0, None, None
     began = time.perf_counter()  # the pairs together keep to params' wall-clock limit (within the search's deadline)
     # what each pair proves of its plans: nothing below its upper bound (INFEASIBLE), else CP-SAT's bound
     bounds = {e: -math.inf for e in ends}
     todo, left = list(ends), []
+
+    def solve(md: cp_model.CpModel, v: _Vars, each: SolverParams) -> MeshSolution:
+        if params.max_time_in_seconds - (time.perf_counter() - began) <= 0:  # the limit passed while it was queued
+            return MeshSolution(status="UNKNOWN", objective=None, bound=-math.inf, assign=(), choice=(), layers=(),
+                                deterministic_time=0.0, wall_time_s=0.0)
+        return _solve_one(md, v, t, each.less_elapsed(began), log)  # its wall-clock limit from its own start
+
     with ThreadPoolExecutor(limits.SOLVE_THREADS) as pool:
         for _ in range(2):
-            for i in range(0, len(todo), limits.SOLVE_THREADS):
-                share = max(0.0, params.max_deterministic_time - used) / (len(todo) - i)
-                if params.max_time_in_seconds - (time.perf_counter() - began) <= 0:
-                    left += todo[i:]
-                    break
-                if base is None:  # built again only when a pair found a better plan (a lower upper bound)
-                    base = build_mesh_model(t, upper_bound=ub, cuts=cuts)
-                batch = todo[i:i + limits.SOLVE_THREADS]
-                models = [_pair_model(base, t, a, b, ends[(a, b)], cuts) for a, b in batch]
-                each = replace(params, max_deterministic_time=share).less_elapsed(began)
-                sols = list(pool.map(lambda md: _solve_one(md, base[1], t, each, log), models))
-                above = math.inf if ub is None else ub
-                for e, sol in zip(batch, sols):
-                    used += sol.deterministic_time
-                    bounds[e] = max(bounds[e], above if sol.status == "INFEASIBLE" else min(sol.bound, above))
-                    if sol.status not in ("OPTIMAL", "INFEASIBLE"):
-                        left.append(e)
-                    if sol.objective is not None and (best is None or sol.objective < best.objective):
-                        best, ub, base = sol, sol.objective, None
+            if params.max_time_in_seconds - (time.perf_counter() - began) <= 0:
+                break
+            if base is None:  # built again only when a pair found a better plan (a lower upper bound)
+                base = build_mesh_model(t, upper_bound=ub, cuts=cuts)
+            each = replace(params, max_deterministic_time=max(0.0, params.max_deterministic_time - used) / len(todo))
+            models = [_pair_model(base, t, a, b, ends[(a, b)], cuts) for a, b in todo]
+            sols = list(pool.map(lambda md, v=base[1]: solve(md, v, each), models))
+            above = math.inf if ub is None else ub
+            for e, sol in zip(todo, sols):
+                used += sol.deterministic_time
+                bounds[e] = max(bounds[e], above if sol.status == "INFEASIBLE" else min(sol.bound, above))
+                if sol.status not in ("OPTIMAL", "INFEASIBLE"):
+                    left.append(e)
+                if sol.objective is not None and (best is None or sol.objective < best.objective):
+                    best, ub, base = sol, sol.objective, None
             todo, left = left, []
             if not todo or used >= params.max_deterministic_time:
                 break
