@@ -172,6 +172,31 @@ def test_shared_blocks_give_each_order_its_own_capacity():
                         == mesh_seed._structure(c, order, backs_alone, int(g)))
 
 
+def test_a_blocks_capacity_does_not_depend_on_the_stages_before_it():
+    """_block_step: the layers a block holds are its own stages'; a stage before the block that holds none (here
+    position 0, its memory taken away) changes nothing for the blocks after it. Its inner stages are summed as the
+    difference of two running sums, which once ran over NONE too: NONE + 40 == NONE in floating point, so every block
+    of an option that fits no layer at position 0 (common: that stage keeps the most micro-batches) lost its inner
+    stages (checked to fail that way)."""
+    fleet, _, _, opts, costs = case(0)[:5]
+    groups = list(fleet.groups)
+    _, fills, _ = mesh_first.first_bounds(costs, groups, opts)
+    t = next(t for B in sorted(fills) if (t := build_mesh_tables(costs, B, 6, groups, opts)) is not None)
+    cycles = np.geomspace(1e3, 1e7, 12)
+    f = np.full((len(cycles), t.pp + 1), mesh_seed.NONE)
+    f[:, 1:t.pp] = 0.0  # the block starts after position 0, anywhere
+    compared = 0
+    for h in range(len(t.hosts)):
+        whole, emptied = _Candidate(t), _Candidate(t)
+        emptied.mem[h] = emptied.mem[h].copy()
+        emptied.mem[h][0, :] = 0
+        held, back = mesh_seed._block_step(whole, f, cycles, (None, h, None), 1, 2, None)
+        held_e, back_e = mesh_seed._block_step(emptied, f, cycles, (None, h, None), 1, 2, None)
+        assert np.array_equal(held, held_e) and np.array_equal(back, back_e)
+        compared += int((held[:, t.pp] > mesh_seed.NONE / 2).sum())
+    assert compared > 0
+
+
 @pytest.mark.parametrize("lb, level, want", [
     (0.996, 0, True), (0.996, mesh_search.STAGE_BOUND, True),  # below the incumbent: seeded at any level
     (1.002, mesh_search.STAGE_BOUND, True), (1.002, mesh_search.STAGE_BOUND + 1, True),  # above, whole bound taken
