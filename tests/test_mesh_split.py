@@ -131,16 +131,18 @@ def test_a_candidate_of_two_or_three_hosts_is_solved_pair_by_pair(hosts, monkeyp
 def test_the_pairs_are_queued_at_once_so_no_thread_waits_for_the_other(monkeypatch):
     """The pairs of a turn are queued together on the SOLVE_THREADS threads: while the first pair is still being
     solved, the other thread goes on to the third (solved two at a time, the third waited for the first to end), and
-    every pair of the turn has the same upper bound and share; the candidate's result is the same as one thread's."""
+    every pair of the turn gets the same share; the candidate's result is the same as one thread's."""
     t, best = _open_candidate()
     assert limits.SOLVE_THREADS == 2
-    third_started, seen, real = threading.Event(), [], mesh_model._solve_one
+    third_started, seen, lock, real = threading.Event(), [], threading.Lock(), mesh_model._solve_one
 
     def solve_one(md, v, t_, params, log):
-        seen.append(params.max_deterministic_time)
-        if len(seen) == 3:
+        with lock:
+            seen.append(params.max_deterministic_time)
+            n = len(seen)
+        if n == 3:
             third_started.set()
-        if len(seen) == 1:  # the first pair ends only once the third has begun (or after 20 s: the test fails)
+        if n == 1:  # the first pair ends only once the third has begun (or after 20 s: the test fails)
             assert third_started.wait(20.0), "the third pair waited for the first"
         return real(md, v, t_, params, log)
 
