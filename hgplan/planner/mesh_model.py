@@ -331,7 +331,7 @@ def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None,
     or INFEASIBLE without one) when every pair is, and its bound the least of the pairs' bounds. Why: CP-SAT proves the
     pairs of a three-host candidate several times faster in deterministic time than the whole model (SPLIT_HOSTS;
     docs/planner.md, "Asymmetric plans"). Queued at once rather than SOLVE_THREADS at a time, no thread waits for the
-    other's pair to end (v100-a100-t4's 66 pair solves: the threads busy 63% -> 70% of the candidates' solve time).
+    other's pair to end (v100-a100-t4's pair solves: the threads busy 63% -> 67% of the candidates' solve time).
     cuts: the whole model's."""
     ub, used, best, base = upper_bound, 0.0, None, None
     began = time.perf_counter()  # the pairs together keep to params' wall-clock limit (within the search's deadline)
