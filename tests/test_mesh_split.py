@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -165,6 +166,25 @@ def test_the_pairs_keep_to_the_wall_clock_limit_together(monkeypatch):
     sol = solve_mesh(t, SolverParams(max_deterministic_time=60.0, max_time_in_seconds=0.0))
     assert calls == []
     assert sol.status == "UNKNOWN" and sol.objective is None and sol.bound <= best
+
+
+def test_a_pair_queued_past_the_wall_clock_limit_is_not_solved(monkeypatch):
+    """The limit passes while the first two pairs are being solved (each takes 1.5 s of a 1 s limit): the pairs
+    still queued are not started, and every pair is left open for a retry, the candidate unproven."""
+    t, best = _open_candidate()
+    started = []
+
+    def slow(md, v, t_, params, log):
+        started.append(1)
+        time.sleep(1.5)
+        return MeshSolution(status="UNKNOWN", objective=None, bound=0.0, assign=(), choice=(), layers=(),
+                            deterministic_time=0.0, wall_time_s=1.5)
+
+    monkeypatch.setattr(mesh_model, "_solve_one", slow)
+    sol = solve_mesh(t, SolverParams(max_deterministic_time=60.0, max_time_in_seconds=1.0))
+    assert len(started) == limits.SOLVE_THREADS == 2
+    assert sol.status == "UNKNOWN" and sol.objective is None and sol.bound <= best
+    assert sorted(sol.open_pairs) == sorted((a, b) for a in range(3) for b in range(3))
 
 
 def test_a_retry_solves_only_the_pairs_left_open(monkeypatch):
