@@ -339,21 +339,24 @@ def _solve_by_ends(t: MeshTables, params: SolverParams, upper_bound: int | None,
     bounds = {e: -math.inf for e in ends}
     todo, left = list(ends), []
 
+    def expired() -> bool:
+        return params.max_time_in_seconds - (time.perf_counter() - began) <= 0
+
     def solve(md: cp_model.CpModel, v: _Vars, each: SolverParams) -> MeshSolution:
-        if params.max_time_in_seconds - (time.perf_counter() - began) <= 0:  # the limit passed while it was queued
+        if expired():  # the limit passed while it was queued
             return MeshSolution(status="UNKNOWN", objective=None, bound=-math.inf, assign=(), choice=(), layers=(),
                                 deterministic_time=0.0, wall_time_s=0.0)
         return _solve_one(md, v, t, each.less_elapsed(began), log)  # its wall-clock limit from its own start
 
     with ThreadPoolExecutor(limits.SOLVE_THREADS) as pool:
         for _ in range(2):
-            if params.max_time_in_seconds - (time.perf_counter() - began) <= 0:
+            if expired():
                 break
             if base is None:  # built again only when a pair found a better plan (a lower upper bound)
                 base = build_mesh_model(t, upper_bound=ub, cuts=cuts)
             each = replace(params, max_deterministic_time=max(0.0, params.max_deterministic_time - used) / len(todo))
-            models = [_pair_model(base, t, a, b, ends[(a, b)], cuts) for a, b in todo]
-            sols = list(pool.map(lambda md, v=base[1]: solve(md, v, each), models))
+            models, v = [_pair_model(base, t, a, b, ends[(a, b)], cuts) for a, b in todo], base[1]
+            sols = list(pool.map(lambda md: solve(md, v, each), models))
             above = math.inf if ub is None else ub
             for e, sol in zip(todo, sols):
                 used += sol.deterministic_time

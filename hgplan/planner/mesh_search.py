@@ -223,15 +223,15 @@ def in_band(lb: float, best: float, level: int, gap: float) -> bool | None:
 def _in_band(costs: CostSource, groups: list[NodeGroup], opts: SearchOptions, candidate: tuple[int, int],
              last: tuple, best: float, res: MeshResult, *, no_seed: bool = False) -> float:
     """A candidate over several sites pruned though its bound is within the search's gap of the incumbent `best`,
-    either side of it (where the objective tells no plan apart from the incumbent), still gets its seed (_seed),
-    which the final ranking simulates: there the closed form's 1F1B loops over-charge a plan against the simulator (on
-    the three-site benchmark fleet the returned plan, the seed of B = 16, P = 14, is 4.265 s by the closed form and
-    4.071 s by the simulator, and the bound across sites prunes that candidate at 1.0001 of the incumbent, 0.9972
-    before the ends' own work in the bound, mesh_dual.end_work). Above the incumbent only a candidate whose tables'
-    whole bound was taken gets one (in_band; on the 504-GPU fleet seeding those bounded by a cheaper level too took
-    2 s). Within one site the two agree, and seeding there changed which plans the search proves (v100-a100-t4
-    returned 9.844 s instead of 9.764 s), so those are pruned as before. `no_seed`: pruned without one (seeded
-    before the search, or above the incumbent by a cheaper bound). Returns the incumbent after it."""
+    either side of it (where the objective tells no plan apart from the incumbent), still gets its seed (_seed), which
+    the final ranking simulates: there the closed form's 1F1B loops over-charge a plan against the simulator (on the
+    three-site benchmark fleet the returned plan, the seed of B = 16, P = 14, is 4.265 s by the closed form and 4.071 s
+    by the simulator, and the bound across sites prunes that candidate at 1.0001 of the incumbent, 0.9972 before the
+    ends' own work in the bound, mesh_dual.end_work). Above the incumbent only a candidate whose tables' whole bound
+    was taken gets one (in_band; on the 504-GPU fleet seeding those bounded by a cheaper level too took 2 s). Within
+    one site there are no loops to over-charge, and seeding there changed which plans the search proves (v100-a100-t4
+    returned 9.844 s instead of 9.764 s), so those are pruned as before. `no_seed`: pruned without one (seeded before
+    the search, or above the incumbent by a cheaper bound). Returns the incumbent after it."""
     res.candidates_pruned += 1
     if len({g.site for g in groups}) < 2 or no_seed:
         return best

@@ -258,15 +258,14 @@ def _block_step(c: _Candidate, f: np.ndarray, cycles: np.ndarray, hosts: tuple, 
     E = np.arange(i + 1, P - (k - 1 - i) + 1) if i < k - 1 else np.array([P])
     # [cycle, end, start, option], ends before starts so that the argmax below reads a view, not a copy
     p = E[:, None] - A[None, :]
-    a_at, e_at = np.clip(A[None, :], 0, P - 1), np.clip(E[:, None] - 1, 0, P - 1)
-    # a block of p >= 2 stages: its first, its p - 2 inner ones (none where p = 2: the difference is 0) and its last
-    e_in, a_in = np.clip(E[:, None] - 1, 0, P), np.clip(A[None, :] + 1, 0, P)
+    a_at, e_at = A[None, :], E[:, None] - 1  # a block's first and last position (A <= P - 1, E >= 1)
 
     def at(x: np.ndarray, index: np.ndarray) -> np.ndarray:  # x[:, index], C-ordered (x[:, index] is not: 20% slower)
         return np.take(x, index, axis=1)
 
-    held = at(first, a_at) + (at(cum, e_in) - at(cum, a_in)) + at(last, e_at)
-    held[at(bad, e_in) > at(bad, a_in)] = NONE  # an inner stage that holds no layer
+    # a block of p >= 2 stages: its first, its p - 2 inner ones (none where p = 2: the difference is 0) and its last
+    held = at(first, a_at) + (at(cum, e_at) - at(cum, a_at + 1)) + at(last, e_at)
+    held[at(bad, e_at) > at(bad, a_at + 1)] = NONE  # an inner stage that holds no layer
     one = np.nonzero(p == 1)
     held[:, one[0], one[1]] = single[:, a_at[0, one[1]]]
     # with the blocks before: above NONE / 2 exactly where both hold layers (counts are far below |NONE| / 2)
