@@ -22,7 +22,7 @@ from hgplan.planner.mesh_first import first_bounds
 from hgplan.planner.mesh_sites import site_set_bound
 from hgplan.planner.mesh_tables import build_mesh_tables
 from hgplan.planner.options import RERANKED, SearchOptions
-from hgplan.planner.search import seeded_search
+from hgplan.planner.seeded import seeded_search
 
 FLEETS = {"16groups": (1024, 4, 4, 16), "three-site": (1024, 3, 4, None), "8groups": (1024, 4, 5, 8),
           "four-site": (1024, 4, 5, None)}

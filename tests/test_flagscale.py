@@ -28,7 +28,7 @@ from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_search import mesh_search
 from hgplan.planner.options import SearchOptions
 from hgplan.render import stage_summary
-from hgplan.planner.search import seeded_search
+from hgplan.planner.seeded import seeded_search
 from hgplan.validate import check_plan
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -36,7 +36,7 @@ from hgplan.planner.path_model import PATH_MODEL_PARAMS
 from hgplan.planner.progress import Progress, ProgressFn
 from hgplan.planner.limits import SOLVE_THREADS, solve_params
 from hgplan.planner.found import Found, SearchResult
-from hgplan.planner.search import seeded_search
+from hgplan.planner.seeded import seeded_search
 from hgplan.planner.tables import eligible
 from hgplan.report import plan_record, prediction_record, rounded, stage_results, training_record
 from hgplan.validate import check_plan, precision_fix

@@ -54,7 +54,7 @@ def interchangeable_classes(fleet: Fleet, groups: Sequence[NodeGroup]) -> tuple[
 def alone_alike(groups: Sequence[NodeGroup]) -> tuple[str, ...]:
     """One group (key) of each kind that plans the same alone: a group alone crosses no link, so groups of the same
     nodes and number of them in different sites (or islands) give the same single-group plans under other names. The
-    first key of each kind, in key order (its plans win ties: planner/search.py, seeded_search)."""
+    first key of each kind, in key order (its plans win ties: planner/seeded.py, seeded_search)."""
     first: dict[tuple, str] = {}
     for g in sorted(groups, key=lambda g: g.key):
         first.setdefault(node_kind(g), g.key)

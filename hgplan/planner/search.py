@@ -22,16 +22,15 @@ from hgplan.plan import ParallelConfig
 from hgplan.planner.block_bound import block_bound_us
 from hgplan.planner import limits
 from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
-from hgplan.planner.classes import alone_alike
-from hgplan.planner.costs import US, CostSource
+from hgplan.planner.costs import CostSource
 from hgplan.planner.found import Found, SearchResult
 from hgplan.planner.block_model import BlockSolution, paths_bind, solve_blocks
 from hgplan.planner.heuristic import best_layers, greedy_hint, improve
 from hgplan.planner.limits import (FIRST_BLOCK_SHARE, FREE_NEAR, MAX_RETRIES, PATH_DOUBLINGS, SOLVE_EVERY_SUBSETS,
                                   solve_params, within)
 from hgplan.planner.model import SolverParams, Solution, solve
-from hgplan.planner.options import DTIME_PER_WALL, RERANKED, SearchOptions
-from hgplan.planner.progress import Progress, ProgressFn, Throttle
+from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
+from hgplan.planner.progress import ProgressFn, Throttle
 from hgplan.planner.search_ahead import AheadBounds
 from hgplan.planner.search_state import SearchState, Stage
 from hgplan.planner.subset_split import split_item
@@ -334,14 +333,16 @@ def _hint_of(found: Found | None) -> tuple[list[int], list[int]] | None:
 
 def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
                progress: ProgressFn | None = None, seeds: list[Found] | None = None,
-               costs: CostSource | None = None, log: Callable[[str], None] | None = None) -> SearchResult:
+               costs: CostSource | None = None, log: Callable[[str], None] | None = None,
+               listed: tuple[list[Candidate], bool] | None = None) -> SearchResult:
     """Best-first over items by lower bound. A popped item is first refined (subset, then block bounds); then it
-    is solved; a solve that stops at its time limit goes back with its improved bound and twice the time."""
+    is solved; a solve that stops at its time limit goes back with its improved bound and twice the time.
+    `listed`: the candidates, already listed by the caller (enumerate_candidates' value for these options)."""
     start = time.perf_counter()
     stop_at = opts.stop_at_s(start)
     costs = costs or CostSource(fleet, model, train)
     groups = [g for g in fleet.groups if opts.groups is None or g.key in opts.groups]
-    cands, listed_all = enumerate_candidates(costs, opts, groups, stop_at, progress=progress)
+    cands, listed_all = listed or enumerate_candidates(costs, opts, groups, stop_at, progress=progress)
     order, by_key = [g.key for g in fleet.groups], {g.key: g for g in groups}
     L, m_of = model.num_layers, (lambda c: c.num_microbatches(train.global_batch_size))
     (heap, st), pruned, skipped, stopped, report = _first_heap(cands, seeds, log), 0, 0, "complete", Throttle(progress)
@@ -410,41 +411,3 @@ def _result(st: SearchState, cands: list[Candidate], opts: SearchOptions, *, pru
                         wall_time_s=time.perf_counter() - start, stopped_by=stopped, statuses=st.statuses,
                         solver_limits=st.limits, last_model_text=st.last_model, listed_all=listed_all,
                         candidates=cands)
-
-
-def _seed_progress(progress: ProgressFn | None, done: int, total: int, seeds: list[Found]) -> None:
-    if progress:
-        best = min((f.time_us / US for f in seeds), default=math.inf)
-        progress(Progress("seeds", done, total, "node groups searched alone", best))
-
-
-def seeded_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions, *,
-                  progress: ProgressFn | None = None,
-                  log: Callable[[str], None] | None = None,
-                  costs: CostSource | None = None) -> tuple[SearchResult, list[Found]]:
-    """Each node group alone first (one per kind of nodes, classes.alone_alike; a quarter of the time limit, shared),
-    then the whole fleet seeded with their best plans as incumbents. Returns the main result and the per-group plans
-    (the single-group baseline). `costs`: the caller's cost cache, to share with what follows the search."""
-    start = time.perf_counter()
-    costs = costs or CostSource(fleet, model, train)
-    seeds: list[Found] = []
-    limits: dict[str, float] = {}
-    if len(fleet.groups) > 1 and opts.groups is None:
-        # RERANKED plans per group, for the single-group baseline (by the reported model). One group per kind of
-        # nodes, whatever its site: the others give the same plans under other names and lose every tie to its.
-        alone = alone_alike(fleet.groups)
-        share = replace(opts, budget_s=opts.budget_s / (4 * len(alone)), top_k=RERANKED)
-        used = 0.0
-        for n, key in enumerate(alone):
-            _seed_progress(progress, n, len(alone), seeds)
-            res = run_search(fleet, model, train, replace(share, groups=(key,)), costs=costs, log=log)
-            seeds += res.found
-            used += res.deterministic_time
-            limits = {k: max(v, limits.get(k, 0.0)) for k, v in res.solver_limits.items()}
-        _seed_progress(progress, len(alone), len(alone), seeds)
-        # what the seeds left goes to the fleet search, counted in deterministic time so runs stay reproducible
-        opts = replace(opts, budget_s=max(0.1, opts.budget_s - used / DTIME_PER_WALL))
-    result = run_search(fleet, model, train, opts, progress=progress, seeds=seeds, costs=costs, log=log)
-    result.solver_limits = {k: max(v, limits.get(k, 0.0)) for k, v in result.solver_limits.items()} or limits
-    result.wall_time_s = time.perf_counter() - start
-    return result, seeds

@@ -1,0 +1,123 @@
+"""The groups alone searched in a forked child beside the fleet's candidate listing (planner/forked.py,
+planner/seeded.py): the child's value is the function's, and every way the child can fail ends in the parent
+computing it itself."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from hgplan.domain import TrainingSettings
+from hgplan.inputs import load_cluster, load_model
+from hgplan.io import catalog
+from hgplan.planner import forked, seeded
+from hgplan.planner.forked import Beside
+from hgplan.planner.options import SearchOptions
+
+needs_fork = pytest.mark.skipif(not forked.FORK, reason="no fork on this platform: the parent computes")
+
+
+def _where() -> int:
+    return os.getpid()
+
+
+@needs_fork
+def test_the_child_computes_the_value():
+    with Beside(_where) as job:
+        assert job.forked
+        assert job.result() != os.getpid()  # computed in the child, sent back through the pipe
+    assert not job.forked
+
+
+def test_without_fork_the_parent_computes_when_asked():
+    calls = []
+    job = Beside(lambda: calls.append(os.getpid()) or len(calls), fork=False)
+    assert not job.forked and calls == []
+    assert job.result() == 1 and calls == [os.getpid()]
+
+
+@needs_fork
+def test_a_child_that_fails_leaves_the_work_to_the_parent():
+    parent = os.getpid()
+
+    def only_here() -> int:
+        if os.getpid() != parent:
+            raise RuntimeError("not in the child")
+        return 7
+
+    with Beside(only_here) as job:
+        assert job.result() == 7
+
+
+@needs_fork
+def test_the_parent_raises_what_the_function_raises():
+    def broken() -> int:
+        raise ValueError("bad input")
+
+    with Beside(broken) as job, pytest.raises(ValueError, match="bad input"):
+        job.result()
+
+
+@needs_fork
+def test_a_child_that_ends_without_its_value_leaves_the_work_to_the_parent():
+    parent = os.getpid()
+
+    def dies_in_the_child() -> str:
+        if os.getpid() != parent:
+            os._exit(3)  # no value written: the parent reads end of file
+        return "parent"
+
+    with Beside(dies_in_the_child) as job:
+        assert job.result() == "parent"
+
+
+@needs_fork
+def test_a_child_past_its_time_is_killed_and_the_parent_computes():
+    parent = os.getpid()
+
+    def slow_in_the_child() -> str:
+        if os.getpid() != parent:
+            time.sleep(30)
+        return "parent"
+
+    began = time.monotonic()
+    job = Beside(slow_in_the_child)
+    pid = job._pid
+    assert job.result(wait_s=0.2) == "parent"
+    assert time.monotonic() - began < 10
+    with pytest.raises(ChildProcessError):  # killed and reaped: no zombie left
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _two_site():
+    cat = catalog()
+    fleet, _ = load_cluster(cat.cluster_texts["two-site"], "two-site", cat)
+    model = load_model(cat.model_texts["llama3.1-8b"], "llama3.1-8b")
+    return fleet, model, TrainingSettings(seq_length=4096, global_batch_size=512)
+
+
+@needs_fork
+def test_seeded_search_forked_or_not_returns_the_same(monkeypatch):
+    fleet, model, train = _two_site()
+    opts = SearchOptions(budget_s=60)
+    made = []
+    monkeypatch.setattr(seeded, "Beside", lambda fn, fork: made.append(fork) or Beside(fn, fork=fork))
+    runs = [seeded.seeded_search(fleet, model, train, opts, fork=fork) for fork in (True, False)]
+    assert made == [True, False]
+    (a, seeds_a), (b, seeds_b) = runs
+    assert [(f.cfg, f.solution.assign, f.solution.layers, f.time_us) for f in seeds_a] == \
+        [(f.cfg, f.solution.assign, f.solution.layers, f.time_us) for f in seeds_b] and seeds_a
+    assert [(f.cfg, f.solution.assign, f.solution.layers, f.time_us) for f in a.found] == \
+        [(f.cfg, f.solution.assign, f.solution.layers, f.time_us) for f in b.found]
+    assert (a.bound_us, a.candidates_total, a.candidates_solved, a.statuses, a.deterministic_time, a.solver_limits) == \
+        (b.bound_us, b.candidates_total, b.candidates_solved, b.statuses, b.deterministic_time, b.solver_limits)
+
+
+def test_the_solver_log_keeps_the_groups_alone_in_this_process(monkeypatch):
+    fleet, model, train = _two_site()
+    made = []
+    monkeypatch.setattr(seeded, "Beside", lambda fn, fork: made.append(fork) or Beside(fn, fork=fork))
+    seeded.seeded_search(fleet, model, train, SearchOptions(budget_s=60, solver_log=True), log=lambda line: None)
+    assert made == [False]
