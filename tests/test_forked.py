@@ -121,3 +121,22 @@ def test_the_solver_log_keeps_the_groups_alone_in_this_process(monkeypatch):
     monkeypatch.setattr(seeded, "Beside", lambda fn, fork: made.append(fork) or Beside(fn, fork=fork))
     seeded.seeded_search(fleet, model, train, SearchOptions(budget_s=60, solver_log=True), log=lambda line: None)
     assert made == [False]
+
+
+@needs_fork
+def test_the_child_writes_nothing(capfd):
+    """The child's prints and warnings go nowhere: its own streams are fresh (a thread of the parent, the progress
+    display, may hold a lock of the parent's streams at the fork, which the child would wait for forever)."""
+    import sys
+    import warnings
+
+    def noisy() -> int:
+        print("from the child")
+        print("to stderr", file=sys.stderr)
+        warnings.warn("a warning in the child")
+        return os.getpid()
+
+    with Beside(noisy) as job:
+        assert job.result(wait_s=10) != os.getpid()
+    out, err = capfd.readouterr()
+    assert "from the child" not in out and "to stderr" not in err and "a warning" not in err

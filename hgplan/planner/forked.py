@@ -8,8 +8,9 @@ is what the function returns in the parent: it is a function of its inputs only 
 where the child cannot give it (no fork on the platform, the child failed or ended without its result, or it ran past
 its time) the parent calls the function itself, so every path returns the same thing, or raises the same error.
 
-The child writes nothing to stdout or stderr and ends with os._exit: a thread of the parent (the progress display)
-may hold a stream's lock at the fork, and the child would wait for it forever. It leaves Ctrl-C to the default
+The child writes nothing to stdout or stderr (its own streams, and warnings, go nowhere) and ends with os._exit: a
+thread of the parent (the progress display) may hold a stream's lock at the fork, and the child would wait for it
+forever. It leaves Ctrl-C to the default
 action (the CLI's handler works through a thread the child does not have) and dies with its parent.
 """
 
@@ -22,6 +23,7 @@ import select
 import signal
 import sys
 import time
+import warnings
 from typing import Callable, Generic, TypeVar
 
 T = TypeVar("T")
@@ -103,6 +105,9 @@ class Beside(Generic[T]):
 def _child(fn: Callable[[], object], write_fd: int) -> None:
     """The child's whole life: fn(), its value written to the pipe pickled (or that it failed), then os._exit."""
     try:
+        # fresh streams to nowhere: a warning or a print must not wait for a lock another thread of the parent held
+        sys.stdout = sys.stderr = open(os.devnull, "w")
+        warnings.simplefilter("ignore")
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         _die_with_parent()
