@@ -1,4 +1,4 @@
-"""One piece of the search run in a forked child process while the parent does another (planner/search.py: the node
+"""One piece of the search run in a forked child process while the parent does another (planner/seeded.py: the node
 groups searched alone while the fleet's candidates are listed).
 
 Both are pure Python for the most part, so threads would take turns on the interpreter's lock; a child process has its
@@ -10,8 +10,8 @@ its time) the parent calls the function itself, so every path returns the same t
 
 The child writes nothing to stdout or stderr (its own streams, and warnings, go nowhere) and ends with os._exit: a
 thread of the parent (the progress display) may hold a stream's lock at the fork, and the child would wait for it
-forever. It leaves Ctrl-C to the default
-action (the CLI's handler works through a thread the child does not have) and dies with its parent.
+forever. It leaves Ctrl-C to the default action (the CLI's handler works through a thread the child does not have)
+and dies with its parent.
 """
 
 from __future__ import annotations
