@@ -66,6 +66,22 @@ def segment_loops(fwd: list, bwd: list, xf: list, xb: list, lat: list, *,
             yield s, t - s + 1, loop + (xf[t] if t < p - 1 else 0)
 
 
+def loops_cycle(cycle: int, stage: list[int], send: list[int], lat: list[int], *, microbatches: int) -> int:
+    """max(cycle, ceil(loop / n) over segment_loops(stage, 0, send, send, lat)) in whole numbers (the search tables'
+    microseconds; `send` and `lat` per boundary, a 0 after the last stage): the same loops without the generator and
+    a division per loop, since a loop of n micro-batches raises the cycle only where it is longer than n x the cycle so
+    far (whole numbers: ceil(loop / n) > c exactly when loop > n c). The tables' objectives call it for every placement
+    they price (planner/tables.py, planner/mesh_tables.py)."""
+    p, best = len(stage), cycle
+    for s in range(p - 1):
+        loop = (send[s - 1] if s > 0 else 0) + stage[s]
+        for t in range(s + 1, min(p, s + microbatches - 1)):
+            loop += 2 * send[t - 1] + 2 * lat[t - 1] + stage[t]
+            if loop + send[t] > best * (t - s + 1):
+                best = -(-(loop + send[t]) // (t - s + 1))
+    return best
+
+
 def closed_form(fwd: list[float], bwd: list[float], xf: list[float], xb: list[float], lat: list[float],
                 *, microbatches: int, vpp: int = 1) -> PipelineResult:
     """T = (m - 1/v) * C + fill / v, C = max over stages of (F + B + sends), fill = sum(F + B) + boundary transfers.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hgplan.costmodel.evaluate import tied_embedding_sync_s
-from hgplan.costmodel.pipeline import segment_loops
+from hgplan.costmodel.pipeline import loops_cycle
 from hgplan.domain import NodeGroup
 from hgplan.plan import ParallelConfig
 from hgplan.planner.costs import (TAIL_CLASSES, CostSource, capacity_mib, layers_that_fit, tail_class,
@@ -175,8 +175,7 @@ class MeshTables:
         cycle = max(work[s] + sum(x for b, (x, _) in enumerate(sends) if s in (b, b + 1)) for s in range(P))
         if self.loops:  # whole microseconds, as the stock family's tables (planner/tables.py) take them
             send, lat = [x for x, _ in sends] + [0], [y for _, y in sends] + [0]
-            cycle = max([cycle] + [-(-loop // n) for _, n, loop in segment_loops(work, [0] * P, send, send, lat,
-                                                                                   microbatches=m)])
+            cycle = loops_cycle(cycle, work, send, lat, microbatches=m)
         fill = sum(work) + sum(2 * x + 2 * lat for x, lat in sends)
         tied = self.tied_us[assign[0]][choice[assign[0]]][assign[-1]] if P > 1 else 0
         tail = 0

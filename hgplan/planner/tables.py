@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hgplan.costmodel.pipeline import segment_loops
+from hgplan.costmodel.pipeline import loops_cycle
 from hgplan.costmodel.schedule import longest_interleaved_path
 from hgplan.domain import NodeGroup, TrainingSettings
 from hgplan.plan import ParallelConfig
@@ -130,9 +130,7 @@ class CostTables:
         if v == 1:  # 1F1B's loops through slow links (costmodel/pipeline.py, segment_loops); whole microseconds
             send = [self.send_us[assign[s]][assign[s + 1]] for s in range(p - 1)] + [0]
             lat = [self.lat_us[assign[s]][assign[s + 1]] for s in range(p - 1)] + [0]
-            zero = [0] * p
-            cycle = max([cycle] + [-(-loop // n) for _, n, loop in segment_loops(stage, zero, send, send, lat,
-                                                                                   microbatches=m)])
+            cycle = loops_cycle(cycle, stage, send, lat, microbatches=m)
         pipe = (v * m - 1) * cycle + fill
         if v > 1:
             pipe = max(pipe, self.phase_path(assign, layers, stage))
