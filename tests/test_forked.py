@@ -5,6 +5,8 @@ computing it itself."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -98,6 +100,10 @@ def _two_site():
     return fleet, model, TrainingSettings(seq_length=4096, global_batch_size=512)
 
 
+def _plans(found: list) -> list[tuple]:
+    return [(f.cfg, f.solution.assign, f.solution.layers, f.time_us) for f in found]
+
+
 @needs_fork
 def test_seeded_search_forked_or_not_returns_the_same(monkeypatch):
     fleet, model, train = _two_site()
@@ -107,10 +113,8 @@ def test_seeded_search_forked_or_not_returns_the_same(monkeypatch):
     runs = [seeded.seeded_search(fleet, model, train, opts, fork=fork) for fork in (True, False)]
     assert made == [True, False]
     (a, seeds_a), (b, seeds_b) = runs
-    assert [(f.cfg, f.solution.assign, f.solution.layers, f.time_us) for f in seeds_a] == \
-        [(f.cfg, f.solution.assign, f.solution.layers, f.time_us) for f in seeds_b] and seeds_a
-    assert [(f.cfg, f.solution.assign, f.solution.layers, f.time_us) for f in a.found] == \
-        [(f.cfg, f.solution.assign, f.solution.layers, f.time_us) for f in b.found]
+    assert _plans(seeds_a) == _plans(seeds_b) and seeds_a
+    assert _plans(a.found) == _plans(b.found)
     assert (a.bound_us, a.candidates_total, a.candidates_solved, a.statuses, a.deterministic_time, a.solver_limits) == \
         (b.bound_us, b.candidates_total, b.candidates_solved, b.statuses, b.deterministic_time, b.solver_limits)
 
@@ -140,3 +144,32 @@ def test_the_child_writes_nothing(capfd):
         assert job.result(wait_s=10) != os.getpid()
     out, err = capfd.readouterr()
     assert "from the child" not in out and "to stderr" not in err and "a warning" not in err
+
+
+@needs_fork
+def test_the_child_ends_with_a_parent_killed_by_a_signal():
+    """A parent killed outright (SIGKILL: no handler, no cleanup) leaves no child at work: prctl's PDEATHSIG ends it."""
+    script = ("import os, time\n"
+              "from hgplan.planner.forked import Beside\n"
+              "parent = os.getpid()\n"
+              "job = Beside(lambda: time.sleep(60) if os.getpid() != parent else 0)\n"
+              "print(job._pid, flush=True)\n"
+              "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    assert _running(child)
+    parent.kill()
+    parent.wait()
+    until = time.monotonic() + 10
+    while _running(child) and time.monotonic() < until:
+        time.sleep(0.05)
+    assert not _running(child)
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and has not ended (a zombie that nobody reaped has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -12,6 +12,7 @@ from hgplan.io import catalog
 from hgplan.planner import api
 from hgplan.planner import baselines as bl
 from hgplan.planner.options import SearchOptions
+from hgplan.report import plan_record, prediction_record
 
 
 def test_one_group_takes_the_search_plans_for_its_baseline(monkeypatch):
@@ -31,5 +32,5 @@ def test_one_group_takes_the_search_plans_for_its_baseline(monkeypatch):
                                   model_ref=model.name)
     single = report.baselines["single_group"].to_json_dict()
     assert single["available"] and again.prediction is not None
-    assert single["prediction"] == api.prediction_record(again.prediction).to_json_dict()
-    assert single["plan"] == api.plan_record(again.plan).to_json_dict()
+    assert single["prediction"] == prediction_record(again.prediction).to_json_dict()
+    assert single["plan"] == plan_record(again.plan).to_json_dict()
