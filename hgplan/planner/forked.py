@@ -44,10 +44,11 @@ class Beside(Generic[T]):
         if not (fork and FORK):
             return
         read_fd, write_fd = os.pipe()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child
             os.close(read_fd)
-            _child(fn, write_fd)
+            _child(fn, write_fd, parent)
         os.close(write_fd)
         self._pid, self._fd = pid, read_fd
 
@@ -102,7 +103,7 @@ class Beside(Generic[T]):
         self.close()
 
 
-def _child(fn: Callable[[], object], write_fd: int) -> None:
+def _child(fn: Callable[[], object], write_fd: int, parent: int) -> None:
     """The child's whole life: fn(), its value written to the pipe pickled (or that it failed), then os._exit."""
     try:
         # fresh streams to nowhere: a warning or a print must not wait for a lock another thread of the parent held
@@ -110,7 +111,7 @@ def _child(fn: Callable[[], object], write_fd: int) -> None:
         warnings.simplefilter("ignore")
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
-        _die_with_parent()
+        _die_with_parent(parent)
         try:
             out = pickle.dumps(("ok", fn()), protocol=pickle.HIGHEST_PROTOCOL)
         except BaseException:  # the parent calls fn itself, and raises what it raises
@@ -122,9 +123,9 @@ def _child(fn: Callable[[], object], write_fd: int) -> None:
         os._exit(0)
 
 
-def _die_with_parent() -> None:
-    """SIGKILL when the parent ends (prctl PR_SET_PDEATHSIG), so a parent killed by a signal leaves no child."""
-    parent = os.getppid()
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL when the parent (its pid read before the fork) ends (prctl PR_SET_PDEATHSIG), so a parent killed by a
+    signal leaves no child; a parent that ended before prctl took effect is seen by the child's new parent pid."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (AttributeError, OSError):
