@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
-from hgplan.plan import ParallelConfig, Plan
+from hgplan.plan import ParallelConfig, Plan, Recompute
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,6 +112,11 @@ def _asymmetric_rules(plan: Plan, model: ModelArch) -> list[Violation]:
             out.append(Violation(rule="mesh_group", message=(
                 f"stage {i} on {st.node_group} has tp, dp = {deg} but an earlier stage there has "
                 f"{seen[st.node_group]}; a node group hosts one process mesh: give its stages one tp and dp")))
+    kinds = [sc.recompute for sc in cfgs]
+    if Recompute.SELECTIVE in kinds and len(set(kinds)) > 1:
+        out.append(Violation(rule="mesh_recompute", message=(
+            f"stages recompute {', '.join(k.value for k in kinds)}: FlagScale sets recomputation per stage only as "
+            "full or none, selective only for the whole model; give every stage selective, or each none or full")))
     first, last = cfgs[0], cfgs[-1]
     if not model.untie_embeddings_and_output_weights and first.tp != last.tp:
         out.append(Violation(rule="mesh_tied_tp", message=(

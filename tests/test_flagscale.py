@@ -26,6 +26,7 @@ from hgplan.io import catalog, resolve_cluster, resolve_model
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
 from hgplan.planner.costs import CostSource
 from hgplan.planner.mesh_search import mesh_search
+from hgplan.planner.mesh_tables import MESH_RECOMPUTE, host_options
 from hgplan.planner.options import SearchOptions
 from hgplan.render import stage_summary
 from hgplan.planner.seeded import seeded_search
@@ -85,13 +86,68 @@ def test_mesh_plan_is_valid_and_beats_stock(a100_t4):
 
 
 @pytest.mark.parametrize("change,rule", [
-    ({"dp": 3}, "mesh_dp"), ({"tp": 2}, "mesh_tied_tp"), ({"dp": 16}, "capacity")])
+    ({"dp": 3}, "mesh_dp"), ({"tp": 2}, "mesh_tied_tp"), ({"dp": 16}, "capacity"),
+    ({"recompute": Recompute.SELECTIVE}, "mesh_recompute")])
 def test_validator_refuses_broken_meshes(a100_t4, change, rule):
     _, fleet, model, train = a100_t4
     plan = _mesh_plan()
     last = replace(plan.stages[-1], **change)
     rules = {v.rule for v in check_plan(replace(plan, stages=plan.stages[:-1] + (last,)), fleet, model, train)}
     assert rule in rules
+
+
+def test_selective_is_refused_only_beside_other_kinds(a100_t4):
+    """FlagScale takes selective recomputation for the whole model only: on every stage it is a valid plan."""
+    _, fleet, model, train = a100_t4
+    plan = _mesh_plan()
+    every = replace(plan, stages=tuple(replace(st, recompute=Recompute.SELECTIVE) for st in plan.stages))
+    assert "mesh_recompute" not in {v.rule for v in check_plan(every, fleet, model, train)}
+    full = replace(plan, stages=plan.stages[:-1] + (replace(plan.stages[-1], recompute=Recompute.FULL),))
+    assert "mesh_recompute" not in {v.rule for v in check_plan(full, fleet, model, train)}
+
+
+def test_mesh_options_are_full_or_none(a100_t4):
+    _, fleet, model, train = a100_t4
+    costs = CostSource(fleet, model, train)
+    kinds = {c.recompute for g in fleet.groups for c in host_options(costs, g, 8, 4, SearchOptions())}
+    assert kinds == set(MESH_RECOMPUTE) == {Recompute.NONE, Recompute.FULL}
+    only = SearchOptions(recompute_options=(Recompute.SELECTIVE, Recompute.FULL))
+    assert {c.recompute for g in fleet.groups for c in host_options(costs, g, 8, 4, only)} == {Recompute.FULL}
+
+
+LAB = """name: lab
+sites:
+  - name: east
+    node_groups:
+      - {name: h100, count: 2, gpu: H100-SXM5-80GB, gpus_per_node: 8,
+         nics: {transport: infiniband, gbps: 400, count: 8}}
+      - {name: l40, count: 3, gpu: L40S, gpus_per_node: 4, nics: {transport: ethernet, gbps: 100, count: 1}}
+    links:
+      - {between: [h100, l40], gbps: 100, latency_ms: 0.05, transport: ethernet}
+"""
+
+
+def test_the_searched_best_exports(tmp_path):
+    """H100 and L40S nodes, llama3.1-8b at 8,192 tokens: the best plan was an L40S mesh with selective recomputation
+    beside an H100 mesh with none, which FlagScale cannot run (export refused it, rule R13); now every plan of the
+    family is one it runs, and the best exports."""
+    from hgplan.documents import ClusterInput
+    from hgplan.planner.api import plan_training
+
+    path = tmp_path / "lab.yaml"
+    path.write_text(LAB)
+    fleet, _, _ = resolve_cluster(str(path), catalog())
+    model, _ = resolve_model("llama3.1-8b")
+    train = make_training({"seq_length": 8192, "global_batch_size": 256}, model)
+    report, _ = plan_training(fleet, model, train, SearchOptions(target=Target.FLAGSCALE, budget_s=60),
+                              cluster=ClusterInput(ref="lab", sha256=""), model_ref="llama3.1-8b",
+                              with_baselines=False)
+    plans = [Plan.from_record(p.plan) for p in report.plans]
+    assert any(p.asymmetric for p in plans)
+    for plan in plans:
+        assert len({plan.stage_config(i).recompute for i in range(len(plan.stages))} & {Recompute.SELECTIVE}) == 0 \
+            or not plan.asymmetric
+    export_flagscale(plans[0], fleet, model, train)
 
 
 def test_mesh_search_never_slower_than_stock(a100_t4):

@@ -14,6 +14,7 @@ import pytest
 from exhaustive_mesh import candidate_optima, exhaustive_mesh_best, unpruned_tables
 
 from hgplan.costmodel.evaluate import evaluate
+from hgplan.export.flagscale import export_flagscale
 from hgplan.domain import Fleet, Link, NodeGroup, Precision, TrainingSettings, Transport
 from hgplan.inputs import load_model
 from hgplan.io import catalog
@@ -99,6 +100,8 @@ def test_mesh_search_matches_exhaustive_optimum(seed):
     plan = res.found[0].plan()
     assert check_plan(plan, fleet, model, train) == []
     assert evaluate(plan, fleet, model, train).fits
+    if plan.asymmetric:  # FlagScale's rules (R1-R15) hold for what the search returns: the export writes it
+        export_flagscale(plan, fleet, model, train)
 
 
 def test_cross_check_covers_asymmetric_optima():

@@ -23,7 +23,7 @@ import numpy as np
 from hgplan.costmodel.evaluate import tied_embedding_sync_s
 from hgplan.costmodel.pipeline import loops_cycle
 from hgplan.domain import NodeGroup
-from hgplan.plan import ParallelConfig
+from hgplan.plan import ParallelConfig, Recompute
 from hgplan.planner.costs import (TAIL_CLASSES, CostSource, capacity_mib, layers_that_fit, tail_class,
                                   to_us)
 from hgplan.planner.options import MAX_MICRO_BATCH, SearchOptions
@@ -194,18 +194,28 @@ def _tp_options(costs: CostSource, g: NodeGroup, opts: SearchOptions) -> list[in
             and model.num_attention_heads % t == 0 and model.num_query_groups % t == 0 and seq % t == 0]
 
 
+MESH_RECOMPUTE = (Recompute.NONE, Recompute.FULL)
+"""A mesh's recomputation: FlagScale sets it per stage only as full or none (its per-stage micro-batch rows are 0/1
+flags; selective is one setting for the whole model), so a plan that mixes selective with other meshes cannot run
+(export rule R13, validate's mesh_recompute). Until 2026-11-29 every choice of --recompute was offered here, and
+on a fleet of H100 and L40S nodes (docs/planner.md, "Asymmetric plans") the search returned such a plan, which export
+then refused. Selective on every mesh is left out too (it would need all meshes to choose alike); the stock family
+keeps it."""
+
+
 def host_options(costs: CostSource, g: NodeGroup, B: int, P: int, opts: SearchOptions) -> list[ParallelConfig]:
     """Every mesh option of host g: tp inside a node, dp dividing B with micro-batches of at most MAX_MICRO_BATCH,
-    tp x dp tiling the nodes and fitting the group, each recomputation choice."""
+    tp x dp tiling the nodes and fitting the group, each recomputation choice of MESH_RECOMPUTE the search allows."""
     if not g.gpu.trains(costs.train):
         return []
+    kinds = [rc for rc in opts.recompute_options if rc in MESH_RECOMPUTE]
     out = []
     for tp in _tp_options(costs, g, opts):
         for dp in (d for d in range(1, B + 1) if B % d == 0 and B // d <= MAX_MICRO_BATCH):
             size = tp * dp
             if size > g.num_gpus or (size % g.gpus_per_node and g.gpus_per_node % size):
                 continue
-            for rc in opts.recompute_options:
+            for rc in kinds:
                 out.append(ParallelConfig(tp=tp, pp=P, dp=dp, micro_batch_size=B // dp, recompute=rc,
                                           sequence_parallel=tp > 1, zero_stage=1))
     return out
