@@ -97,9 +97,14 @@ def findings(pred: Prediction, fleet: Fleet) -> list[str]:
     """Plain-language reasons: bottleneck stage, bubble, exposed communication, memory."""
     out = []
     b = pred.stages[pred.bottleneck_stage]
-    per_mb = b.fwd_s + b.bwd_s
-    out.append(f"bottleneck: stage {b.index} on {b.node_group} ({b.gpu}, {b.layers} layers) at {per_mb * 1e3:.1f} ms "
-               f"per micro-batch; it sets the pipeline's pace")
+    # the pace is the stage's whole busy time per micro-batch: a stage that sends over a slow link can set it with
+    # less compute than its neighbours, so its sends are named beside its forward and backward (the parts as
+    # printed add up to the whole as printed)
+    work_ms = round((b.fwd_s + b.bwd_s) * 1e3, 1)
+    whole_ms = round((b.fwd_s + b.bwd_s + b.p2p_s / pred.num_microbatches) * 1e3, 1)
+    split = f" ({work_ms:.1f} ms forward and backward, {whole_ms - work_ms:.1f} ms sending)" if whole_ms > work_ms else ""
+    out.append(f"bottleneck: stage {b.index} on {b.node_group} ({b.gpu}, {b.layers} layers) at {whole_ms:.1f} ms "
+               f"per micro-batch{split}; it sets the pipeline's pace")
     total = pred.iteration_time_s
     if pred.bubble_fraction > BUBBLE_FINDING:
         out.append(f"pipeline bubble: {pred.bubble_fraction:.0%} of the bottleneck stage's time is idle "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 BASE = ["explain", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512"]
@@ -36,6 +38,20 @@ def test_explain_table_output(cli):
     assert "bottleneck: stage" in r.stdout and "tokens/s" in r.stdout
     # a stock plan has one micro-batch size: its headline names no mesh (512 / (1 x 4) = 128 micro-batches)
     assert "micro-batch 1 x 128," in r.stdout and "mesh" not in r.stdout
+
+
+def test_bottleneck_pace_counts_its_sends(cli):
+    """The bottleneck (stage 2, right after the WAN) paces the pipeline with its forward and backward and the time it
+    sends; the line gives both, adding up to the pace, the sends being its p2p time over the micro-batches."""
+    doc = cli(*GOOD, "--json").json()
+    st = doc["stages"][doc["prediction"]["bottleneck_stage"]]
+    m = doc["prediction"]["num_microbatches"]
+    line = next(x for x in cli(*GOOD).stdout.splitlines() if x.startswith("bottleneck:"))
+    whole, work, sends = (float(v) for v in re.search(
+        r"at ([\d.]+) ms per micro-batch \(([\d.]+) ms forward and backward, ([\d.]+) ms sending\)", line).groups())
+    assert whole == pytest.approx(work + sends, abs=1e-9)
+    assert work == pytest.approx(st["compute_s"] / m * 1e3, abs=0.05)
+    assert sends == pytest.approx(st["p2p_s"] / m * 1e3, abs=0.1) and sends > 20
 
 
 def test_transfers_beside_the_bottleneck_say_they_fill_its_wait(cli):
