@@ -150,6 +150,22 @@ def test_the_searched_best_exports(tmp_path):
     export_flagscale(plans[0], fleet, model, train)
 
 
+def test_prove_gap_says_it_covers_the_stock_family_only(a100_t4):
+    """--prove-gap with --target flagscale proves the stock family's bound under the simulator, not the mesh
+    family's: the gap stays an estimate, and a warning says why, with the bound it did prove."""
+    from hgplan.documents import ClusterInput
+    from hgplan.planner.api import plan_training
+
+    _, fleet, model, train = a100_t4
+    report, _ = plan_training(fleet, model, train, SearchOptions(target=Target.FLAGSCALE, budget_s=60, prove_gap=True),
+                              cluster=ClusterInput(ref="a100-t4", sha256=""), model_ref="gpt-1.7b",
+                              with_baselines=False)
+    s = report.search
+    assert s.proof is not None and s.proof.bound_s > 0 and not s.gap_proven
+    said = [w for w in report.warnings if w.startswith("--prove-gap covers the stock family only")]
+    assert len(said) == 1 and f"{s.proof.bound_s:.3f} s" in said[0]
+
+
 def test_mesh_search_never_slower_than_stock(a100_t4):
     _, fleet, model, train = a100_t4
     opts = SearchOptions(target=Target.FLAGSCALE, budget_s=60)
