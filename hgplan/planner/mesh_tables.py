@@ -197,9 +197,9 @@ def _tp_options(costs: CostSource, g: NodeGroup, opts: SearchOptions) -> list[in
 MESH_RECOMPUTE = (Recompute.NONE, Recompute.FULL)
 """A mesh's recomputation: FlagScale sets it per stage only as full or none (its per-stage micro-batch rows are 0/1
 flags; selective is one setting for the whole model), so a plan that mixes selective with other meshes cannot run
-(export rule R13, validate's mesh_recompute). Until 2026-11-29 every choice of --recompute was offered here, and
-on a fleet of H100 and L40S nodes (docs/planner.md, "Asymmetric plans") the search returned such a plan, which export
-then refused. Selective on every mesh is left out too (it would need all meshes to choose alike); the stock family
+(export rule R13, validate's mesh_recompute). Until 2026-11-29 selective was offered here too, and on a fleet of
+H100 and L40S nodes (docs/export.md, the FlagScale section) the search returned such a plan, which export then
+refused. Selective on every mesh is left out too (it would need all meshes to choose alike); the stock family
 keeps it."""
 
 
