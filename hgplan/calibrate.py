@@ -210,6 +210,10 @@ def _calibrate(runs: list[Run], fixed: frozenset[Param]) -> CalibrationProfile:
                 break
     params = [candidates[i] for i in active]
     base = base_all[active]
+    if len(runs) < len(params):  # fewer equations than unknowns: no fit can tell them apart, say so before the fit
+        # (which may run off to overflow on the way and then only say that a constant left the profile's range)
+        start = np.zeros(len(params))
+        _check_told_apart(runs, params, _jacobian(runs, params, base, start, _log_errors(runs, params, base, start)))
     x = _levenberg_marquardt(runs, params, base) if params else np.zeros(0)
     fitted = dict(zip(params, base * np.exp(x)))
     _check_range(fitted)

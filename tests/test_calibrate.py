@@ -241,6 +241,23 @@ def test_runs_that_cannot_tell_the_constants_apart_are_exit_2(cli, tmp_path):
         assert "H100-SXM5-80GB.gemm_efficiency" in r.stderr and "--bench" in r.stderr and not r.stdout
 
 
+@pytest.mark.parametrize("measured_ms", [2500, 5200])
+def test_one_run_for_four_constants_says_so_whatever_its_time(cli, tmp_path, measured_ms):
+    """One run of llama3.1-8b on 8 H100s (predicted 2.96 s): at 2.5 s or 5.2 s the fit ran off to overflow and the
+    message only said a constant left the profile's range ("fitted to inf"); the cause is one equation for four
+    unknowns, which is now said before the fit, as at 3.5 s."""
+    runs = tmp_path / "runs.yaml"
+    plan = {"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 1, "zero_stage": 1,
+            "stages": [{"node_group": "beijing/h100", "layers": 32}]}
+    runs.write_text(yaml.safe_dump({"runs": [{"name": "one", "cluster": "two-site", "model": "llama3.1-8b",
+                                              "training": {"seq_length": 4096, "global_batch_size": 64},
+                                              "plan": plan, "iteration_time_ms": measured_ms}]}))
+    r = cli("calibrate", runs)
+    assert r.code == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "the runs do not tell H100-SXM5-80GB." in r.stderr and "1 run for 4 constants" in r.stderr, r.stderr
+    assert "fitted to" not in r.stderr
+
+
 def test_fp8_only_runs_do_not_pin_the_bf16_rate(cli, tmp_path, monkeypatch):
     """Why a GPU type with only fp8 runs keeps gemm_efficiency (docs/calibrate.md): fitted beside
     fp8_gemm_efficiency from the six fp8 runs of test_fp8_runs_calibrate_the_fp8_gemm_rate with +-1% noise, it goes to
