@@ -107,8 +107,14 @@ def findings(pred: Prediction, fleet: Fleet) -> list[str]:
                f"per micro-batch{split}; it sets the pipeline's pace")
     total = pred.iteration_time_s
     if pred.bubble_fraction > BUBBLE_FINDING:
-        out.append(f"pipeline bubble: {pred.bubble_fraction:.0%} of the bottleneck stage's time is idle "
-                   "(more micro-batches per iteration shrink it)")
+        sending = b.p2p_s / pred.pipeline_s if pred.pipeline_s > 0 else 0.0
+        if sending >= 0.005:  # the bubble is the time without a forward or backward: part of it the stage sends
+            out.append(f"pipeline bubble: {pred.bubble_fraction:.0%} of the bottleneck stage's time runs no forward "
+                       f"or backward: {sending:.0%} sending, {max(0.0, pred.bubble_fraction - sending):.0%} idle "
+                       "(more micro-batches per iteration shrink the idle part)")
+        else:
+            out.append(f"pipeline bubble: {pred.bubble_fraction:.0%} of the bottleneck stage's time is idle "
+                       "(more micro-batches per iteration shrink it)")
     worst_p2p = max(pred.stages, key=lambda s: s.p2p_s)
     if worst_p2p.p2p_s > EXPOSED_SHARE * total:
         busy, pace = worst_p2p.compute_s + worst_p2p.p2p_s, b.compute_s + b.p2p_s
@@ -225,8 +231,8 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
                           "cost more here than the bubble it removes")
                 out.append(WhatIf(resource="pipeline bubble", share_of_step=round(pred.bubble_fraction, 4),
                                   what_if="interleave 2 virtual stages (--vpp 2)", speedup=round(gain, 4),
-                                  text=f"the pipeline bubble idles {pred.bubble_fraction:.0%} of the bottleneck stage; "
-                                       f"{effect}"))
+                                  text=f"the pipeline bubble is {pred.bubble_fraction:.0%} of the bottleneck stage's "
+                                       f"time; {effect}"))
     return out
 
 

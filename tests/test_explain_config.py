@@ -42,7 +42,8 @@ def test_explain_table_output(cli):
 
 def test_bottleneck_pace_counts_its_sends(cli):
     """The bottleneck (stage 2, right after the WAN) paces the pipeline with its forward and backward and the time it
-    sends; the line gives both, adding up to the pace, the sends being its p2p time over the micro-batches."""
+    sends; the line gives both, adding up to the pace, the sends being its p2p time over the micro-batches; and its
+    bubble is split into the time it sends and the time it idles."""
     doc = cli(*GOOD, "--json").json()
     st = doc["stages"][doc["prediction"]["bottleneck_stage"]]
     m = doc["prediction"]["num_microbatches"]
@@ -52,6 +53,13 @@ def test_bottleneck_pace_counts_its_sends(cli):
     assert whole == pytest.approx(work + sends, abs=1e-9)
     assert work == pytest.approx(st["compute_s"] / m * 1e3, abs=0.05)
     assert sends == pytest.approx(st["p2p_s"] / m * 1e3, abs=0.1) and sends > 20
+    # its bubble (no forward or backward) is mostly sending: the finding splits it, the what-if names it whole
+    bubble = next(x for x in cli(*GOOD).stdout.splitlines() if x.startswith("pipeline bubble:"))
+    whole, sending, idle = (int(v) for v in re.search(r"(\d+)% of the bottleneck stage's time runs no forward or "
+                                                      r"backward: (\d+)% sending, (\d+)% idle", bubble).groups())
+    pipeline_s = doc["prediction"]["pipeline_s"]
+    assert abs(whole - 100 * doc["prediction"]["bubble_fraction"]) <= 0.6 and abs(whole - sending - idle) <= 1
+    assert abs(sending - 100 * st["p2p_s"] / pipeline_s) <= 0.6 and sending > idle
 
 
 def test_transfers_beside_the_bottleneck_say_they_fill_its_wait(cli):
