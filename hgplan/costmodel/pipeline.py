@@ -26,7 +26,7 @@ class PipelineResult:
     """Steady-state time per micro-batch (the bottleneck)."""
     bottleneck_stage: int
     bubble_fraction: float
-    """Share of the bottleneck stage's time that is idle."""
+    """Share of the bottleneck stage's time without a forward or backward: idle, or busy sending."""
 
 
 def chunk_sends(p: int, v: int, xf: list[float], xb: list[float]) -> list[float]:
