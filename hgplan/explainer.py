@@ -223,8 +223,10 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
         m = pred.num_microbatches
         if m % plan.config.pp == 0 and all(s.num_layers % 2 == 0 for s in plan.stages):
             alt = replace(plan, config=replace(plan.config, vpp=2))
-            alt_pred = evaluate(alt, fleet, model, train)
-            if alt_pred.fits:
+            # a plan the validator refuses is no what-if (an asymmetric plan runs on FlagScale, which refuses
+            # interleaving: until 2026-11-29 its what-if priced --vpp 2 all the same)
+            alt_pred = None if check_plan(alt, fleet, model, train) else evaluate(alt, fleet, model, train)
+            if alt_pred is not None and alt_pred.fits:
                 gain = base / alt_pred.iteration_time_s - 1
                 effect = (f"--vpp 2 halves it and gives {gain:+.0%}" if gain > 0 else
                           f"--vpp 2 would be {-gain:.0%} slower: interleaving doubles the pipeline's transfers, which "

@@ -166,6 +166,23 @@ def test_prove_gap_says_it_covers_the_stock_family_only(a100_t4):
     assert len(said) == 1 and f"{s.proof.bound_s:.3f} s" in said[0]
 
 
+def test_what_ifs_of_a_mesh_plan_propose_nothing_flagscale_refuses(a100_t4):
+    """A mesh plan with a 14% bubble, even layers and micro-batches a multiple of its stages: the interleaving
+    what-if priced --vpp 2, which FlagScale's heterogeneous mode refuses (the validator's mesh_cp_vpp); now none."""
+    from hgplan.explainer import BUBBLE_WHATIF, what_ifs
+
+    _, fleet, model, train = a100_t4
+    plan = _mesh_plan()
+    plan = replace(plan, stages=plan.stages[:1] + tuple(replace(st, num_layers=n)
+                                                        for st, n in zip(plan.stages[1:], (4, 2, 2))))
+    assert check_plan(plan, fleet, model, train) == []
+    pred = evaluate(plan, fleet, model, train)
+    assert pred.bubble_fraction > BUBBLE_WHATIF and pred.num_microbatches % plan.config.pp == 0
+    assert "mesh_cp_vpp" in {v.rule for v in check_plan(replace(plan, config=replace(plan.config, vpp=2)), fleet,
+                                                        model, train)}
+    assert not [w for w in what_ifs(plan, fleet, model, train, pred) if "vpp" in w.what_if]
+
+
 def test_mesh_search_never_slower_than_stock(a100_t4):
     _, fleet, model, train = a100_t4
     opts = SearchOptions(target=Target.FLAGSCALE, budget_s=60)
