@@ -183,6 +183,28 @@ def test_what_ifs_of_a_mesh_plan_propose_nothing_flagscale_refuses(a100_t4):
     assert not [w for w in what_ifs(plan, fleet, model, train, pred) if "vpp" in w.what_if]
 
 
+def test_a_search_complete_above_its_max_gap_says_so(a100_t4, monkeypatch):
+    """Every mesh solve stopping unproven (as CP-SAT's do on the 16-group fleet): the search ends complete, its
+    retries spent, with its gap above --max-gap; a warning says so (before, only the figures did)."""
+    from hgplan.documents import ClusterInput
+    from hgplan.planner import mesh_search as search_module
+    from hgplan.planner.api import plan_training
+    from hgplan.planner.mesh_model import MeshSolution
+
+    def unproven(t, params, **kw):
+        return MeshSolution(status="UNKNOWN", objective=None, bound=0.0, assign=(), choice=(), layers=(),
+                            deterministic_time=0.0, wall_time_s=0.0)
+
+    monkeypatch.setattr(search_module, "solve_mesh", unproven)
+    _, fleet, model, train = a100_t4
+    report, _ = plan_training(fleet, model, train, SearchOptions(target=Target.FLAGSCALE, budget_s=60),
+                              cluster=ClusterInput(ref="a100-t4", sha256=""), model_ref="gpt-1.7b",
+                              with_baselines=False)
+    assert report.asymmetric.stopped_by == "complete" and report.search.relative_gap > 0.005
+    said = [w for w in report.warnings if w.startswith("the search ended with a gap of")]
+    assert len(said) == 1 and f"{report.search.relative_gap:.2%}" in said[0] and "above --max-gap 0.50%" in said[0]
+
+
 def test_mesh_search_never_slower_than_stock(a100_t4):
     _, fleet, model, train = a100_t4
     opts = SearchOptions(target=Target.FLAGSCALE, budget_s=60)

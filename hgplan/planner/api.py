@@ -437,10 +437,14 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     findings += [f for f in (batch_finding(fleet, train, idle),) if f is not None]
     if findings:
         extra["findings"] = findings
+    stats = _search_stats(result, best_pred, mesh, proof)
+    if (extra.get("asymmetric") or stats).stopped_by == "complete" and stats.relative_gap > opts.max_gap + 5e-5:
+        warnings.append(f"the search ended with a gap of {stats.relative_gap:.2%} on its objective, above --max-gap "
+                        f"{opts.max_gap:.2%}: solves that stopped at their limits unproven after their retries keep "
+                        "the bound CP-SAT reached (docs/planner.md, 'What the gap means')")
     report = SearchReport(
         hgplan_version=__version__, ortools_version=ortools.__version__,
         inputs=SearchInputs(cluster=cluster, model=ModelInput(ref=model_ref, name=model.name),
                             training=training_record(train), target=opts.target),
-        solver=_solver_record(result, opts), search=_search_stats(result, best_pred, mesh, proof), plans=entries,
-        idle_gpus=idle, warnings=warnings, **extra)
+        solver=_solver_record(result, opts), search=stats, plans=entries, idle_gpus=idle, warnings=warnings, **extra)
     return report, result
