@@ -337,7 +337,6 @@ def test_export_refuses_a_plan_breaking_a_rule(a100_t4):
         export_flagscale(mixed, fleet, model, train)
 
 
-
 def test_flagscale_target_keeps_the_polished_stock_plan():
     """--target flagscale polishes the stock family within its half of the time limit, before the mesh search runs
     to the deadline: its stock best is the plain search's (two-site: 10.228 s, not the closed form's 10.935 s)."""
