@@ -127,6 +127,20 @@ def test_v100_needs_fp16(cli):
     r = cli(*args, "--json")  # no precision given: the fleet has V100s, so fp16 is chosen and said
     assert r.code == 0 and "training in fp16" in r.stderr
     assert r.json()["inputs"]["training"]["precision"] == "fp16"
+    assert "give --precision bf16 to leave them out instead" in r.stderr  # the A100s and H100s would remain
+
+
+def test_a_fleet_without_bf16_is_not_told_to_leave_its_gpus_out(cli, write):
+    """Only V100s: fp16 is chosen as before, but the advice to leave the GPUs without bf16 out (--precision bf16)
+    would leave no GPU; the warning says the fleet has none with bf16 instead."""
+    path = write("name: v100s\nsites:\n  - name: a\n    node_groups:\n      - {name: v100, count: 1, "
+                 "gpu: V100-SXM2-32GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 100, count: 4}}\n",
+                 "v100s.yaml")
+    r = cli("explain", "-c", path, "-m", "llama2-7b", "--seq-len", "2048", "--global-batch", "64", "--tp", "8",
+            "--pp", "1", "--dp", "1", "--stage-groups", "a/v100", "--json")
+    assert r.code == 0 and r.json()["inputs"]["training"]["precision"] == "fp16"
+    assert "training in fp16 so the fleet can train at all (no GPU of it has bf16)" in r.stderr
+    assert "leave them out" not in r.stderr
 
 
 def test_training_file(cli, write):

@@ -57,8 +57,11 @@ class TrainingFlags:
             no_bf16 = sorted({g.gpu.id for g in fleet.groups if not g.gpu.supports(Precision.BF16)})
             if no_bf16:
                 values["precision"] = "fp16"
+                # leaving them out is advice only where some GPU would remain
+                rest = any(g.gpu.supports(Precision.BF16) for g in fleet.groups)
                 warn(f"{', '.join(no_bf16)} {'has' if len(no_bf16) == 1 else 'have'} no bf16: training in fp16 so "
-                     "every GPU can take part (give --precision bf16 to leave them out instead)")
+                     + ("every GPU can take part (give --precision bf16 to leave them out instead)" if rest else
+                        "the fleet can train at all (no GPU of it has bf16)"))
         return make_training(values, model)
 
 
