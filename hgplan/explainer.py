@@ -125,7 +125,8 @@ def findings(pred: Prediction, fleet: Fleet) -> list[str]:
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s)
     if worst_dp.dp_sync_s > EXPOSED_SHARE * total:
         out.append(f"data-parallel sync: stage {worst_dp.index} waits {worst_dp.dp_sync_s:.2f} s "
-                   f"({worst_dp.dp_sync_s / total:.0%}) for gradient reduction after the flush")
+                   f"({worst_dp.dp_sync_s / total:.0%}) for gradient reduction after the flush"
+                   + _ends_early(worst_dp, pred))
     for v in check_memory(pred):
         out.append(f"does not fit: {v.message}")
     tight = [s for s in pred.stages if s.fits and s.headroom_gib < TIGHT_MEMORY * s.memory_capacity_gib]
@@ -198,6 +199,18 @@ def _pipeline_links(plan: Plan, fleet: Fleet) -> list[Link]:
     return out
 
 
+def _ends_early(stage, pred: Prediction) -> str:
+    """A clause for a stage whose sync after the flush ends at least 1 ms before the iteration does: other stages
+    still run then, so that sync lengthens no step ('' where it ends the iteration)."""
+    lead = pred.iteration_time_s - stage.end_s
+    if lead < 1e-3:
+        return ""
+    last = max(pred.stages, key=lambda s: s.end_s)
+    by = (f"stage {last.index} ends it" if last.end_s >= pred.iteration_time_s - 1e-9 else
+          "the pipeline's last backward ends it")
+    return f", but it ends {lead:.2f} s before the iteration does ({by}), so it lengthens no step"
+
+
 def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, pred: Prediction) -> list[WhatIf]:
     """Cost of each binding resource and the gain from improving it, re-evaluated by the cost model."""
     base = pred.iteration_time_s
@@ -218,7 +231,8 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
         out.append(WhatIf(resource=f"NICs of {worst_dp.node_group}", share_of_step=round(worst_dp.dp_sync_s / base, 4),
                           what_if="double the NICs per node", speedup=round(base / faster - 1, 4),
                           text=f"gradient sync on {worst_dp.node_group} is exposed for {worst_dp.dp_sync_s / base:.0%} "
-                               f"of step time; twice the NICs per node gives {base / faster - 1:+.0%}"))
+                               f"of step time{_ends_early(worst_dp, pred)}; twice the NICs per node gives "
+                               f"{base / faster - 1:+.0%}"))
     if pred.bubble_fraction > BUBBLE_WHATIF and plan.config.pp > 1 and plan.config.vpp == 1:
         m = pred.num_microbatches
         if m % plan.config.pp == 0 and all(s.num_layers % 2 == 0 for s in plan.stages):

@@ -48,6 +48,9 @@ class StagePrediction:
     dp_sync_s: float
     """Exposed data-parallel (and tied-embedding) synchronisation after the pipeline flush."""
     optimizer_s: float
+    end_s: float = 0.0
+    """When the stage is done with the iteration: its last backward, then its exposed sync and optimizer step (the
+    iteration ends with the latest stage, or with the pipeline's last backward)."""
     memory: StageMemory
     memory_capacity_gib: float
 
@@ -427,7 +430,7 @@ def evaluate(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
         stages.append(StagePrediction(
             index=i, node_group=g.key, site=g.site, gpu=g.gpu.id, gpus=plan.stage_gpus(i), layers=st.num_layers,
             fwd_s=fwd[i], bwd_s=bwd[i], compute_s=m * (fwd[i] + bwd[i]), p2p_s=m * v * per_chunk[i],
-            dp_sync_s=exposed, optimizer_s=opt, memory=w.memory, memory_capacity_gib=g.gpu.hbm_gib))
+            dp_sync_s=exposed, optimizer_s=opt, end_s=ends[-1], memory=w.memory, memory_capacity_gib=g.gpu.hbm_gib))
     iteration = max(max(ends), pipe.iteration_s)
     model_flops = megatron_model_flops(model, global_batch_size=train.global_batch_size, seq_length=train.seq_length)
     extra = _recomputed_flops(plan, work, m)
