@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -143,24 +144,14 @@ def test_a_fleet_without_bf16_is_not_told_to_leave_its_gpus_out(cli, write):
     assert "leave them out" not in r.stderr
 
 
-LAB = """name: lab
-sites:
-  - name: east
-    node_groups:
-      - {name: h100, count: 2, gpu: H100-SXM5-80GB, gpus_per_node: 8,
-         nics: {transport: infiniband, gbps: 400, count: 8}}
-      - {name: l40, count: 3, gpu: L40S, gpus_per_node: 4, nics: {transport: ethernet, gbps: 100, count: 1}}
-    links:
-      - {between: [h100, l40], gbps: 100, latency_ms: 0.05, transport: ethernet}
-"""
+LAB = Path(__file__).resolve().parent / "data" / "lab.yaml"
 
 
-def test_a_sync_that_ends_before_the_iteration_says_it_lengthens_no_step(cli, write):
+def test_a_sync_that_ends_before_the_iteration_says_it_lengthens_no_step(cli):
     """The L40S stage (last, 3 layers) syncs its gradients over one 100 Gbit/s NIC for 2% of the step, but the H100
     stages' backwards run on after its last one: the what-if said "exposed for 2% of step time" beside "+0%"; it now
     says the sync ends before the iteration does and by how much, from the stages' ends."""
-    path = write(LAB, "lab.yaml")
-    r = cli("explain", "-c", path, "-m", "llama3.1-8b", "--seq-len", "8192", "--global-batch", "256", "--tp", "1",
+    r = cli("explain", "-c", str(LAB), "-m", "llama3.1-8b", "--seq-len", "8192", "--global-batch", "256", "--tp", "1",
             "--pp", "3", "--dp", "8", "--stage-groups", "east/h100,east/h100,east/l40", "--layers", "15,14,3",
             "--distributed-optimizer", "--json")
     assert r.code == 0, r.stderr

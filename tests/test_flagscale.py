@@ -115,28 +115,17 @@ def test_mesh_options_are_full_or_none(a100_t4):
     assert {c.recompute for g in fleet.groups for c in host_options(costs, g, 8, 4, only)} == {Recompute.FULL}
 
 
-LAB = """name: lab
-sites:
-  - name: east
-    node_groups:
-      - {name: h100, count: 2, gpu: H100-SXM5-80GB, gpus_per_node: 8,
-         nics: {transport: infiniband, gbps: 400, count: 8}}
-      - {name: l40, count: 3, gpu: L40S, gpus_per_node: 4, nics: {transport: ethernet, gbps: 100, count: 1}}
-    links:
-      - {between: [h100, l40], gbps: 100, latency_ms: 0.05, transport: ethernet}
-"""
+LAB = Path(__file__).resolve().parent / "data" / "lab.yaml"
 
 
-def test_the_searched_best_exports(tmp_path):
+def test_the_searched_best_exports():
     """H100 and L40S nodes, llama3.1-8b at 8,192 tokens: the best plan was an L40S mesh with selective recomputation
     beside an H100 mesh with none, which FlagScale cannot run (export refused it, rule R13); now every plan of the
     family is one it runs, and the best exports."""
     from hgplan.documents import ClusterInput
     from hgplan.planner.api import plan_training
 
-    path = tmp_path / "lab.yaml"
-    path.write_text(LAB)
-    fleet, _, _ = resolve_cluster(str(path), catalog())
+    fleet, _, _ = resolve_cluster(str(LAB), catalog())
     model, _ = resolve_model("llama3.1-8b")
     train = make_training({"seq_length": 8192, "global_batch_size": 256}, model)
     report, _ = plan_training(fleet, model, train, SearchOptions(target=Target.FLAGSCALE, budget_s=60),
