@@ -126,3 +126,4 @@ def test_solver_params_and_export_model(cli, tmp_path):
     assert "variables {" in text and "objective {" in text  # a text CpModelProto
     bad = cli(*SEARCH, "--solver-params", "no_such_field: 3")
     assert bad.code == 2 and "not valid text-format SatParameters" in bad.stderr
+    assert 'has no field named "no_such_field"' in bad.stderr  # the parser's reason, with its position

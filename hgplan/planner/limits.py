@@ -101,8 +101,16 @@ def check_deadline(stop_at_s: float | None) -> None:
 
 
 def extra_params_error(text: str) -> str | None:
-    """Why `text` is not valid text-format SatParameters (None when it is)."""
-    probe = cp_model.CpSolver().parameters
-    return None if probe.merge_text_format(text) else (
-        "not valid text-format SatParameters (e.g. 'linearization_level: 2 symmetry_level: 0'); see OR-Tools' "
-        "sat_parameters.proto for the field names")
+    """Why `text` is not valid text-format SatParameters (None when it is). Parsed by protobuf's Python parser first,
+    which names the field and position and prints nothing (OR-Tools' own parser, which the solves use, wrote absl's
+    log lines to stderr before this message), then by OR-Tools' own."""
+    from google.protobuf import text_format
+    from ortools.sat import sat_parameters_pb2
+
+    hint = ("not valid text-format SatParameters (e.g. 'linearization_level: 2 symmetry_level: 0'); see OR-Tools' "
+            "sat_parameters.proto for the field names")
+    try:
+        text_format.Parse(text, sat_parameters_pb2.SatParameters())
+    except text_format.ParseError as e:
+        return f"{hint}: {e}"
+    return None if cp_model.CpSolver().parameters.merge_text_format(text) else hint
