@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 
 from hgplan import __version__
-from hgplan.costmodel.evaluate import Prediction, evaluate
+from hgplan.costmodel.evaluate import Prediction, StagePrediction, evaluate
 from hgplan.costmodel.pipeline import Op
 from hgplan.documents import (
     SCHEMA_VERSION,
@@ -199,7 +199,7 @@ def _pipeline_links(plan: Plan, fleet: Fleet) -> list[Link]:
     return out
 
 
-def _ends_early(stage, pred: Prediction) -> str:
+def _ends_early(stage: StagePrediction, pred: Prediction) -> str:
     """A clause for a stage whose sync after the flush ends at least 1 ms before the iteration does: other stages
     still run then, so that sync lengthens no step ('' where it ends the iteration)."""
     lead = pred.iteration_time_s - stage.end_s

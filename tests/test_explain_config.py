@@ -48,14 +48,15 @@ def test_bottleneck_pace_counts_its_sends(cli):
     doc = cli(*GOOD, "--json").json()
     st = doc["stages"][doc["prediction"]["bottleneck_stage"]]
     m = doc["prediction"]["num_microbatches"]
-    line = next(x for x in cli(*GOOD).stdout.splitlines() if x.startswith("bottleneck:"))
+    text = cli(*GOOD).stdout.splitlines()
+    line = next(x for x in text if x.startswith("bottleneck:"))
     whole, work, sends = (float(v) for v in re.search(
         r"at ([\d.]+) ms per micro-batch \(([\d.]+) ms forward and backward, ([\d.]+) ms sending\)", line).groups())
     assert whole == pytest.approx(work + sends, abs=1e-9)
     assert work == pytest.approx(st["compute_s"] / m * 1e3, abs=0.05)
     assert sends == pytest.approx(st["p2p_s"] / m * 1e3, abs=0.1) and sends > 20
     # its bubble (no forward or backward) is mostly sending: the finding splits it, the what-if names it whole
-    bubble = next(x for x in cli(*GOOD).stdout.splitlines() if x.startswith("pipeline bubble:"))
+    bubble = next(x for x in text if x.startswith("pipeline bubble:"))
     whole, sending, idle = (int(v) for v in re.search(r"(\d+)% of the bottleneck stage's time runs no forward or "
                                                       r"backward: (\d+)% sending, (\d+)% idle", bubble).groups())
     pipeline_s = doc["prediction"]["pipeline_s"]

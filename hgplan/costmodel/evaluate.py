@@ -48,7 +48,7 @@ class StagePrediction:
     dp_sync_s: float
     """Exposed data-parallel (and tied-embedding) synchronisation after the pipeline flush."""
     optimizer_s: float
-    end_s: float = 0.0
+    end_s: float
     """When the stage is done with the iteration: its last backward, then its exposed sync and optimizer step (the
     iteration ends with the latest stage, or with the pipeline's last backward)."""
     memory: StageMemory
