@@ -200,7 +200,8 @@ flags; selective is one setting for the whole model), so a plan that mixes selec
 (export rule R13, validate's mesh_recompute). Until 2026-11-29 selective was offered here too, and on a fleet of
 H100 and L40S nodes (docs/export.md, the FlagScale section) the search returned such a plan, which export then
 refused. Selective on every mesh is left out too (it would need all meshes to choose alike); the stock family
-keeps it."""
+keeps it. Searched with selective as the only choice (2026-11-29), no fleet of benchmarks/mesh_search.py --quick
+had an all-selective plan faster than the none-or-full best (docs/planner.md, "What the family cannot express")."""
 
 
 def host_options(costs: CostSource, g: NodeGroup, B: int, P: int, opts: SearchOptions) -> list[ParallelConfig]:
