@@ -5,7 +5,7 @@ own objective (the closed form the integer tables mirror), and whether the retur
 baseline.
 
 Usage: python benchmarks/search_scaling.py [--repeat 3] [--quick] [--beyond] [--prove-gap] [--time-limit 60]
-       [--target flagscale] [--json]
+       [--target flagscale] [--max-vpp N] [--json]
 --target flagscale: the same fleets with `search --target flagscale` (the asymmetric family, issue 12), in
 benchmarks/mesh_search.py's columns: speedup over the stock best, GPUs used, the mesh search's proven gap, time.
 Targets (issues 4 and 11, on the 2-core CI machine): <= 10 s up to 1024 GPUs, <= 60 s at 16384 GPUs, gap <= 1% on
@@ -70,12 +70,14 @@ def model_for(num_gpus: int):
 
 
 def measure(fleet: Fleet, model, train: TrainingSettings, repeat: int, *, prove_gap: bool = False,
-            budget_s: float = 60.0) -> dict:
+            budget_s: float = 60.0, max_vpp: int | None = None) -> dict:
     """`hgplan search` on one fleet, `repeat` times: the median wall time and the last run's figures."""
+    vpps = None if max_vpp is None else tuple(range(1, max_vpp + 1))
     times, report = [], None
     for _ in range(repeat):
         t0 = time.perf_counter()
-        report, _ = plan_training(fleet, model, train, SearchOptions(budget_s=budget_s, prove_gap=prove_gap),
+        opts = SearchOptions(budget_s=budget_s, prove_gap=prove_gap, vpp_options=vpps)
+        report, _ = plan_training(fleet, model, train, opts,
                                   cluster=ClusterInput(ref=fleet.name, sha256=""), model_ref=model.name)
         times.append(time.perf_counter() - t0)
     s, best_s = report.search, report.plans[0].prediction.iteration_time_s
@@ -143,9 +145,10 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=60.0, help="search --time-limit (seconds)")
     ap.add_argument("--target", choices=["megatron", "flagscale"], default="megatron",
                     help="flagscale: the asymmetric family's rows (benchmarks/mesh_search.py's columns, no baselines)")
+    ap.add_argument("--max-vpp", type=int, default=None, help="search --max-vpp (the deepest interleaving)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    how = {"prove_gap": args.prove_gap, "budget_s": args.time_limit}
+    how = {"prove_gap": args.prove_gap, "budget_s": args.time_limit, "max_vpp": args.max_vpp}
     if args.target == "flagscale":
         import mesh_search  # imports this module's synthetic fleets, so only here
 

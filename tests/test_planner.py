@@ -337,3 +337,52 @@ def test_tables_tail_matches_the_cost_model_where_stages_sit(pp):
     plan = Plan(config=cfg, stages=tuple(StageAssignment(node_group=group.key, num_layers=n) for n in layers))
     closed_s = evaluate(plan, fleet, model, train, use_simulator=False).iteration_time_s
     assert objective_s == pytest.approx(closed_s, rel=0.001 if pp == 1 else 0.02)
+
+
+GARAGE = """name: garage
+sites:
+  - name: a
+    node_groups:
+      - {name: g4090, count: 4, gpu: RTX-4090, gpus_per_node: 8, nics: {transport: ethernet, gbps: 25, count: 1}}
+  - name: b
+    node_groups:
+      - {name: g3090, count: 4, gpu: RTX-3090, gpus_per_node: 4, nics: {transport: ethernet, gbps: 10, count: 1}}
+links:
+  - {between: [a, b], gbps: 1, latency_ms: 15}
+"""
+
+
+def test_interleaving_only_where_every_layer_fits_its_chunks():
+    """With v virtual stages every stage holds a multiple of v layers, so a model whose layer count v does not divide
+    has no interleaved plan: such candidates are not listed. Until 2026-11-29 they were, and on this fleet (33 layers,
+    7 micro-batches, where interleaving pays) the warm start's layer split failed an assertion: exit 101."""
+    from hgplan.inputs import load_cluster
+    from hgplan.planner.candidates import enumerate_candidates
+    fleet, _ = load_cluster(GARAGE, "garage", catalog())
+    model = small_model(33, hidden=4096, heads=32)
+    train = TrainingSettings(seq_length=2048, global_batch_size=7)
+    opts = SearchOptions(budget_s=60)
+    listed = enumerate_candidates(CostSource(fleet, model, train), opts, list(fleet.groups))[0]
+    assert listed and all(c.cfg.vpp == 1 for c in listed)
+    res = run_search(fleet, model, train, opts)
+    assert res.found and all(not check_plan(f.plan(), fleet, model, train) for f in res.found)
+
+
+def test_deeper_interleaving_on_request():
+    """`--max-vpp`: gpt-145.6b on 512 H100s (global batch 256, SC'21's shape) runs fastest with pp 16 and 5 virtual
+    stages (SC'21 trained it with 5), which the default, at most 2, leaves out; the plan is valid, its chunks hold
+    every layer, and it simulates faster than the default's best."""
+    cat = catalog()
+    gpu = cat.gpu_type(cat.gpus["H100-SXM5-80GB"])
+    fleet = Fleet(name="h512", groups=(NodeGroup(
+        site="dc", name="h100", num_nodes=64, gpu=gpu, gpus_per_node=8, intra_node_kind=gpu.intra_node_kind,
+        intra_node_gbytes_per_s=gpu.intra_node_gbytes_per_s, nic_transport=Transport.INFINIBAND, nic_gbps=400,
+        nic_count=8, gpu_hour_usd=None, order=0),), links=(), transports=cat.transports)
+    model = load_model(cat.model_texts["gpt-145.6b"], "gpt-145.6b")
+    train = TrainingSettings(seq_length=2048, global_batch_size=256)
+    plain = run_search(fleet, model, train, SearchOptions(budget_s=60)).found[0].plan()
+    deep = run_search(fleet, model, train, SearchOptions(budget_s=60, vpp_options=tuple(range(1, 9)))).found[0].plan()
+    assert plain.config.vpp <= 2 < deep.config.vpp and model.num_layers % deep.config.vpp == 0
+    assert not check_plan(deep, fleet, model, train)
+    fast, slow = (evaluate(p, fleet, model, train).iteration_time_s for p in (deep, plain))
+    assert fast < 0.95 * slow, (fast, slow)

@@ -88,6 +88,9 @@ def test_activations_that_do_not_fit_name_the_closest_configuration(cli, write):
     (["--time-limit", "0"], "--time-limit must be a finite number of seconds > 0"),
     (["--max-gap", "abc"], "--max-gap: expected a fraction"),
     (["--max-pp", "0"], "--max-pp must be >= 1"),
+    (["--max-vpp", "0"], "--max-vpp must be >= 1"),
+    (["--max-vpp", "4", "--target", "deepspeed"], "only Megatron-LM interleaves virtual stages"),
+    (["--max-vpp", "2", "--target", "flagscale"], "use --target megatron or leave --max-vpp out"),
 ])
 def test_bad_options_exit_2(cli, extra, expected):
     r = cli("search", "-c", "mixed-nic", "-m", "gpt-7.5b", "--seq-len", "2048", "--global-batch", "256", *extra)

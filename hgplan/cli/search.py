@@ -42,6 +42,19 @@ def _check_search_flags(top: int, time_limit: float, max_pp: int | None, solver_
             raise InputError(f"--solver-params {solver_params!r}: {problem}")
 
 
+def _vpp_options(max_vpp: int | None, target: Target) -> tuple[int, ...] | None:
+    """--max-vpp as the search's interleaving choices (None: the default, planner/options.DEFAULT_MAX_VPP)."""
+    if max_vpp is None:
+        return None
+    if max_vpp < 1:
+        raise InputError(f"--max-vpp must be >= 1 (got {max_vpp})")
+    if max_vpp > 1 and target is not Target.MEGATRON:
+        raise InputError(f"--max-vpp {max_vpp} with --target {target.value}: only Megatron-LM interleaves virtual "
+                         "stages (DeepSpeed's pipeline engine has no interleaved schedule, FlagScale's heterogeneous "
+                         "meshes refuse it); use --target megatron or leave --max-vpp out")
+    return tuple(range(1, max_vpp + 1))
+
+
 def _check_gate_flags(baseline: str | None, *, max_regression: str | None, allow_different_inputs: bool) -> None:
     """The gate's own flags without --baseline would gate nothing: a CI job that forgot --baseline must not pass."""
     given = [flag for flag, on in (("--max-regression", max_regression is not None),
@@ -146,6 +159,9 @@ def search(
                                                                    "wall-clock stop at this.")] = 60.0,
     max_gap: Annotated[str, typer.Option("--max-gap", help="Stop when the best plan is proven within this gap.")] = "0.5%",
     max_pp: Annotated[int | None, typer.Option("--max-pp", help="Largest number of pipeline stages to consider.")] = None,
+    max_vpp: Annotated[int | None, typer.Option("--max-vpp", help="Deepest interleaving to consider: virtual stages "
+                                                "per rank, those dividing the layers (default 2; deeper pays on fleets "
+                                                "of one GPU type with few micro-batches, docs/planner.md).")] = None,
     prove_gap: Annotated[bool, typer.Option("--prove-gap", help="After the search, prove the gap on the reported "
                                             "(simulated) iteration time, in what the search left of --time-limit; "
                                             "a plan the proof finds faster is ranked too.")] = False,
@@ -179,6 +195,7 @@ def search(
     _check_gate_flags(baseline, max_regression=max_regression, allow_different_inputs=allow_different_inputs)
     to_stdout = file_to_stdout(output, export_model, html_report, as_json=as_json)
     gap, bound = parse_percent(max_gap, "--max-gap"), parse_percent(max_regression or "3%", "--max-regression")
+    vpps = _vpp_options(max_vpp, target)
     with SearchProgress(started_s=command_started_s(), time_limit_s=time_limit, quiet=quiet,
                         solver_log=solver_log) as progress:
         from hgplan.documents import ClusterInput
@@ -191,6 +208,7 @@ def search(
         if base_file is not None and not allow_different_inputs:
             _same_inputs(base_file, baseline, csrc, msrc, train, target.value)
         opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,
+                             vpp_options=vpps,
                              solver_log=solver_log, solver_params=solver_params or "",
                              keep_model=export_model is not None, prove_gap=prove_gap,
                              wall_deadline_s=command_started_s() + time_limit * (1 - OUTPUT_SHARE))

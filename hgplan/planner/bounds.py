@@ -103,13 +103,17 @@ class BoundContext:
         return [members for c in self.classes if (members := [k for k in c if k in inside])]
 
 
-def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup]) -> BoundContext:
+def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup], *,
+                 like: BoundContext | None = None) -> BoundContext:
     """The bound context of one candidate (cfg with its vpp; its pp does not matter) over the eligible hosts.
 
     Interchangeable groups have the same costs and the same paths, so each class's costs and each pair of classes'
-    path are computed once, on the classes' first members."""
-    classes = interchangeable_classes(costs.fleet, hosts)
+    path are computed once, on the classes' first members. `like`: the context of the same configuration with
+    another vpp, whose classes, crossings and spans it shares (only the tail depends on the interleaving)."""
     by_key = {g.key: g for g in hosts}
+    if like is not None:
+        return _with_tails(costs, cfg, like, by_key)
+    classes = interchangeable_classes(costs.fleet, hosts)
     class_of = {k: c for c in classes for k in c}
     between: dict[tuple[str, str], tuple[float, float] | None] = {}
     pair_send, pair_lat = {}, {}
@@ -134,6 +138,14 @@ def make_context(costs: CostSource, cfg: ParallelConfig, hosts: list[NodeGroup])
     return BoundContext(groups=groups, pair_send=pair_send, pair_lat=pair_lat, classes=classes,
                         per_class=tuple((bounds[c[0]], len(c)) for c in classes),
                         spans=site_spans(classes, bounds, pair_send, pair_lat))
+
+
+def _with_tails(costs: CostSource, cfg: ParallelConfig, like: BoundContext, by_key: dict) -> BoundContext:
+    """`like` with each class's tail for cfg's interleaving (site_spans reads no tail, so the spans carry over)."""
+    bounds = {c[0]: replace(like.groups[c[0]], tail=tail_bound(costs, by_key[c[0]], cfg)) for c in like.classes}
+    rep = {k: c[0] for c in like.classes for k in c}
+    return replace(like, groups={k: bounds[rep[k]] for k in like.groups},
+                   per_class=tuple((bounds[c[0]], len(c)) for c in like.classes), floors={})
 
 
 def tail_bound(costs: CostSource, g: NodeGroup, cfg: ParallelConfig) -> TailBound:

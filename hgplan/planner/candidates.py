@@ -15,7 +15,7 @@ from hgplan.domain import ModelArch, NodeGroup, Target, TrainingSettings
 from hgplan.plan import ParallelConfig, Recompute
 from hgplan.planner.bounds import BoundContext, candidate_bound_s, make_context
 from hgplan.planner.costs import US, CostSource
-from hgplan.planner.options import MAX_MICRO_BATCH, SearchOptions
+from hgplan.planner.options import DEFAULT_MAX_VPP, MAX_MICRO_BATCH, SearchOptions
 from hgplan.planner.progress import Progress, ProgressFn, Throttle
 from hgplan.planner.tables import eligible
 
@@ -118,7 +118,7 @@ def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[No
     of thousands of candidates, each bounded here)."""
     model, train = costs.model, costs.train
     L = model.num_layers
-    vpps = opts.vpp_options or ((1, 2) if opts.target == Target.MEGATRON else (1,))
+    vpps = opts.vpp_options or (tuple(range(1, DEFAULT_MAX_VPP + 1)) if opts.target == Target.MEGATRON else (1,))
     max_pp = min(L, opts.max_pp or L)
     out: list[Candidate] = []
     listed_all = True
@@ -141,11 +141,12 @@ def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[No
             if sum(caps[:pp]) < layer_state * L:
                 continue
             for v in vpps:
-                if v > 1 and (pp == 1 or m % pp or L < pp * v):
+                if v > 1 and (pp == 1 or m % pp or L < pp * v or L % v):
                     continue
                 cfg = replace(base, pp=pp, vpp=v)
-                if v not in contexts:
-                    contexts[v] = make_context(costs, replace(base, vpp=v), hosts)
+                if v not in contexts:  # a context per interleaving: only their tails differ
+                    contexts[v] = make_context(costs, replace(base, vpp=v), hosts,
+                                               like=next(iter(contexts.values()), None))
                 ctx = contexts[v]
                 lb = candidate_bound_s(ctx, L=L, p=pp, v=v, m=m)
                 if not math.isfinite(lb):

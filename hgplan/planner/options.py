@@ -10,6 +10,15 @@ from hgplan.plan import Recompute
 
 MAX_MICRO_BATCH = 64
 """Largest default micro-batch size: past it the GEMMs gain nothing and activations grow linearly."""
+DEFAULT_MAX_VPP = 2
+"""Deepest interleaving (virtual stages per rank) the search tries unless told (`search --max-vpp`). Deeper pays on
+fleets of one GPU type with few micro-batches per stage: gpt-145.6b on 512 H100s (4,096 tokens, global batch 256)
+4.584 s at most 2, 4.094 s with up to 8 (pp 8, 5 virtual stages, as SC'21 trained it), 4.057 s with up to 16 (10:
+one layer per chunk); llama3.1-70b on 1,024 H100s (global batch 512) 2.254 -> 2.190 s -> 2.132 s. On the mixed
+fleets of benchmarks/search_scaling.py --quick, up to 8 found no faster plan, cost 1-2.5 s more per search (the
+10-group fleet 6.2 -> 8.6 s), and on the three-site four-type fleet returned a plan that simulates 1.4% slower
+(3.908 -> 3.963 s) because its closed form, the search's objective, is lower (3.966 against 4.128 s: the closed
+form over-charges that pp 2 plan's fill; docs/planner.md, "What the gap means"). Measured 2026-11-29."""
 RERANKED = 8
 """Plans (the best per configuration, by the search objective) a search hands over to be ranked by the reported
 model: at least this many for the fleet (whatever --top shows, so the winner does not depend on --top) and this
@@ -36,7 +45,8 @@ class SearchOptions:
     for the candidate's DP (memory decides which fit)."""
     recompute_options: tuple[Recompute, ...] = tuple(Recompute)
     vpp_options: tuple[int, ...] | None = None
-    """Default: (1, 2) for Megatron-LM, (1,) for DeepSpeed (no interleaved schedule)."""
+    """Default: 1 to DEFAULT_MAX_VPP for Megatron-LM, (1,) for DeepSpeed (no interleaved schedule) and FlagScale's
+    meshes; only those dividing the layers are searched (every stage holds a multiple of v)."""
     tp_options: tuple[int, ...] | None = None
     seed: int = 1
     max_gap: float = 0.005
