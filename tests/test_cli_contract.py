@@ -114,6 +114,16 @@ def test_solver_record_lists_the_limits_the_solves_used(plan_file):
     assert solver["num_workers"] == 1 and solver["solver_params"] == "" and solver["solve_threads"] == 2
     assert solver["lower_bound_params"] == "add_mir_cuts: false add_cg_cuts: false"
     assert "mesh_params" not in solver  # --target flagscale only (tests/test_flagscale.py)
+    assert solver["max_pp"] is None and solver["max_vpp"] == 2  # the family searched: the defaults
+
+
+def test_search_records_the_family_limits(cli):
+    """--max-pp and --max-vpp change what is searched, so the JSON records them beside --max-gap."""
+    r = cli(*SEARCH, "--json", "--no-baselines", "--max-pp", "3", "--max-vpp", "4")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert (doc["solver"]["max_pp"], doc["solver"]["max_vpp"]) == (3, 4)
+    assert doc["plans"][0]["plan"]["pp"] <= 3 and doc["plans"][0]["plan"]["vpp"] <= 4
 
 
 def test_solver_params_and_export_model(cli, tmp_path):

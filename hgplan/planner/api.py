@@ -26,7 +26,7 @@ from hgplan.errors import NoAnswerError, PlanningError
 from hgplan.plan import ParallelConfig, Plan
 from hgplan.planner import baselines as bl
 from hgplan.planner.batch_advice import batch_finding
-from hgplan.planner.candidates import base_configs, cand_key
+from hgplan.planner.candidates import base_configs, cand_key, searched_vpps
 from hgplan.planner.certify import certify, polish
 from hgplan.planner.costs import US, CostSource, capacity_mib, layers_that_fit
 from hgplan.planner.mesh_model import MESH_MODEL_PARAMS
@@ -163,9 +163,8 @@ def _checked(found: list[Found], fleet: Fleet, model: ModelArch, train: Training
 
 
 def _fastest_per_config(checked: list[tuple[Plan, Prediction, Found]]) -> list[tuple[Plan, Prediction, Found]]:
-    """The fastest checked stock plan of each configuration (the search's or its polished twin) and every other plan
-    of the mesh family, fastest first. A mesh solve whose meshes all share tp, dp and recompute is a stock plan: where
-    it equals one already listed (the mesh search starts from the stock best), the first listed stays."""
+    """The fastest checked stock plan of each configuration (the search's or its polished twin) and every mesh plan,
+    fastest first; of equal plans (a mesh plan whose meshes all match is a stock plan) the first listed stays."""
     best: dict[tuple, tuple[Plan, Prediction, Found]] = {}
     for n, entry in enumerate(checked):
         key = cand_key(entry[2].cfg) if isinstance(entry[2], Found) else ("mesh", n)
@@ -182,10 +181,11 @@ def _fastest_per_config(checked: list[tuple[Plan, Prediction, Found]]) -> list[t
 def _solver_record(result: SearchResult, opts: SearchOptions) -> SolverRecord:
     """The parameters every solve shared and the largest limits any solve ran under."""
     limits = {**solve_params(opts, 0).to_dict(), **result.solver_limits}
-    return SolverRecord(**limits, time_limit_s=opts.budget_s, budget_deterministic_s=round(DTIME_PER_WALL * opts.budget_s, 3),
-                        max_gap=opts.max_gap, solver_params=opts.solver_params, lower_bound_params=PATH_MODEL_PARAMS,
-                        solve_threads=SOLVE_THREADS,
-                        **({"mesh_params": MESH_MODEL_PARAMS} if opts.target == Target.FLAGSCALE else {}))
+    mesh = {"mesh_params": MESH_MODEL_PARAMS} if opts.target == Target.FLAGSCALE else {}
+    return SolverRecord(**limits, **mesh, time_limit_s=opts.budget_s, max_gap=opts.max_gap, max_pp=opts.max_pp,
+                        budget_deterministic_s=round(DTIME_PER_WALL * opts.budget_s, 3), solve_threads=SOLVE_THREADS,
+                        max_vpp=max(searched_vpps(opts)), solver_params=opts.solver_params,
+                        lower_bound_params=PATH_MODEL_PARAMS)
 
 
 def _best_and_bound_us(result: SearchResult, mesh: MeshResult | None) -> tuple[float, float]:

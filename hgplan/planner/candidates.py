@@ -110,6 +110,11 @@ def _slot_capacities(base: ParallelConfig, hosts: list[NodeGroup], most: int) ->
     return caps
 
 
+def searched_vpps(opts: SearchOptions) -> tuple[int, ...]:
+    """The interleaving depths the search lists (those dividing the layers among them)."""
+    return opts.vpp_options or (tuple(range(1, DEFAULT_MAX_VPP + 1)) if opts.target == Target.MEGATRON else (1,))
+
+
 def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[NodeGroup],
                          stop_at_s: float = math.inf, *,
                          progress: ProgressFn | None = None) -> tuple[list[Candidate], bool]:
@@ -118,7 +123,7 @@ def enumerate_candidates(costs: CostSource, opts: SearchOptions, groups: list[No
     of thousands of candidates, each bounded here)."""
     model, train = costs.model, costs.train
     L = model.num_layers
-    vpps = opts.vpp_options or (tuple(range(1, DEFAULT_MAX_VPP + 1)) if opts.target == Target.MEGATRON else (1,))
+    vpps = searched_vpps(opts)
     max_pp = min(L, opts.max_pp or L)
     out: list[Candidate] = []
     listed_all = True
