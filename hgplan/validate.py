@@ -54,6 +54,10 @@ def _degree_rules(plan: Plan, model: ModelArch, train: TrainingSettings) -> list
             ok = [t for t in _divisors(groups) if heads % t == 0]
             bad("tp_divides_heads", f"tp = {tp} must divide num_attention_heads ({heads}) and num_query_groups "
                                     f"({groups}); choose tp in {ok}")
+        if model.ffn_hidden_size % tp:  # the MLP's second GEMM splits its input rows evenly over the tp ranks
+            ok = [t for t in _divisors(groups) if heads % t == 0 and model.ffn_hidden_size % t == 0]
+            bad("tp_divides_ffn", f"tp = {tp} must divide ffn_hidden_size ({model.ffn_hidden_size}): Megatron-LM "
+                                  f"splits the MLP evenly over the tensor-parallel ranks; choose tp in {ok}")
         if (c.sequence_parallel or plan.asymmetric) and tp > 1 and (train.seq_length // c.cp) % tp:
             bad("sp_seq", f"with sequence parallelism, seq_length / cp ({train.seq_length // c.cp}) must be divisible "
                           f"by tp ({tp})")

@@ -228,3 +228,31 @@ def test_a_plan_that_does_not_fit_names_the_settings_that_make_it_fit(cli):
                           "selective or --recompute full fits; the closest (--distributed-optimizer "
                           "--sequence-parallel --recompute full) still needs 101.5 GiB on stage 0 of 80: add "
                           "pipeline stages"), fix
+
+
+def test_tp_must_divide_the_mlp(cli, write):
+    """Megatron-LM's MLP splits ffn_hidden_size evenly over the tensor-parallel ranks (RowParallelLinear divides its
+    input, megatron/core/tensor_parallel/layers.py at d98e8a6): a model with ffn_hidden_size 14340 runs at tp 4, not
+    8. Before 2026-11-29 explain priced tp 8 and search could return it; now explain refuses it (exit 2, naming the
+    tp that divide) and the search never lists it."""
+    text = ("num_layers: 8\nhidden_size: 4096\nffn_hidden_size: 14340\nnum_attention_heads: 32\n"
+            "num_query_groups: 8\nvocab_size: 32000\nswiglu: true\nnormalization: RMSNorm\n"
+            "position_embedding_type: rope\nmax_position_embeddings: 4096\nadd_bias_linear: false\n")
+    path = write(text, "ffn.yaml")
+    run = ["explain", "-c", "two-site", "-m", path, "--seq-len", "4096", "--global-batch", "256", "--pp", "1",
+           "--dp", "16", "--stage-groups", "beijing/h100"]
+    r = cli(*run, "--tp", "8")
+    assert r.code == 2 and "tp = 8 must divide ffn_hidden_size (14340)" in r.stderr and "[1, 2, 4]" in r.stderr
+    assert cli(*run, "--tp", "4").code == 0
+    from hgplan.inputs import load_cluster, load_model
+    from hgplan.io import catalog
+    from hgplan.planner.candidates import _tp_options
+    from hgplan.planner.mesh_tables import _tp_options as mesh_tp_options
+    from hgplan.planner.costs import CostSource
+    from hgplan.domain import TrainingSettings
+    from hgplan.planner.options import SearchOptions
+    fleet = load_cluster(catalog().cluster_texts["two-site"], "two-site", catalog())[0]
+    model = load_model(text, "ffn")
+    costs = CostSource(fleet, model, TrainingSettings(seq_length=4096, global_batch_size=256))
+    assert _tp_options(model, list(fleet.groups), SearchOptions()) == [1, 2, 4]
+    assert all(mesh_tp_options(costs, g, SearchOptions()) == [1, 2, 4] for g in fleet.groups)
