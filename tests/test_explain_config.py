@@ -256,3 +256,21 @@ def test_tp_must_divide_the_mlp(cli, write):
     costs = CostSource(fleet, model, TrainingSettings(seq_length=4096, global_batch_size=256))
     assert _tp_options(model, list(fleet.groups), SearchOptions()) == [1, 2, 4]
     assert all(mesh_tp_options(costs, g, SearchOptions()) == [1, 2, 4] for g in fleet.groups)
+
+
+def test_interleaving_what_if_tries_every_depth(cli, write):
+    """The bubble's what-if tries each deeper interleaving the plan's layers allow, not only 2, and says which
+    search flag plans it: gpt-145.6b at pp 8 and vpp 2 on 512 H100s (SC'21's shape) gains most from 5 virtual stages,
+    and the figure is the cost model re-run with --vpp 5."""
+    path = write("name: h512\nsites:\n  - name: dc\n    node_groups:\n      - {name: h100, count: 64, "
+                 "gpu: H100-SXM5-80GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 400, count: 8}}\n",
+                 "h512.yaml")
+    run = ["explain", "-c", path, "-m", "gpt-145.6b", "--seq-len", "2048", "--global-batch", "256", "--tp", "4",
+           "--pp", "8", "--dp", "16", "--stage-groups", "dc/h100", "--distributed-optimizer", "--json"]
+    doc = cli(*run, "--vpp", "2").json()
+    bubble = [w for w in doc["what_if"] if w["resource"] == "pipeline bubble"]
+    assert len(bubble) == 1 and bubble[0]["what_if"] == "interleave 5 virtual stages (--vpp 5)", bubble
+    assert "(search --max-vpp 5 searches such plans)" in bubble[0]["text"]
+    deeper = cli(*run, "--vpp", "5").json()["prediction"]["iteration_time_s"]
+    gain = doc["prediction"]["iteration_time_s"] / deeper - 1
+    assert gain > 0.02 and abs(bubble[0]["speedup"] - gain) < 1e-3
