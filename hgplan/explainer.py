@@ -241,7 +241,8 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     return out
 
 
-def _interleaving(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, pred: Prediction) -> list[WhatIf]:
+def _interleaving(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
+                  pred: Prediction) -> list[WhatIf]:
     """The bubble's what-if: the plan with more virtual stages, up to MAX_WHATIF_VPP (each depth that divides every
     stage's layers and that the validator accepts), the fastest of them. Until 2026-11-29 only 2 was tried, and only
     on a plan without interleaving."""
