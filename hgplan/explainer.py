@@ -261,9 +261,9 @@ def _interleaving(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSet
     search = f" (search --max-vpp {v} searches such plans)" if v > DEFAULT_MAX_VPP else ""
     times = "twice" if v == 2 else f"{v} times"
     effect = (f"--vpp {v} cuts it and gives {gain:+.0%}{search}" if gain > 0 else
-              f"no interleaving up to {MAX_WHATIF_VPP} virtual stages helps: --vpp {v}, the least slow, would be "
-              f"{-gain:.0%} slower; it sends each micro-batch through the pipeline {times}, which costs more here "
-              "than the bubble it removes")
+              f"no interleaving the stages' layers allow (up to {MAX_WHATIF_VPP} virtual stages) helps: --vpp {v}, "
+              f"the least slow, would be {-gain:.0%} slower; it sends each micro-batch through the pipeline {times}, "
+              "which costs more here than the bubble it removes")
     return [WhatIf(resource="pipeline bubble", share_of_step=round(pred.bubble_fraction, 4),
                    what_if=f"interleave {v} virtual stages (--vpp {v})", speedup=round(gain, 4),
                    text=f"the pipeline bubble is {pred.bubble_fraction:.0%} of the bottleneck stage's time; {effect}")]
