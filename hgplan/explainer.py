@@ -18,7 +18,7 @@ from hgplan.documents import (
     UpperBound,
     WhatIf,
 )
-from hgplan.domain import Fleet, Link, ModelArch, TrainingSettings
+from hgplan.domain import Fleet, Link, ModelArch, Runtime, TrainingSettings
 from hgplan.errors import InputError, InputIssue
 from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
 from hgplan.planner.options import DEFAULT_MAX_VPP
@@ -214,8 +214,16 @@ def _ends_early(stage: StagePrediction, pred: Prediction) -> str:
     return f", but it ends {lead:.2f} s before the iteration does ({by}), so it lengthens no step"
 
 
-def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, pred: Prediction) -> list[WhatIf]:
-    """Cost of each binding resource and the gain from improving it, re-evaluated by the cost model."""
+def signed_pct(x: float, sign: str = "+") -> str:
+    """A what-if's change as a percentage (signed unless sign=""): whole points, but one decimal from 0.05% to 1% (a
+    0.4% gain read "+0%")."""
+    return format(x, f"{sign}.1%" if 0.0005 <= abs(x) < 0.0095 else f"{sign}.0%")
+
+
+def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, pred: Prediction, *,
+             target: str = "megatron") -> list[WhatIf]:
+    """Cost of each binding resource and the gain from improving it, re-evaluated by the cost model (`target`: the
+    framework the plan was searched for; only Megatron-LM interleaves)."""
     base = pred.iteration_time_s
     out = []
     for lk in _pipeline_links(plan, fleet):
@@ -227,7 +235,7 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
             out.append(WhatIf(resource=f"link {lk.a} <-> {lk.b}", share_of_step=round(share, 4),
                               what_if="double its bandwidth", speedup=round(base / doubled - 1, 4),
                               text=f"the {lk.gbps:g} Gbit/s link between {lk.a} and {lk.b} costs {share:.0%} of step "
-                                   f"time; doubling it gives {base / doubled - 1:+.0%}"))
+                                   f"time; doubling it gives {signed_pct(base / doubled - 1)}"))
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s)
     if worst_dp.dp_sync_s > NIC_WHATIF_SHARE * base:
         faster = evaluate(plan, _with_double_nics(fleet, worst_dp.node_group), model, train).iteration_time_s
@@ -235,8 +243,9 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
                           what_if="double the NICs per node", speedup=round(base / faster - 1, 4),
                           text=f"gradient sync on {worst_dp.node_group} is exposed for {worst_dp.dp_sync_s / base:.0%} "
                                f"of step time{_ends_early(worst_dp, pred)}; twice the NICs per node gives "
-                               f"{base / faster - 1:+.0%}"))
-    if pred.bubble_fraction > BUBBLE_WHATIF and plan.config.pp > 1:
+                               f"{signed_pct(base / faster - 1)}"))
+    if pred.bubble_fraction > BUBBLE_WHATIF and plan.config.pp > 1 and target == "megatron" \
+            and train.runtime is Runtime.MEGATRON:  # DeepSpeed's pipeline engine has no interleaved schedule
         out += _interleaving(plan, fleet, model, train, pred)
     return out
 
@@ -260,9 +269,9 @@ def _interleaving(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSet
     gain = base / alt_s - 1
     search = f" (search --max-vpp {v} searches such plans)" if v > DEFAULT_MAX_VPP else ""
     times = "twice" if v == 2 else f"{v} times"
-    effect = (f"--vpp {v} cuts it and gives {gain:+.0%}{search}" if gain > 0 else
+    effect = (f"--vpp {v} cuts it and gives {signed_pct(gain)}{search}" if gain > 0 else
               f"no interleaving the stages' layers allow (up to {MAX_WHATIF_VPP} virtual stages) helps: --vpp {v}, "
-              f"the least slow, would be {-gain:.0%} slower; it sends each micro-batch through the pipeline {times}, "
+              f"the least slow, would be {signed_pct(-gain, '')} slower; it sends each micro-batch through the pipeline {times}, "
               "which costs more here than the bubble it removes")
     return [WhatIf(resource="pipeline bubble", share_of_step=round(pred.bubble_fraction, 4),
                    what_if=f"interleave {v} virtual stages (--vpp {v})", speedup=round(gain, 4),
@@ -348,11 +357,12 @@ def _boundaries(pred: Prediction) -> list[BoundaryRecord]:
 def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *, cluster_ref: str,
             model_ref: str, timeline: bool = False,
             baselines: dict[str, BaselineRecord] | None = None, warnings: list[str] | None = None,
-            validation: dict | None = None) -> Explanation:
-    """Predict a valid plan and say why: findings, what-ifs, the fleet's upper bound and the baselines' speedups."""
+            validation: dict | None = None, target: str = "megatron") -> Explanation:
+    """Predict a valid plan and say why: findings, what-ifs, the fleet's upper bound and the baselines' speedups
+    (`target`: the framework a plan file was searched for)."""
     require_valid(plan, fleet, model, train)
     pred = evaluate(plan, fleet, model, train, keep_ops=timeline)
-    ifs = what_ifs(plan, fleet, model, train, pred)
+    ifs = what_ifs(plan, fleet, model, train, pred, target=target)
     fix = memory_fix(plan, fleet, model, train, pred)
     notes = (findings(pred, fleet) + ([fix] if fix else []) + mesh_findings(plan, pred)
              + attention_findings(plan, fleet, train) + [w.text for w in ifs])

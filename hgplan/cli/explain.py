@@ -84,7 +84,8 @@ def _explain_plan_file(plan_file: str, cfg: ConfigFlags, cluster: str | None, mo
     lp = load_plan(read_json(plan_file, "plan"), plan_file, catalog())
     return explainer.explain(lp.plan, lp.fleet, lp.model, lp.train, cluster_ref=lp.file.inputs.cluster.ref,
                              model_ref=lp.file.inputs.model.ref, timeline=timeline,
-                             baselines=lp.file.baselines, validation=catalog().validation)
+                             baselines=lp.file.baselines, validation=catalog().validation,
+                             target=lp.file.inputs.target)
 
 
 def _explain_config(cfg: ConfigFlags, cluster: str | None, model: str | None, flags: TrainingFlags, timeline: bool):

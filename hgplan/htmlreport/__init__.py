@@ -136,7 +136,7 @@ def build_report(lp: LoadedPlan, *, source: str, fmt: ExportFormat | None = None
     launch commands. Deterministic: the same plan file gives the same bytes."""
     ex = explain(lp.plan, lp.fleet, lp.model, lp.train, cluster_ref=lp.file.inputs.cluster.ref,
                  model_ref=lp.file.inputs.model.ref, timeline=True, baselines=lp.file.baselines,
-                 validation=validation)
+                 validation=validation, target=lp.file.inputs.target)
     r, pred = ex.report, ex.report.prediction
     fmt = fmt or default_format(lp)
     export, refusal = _export(lp, fmt, pred.fits)
