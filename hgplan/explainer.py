@@ -271,8 +271,8 @@ def _interleaving(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSet
     times = "twice" if v == 2 else f"{v} times"
     effect = (f"--vpp {v} cuts it and gives {signed_pct(gain)}{search}" if gain > 0 else
               f"no interleaving the stages' layers allow (up to {MAX_WHATIF_VPP} virtual stages) helps: --vpp {v}, "
-              f"the least slow, would be {signed_pct(-gain, '')} slower; it sends each micro-batch through the pipeline {times}, "
-              "which costs more here than the bubble it removes")
+              f"the least slow, would be {signed_pct(-gain, '')} slower; it sends each micro-batch through the "
+              f"pipeline {times}, which costs more here than the bubble it removes")
     return [WhatIf(resource="pipeline bubble", share_of_step=round(pred.bubble_fraction, 4),
                    what_if=f"interleave {v} virtual stages (--vpp {v})", speedup=round(gain, 4),
                    text=f"the pipeline bubble is {pred.bubble_fraction:.0%} of the bottleneck stage's time; {effect}")]
