@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 
 from hgplan import __version__
-from hgplan.costmodel.evaluate import Prediction, StagePrediction, evaluate
+from hgplan.costmodel.evaluate import Prediction, StagePrediction, evaluate, tied_embedding_sync_s
 from hgplan.costmodel.pipeline import Op
 from hgplan.documents import (
     SCHEMA_VERSION,
@@ -96,7 +96,28 @@ def attention_findings(plan: Plan, fleet: Fleet, train: TrainingSettings) -> lis
             f"and {'runs' if len(fallback) == 1 else 'run'} Megatron's unfused attention (kernels: {kernels})"]
 
 
-def findings(pred: Prediction, fleet: Fleet) -> list[str]:
+def tied_syncs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> list[float]:
+    """Per stage, the part of its exposed sync after the flush that is the tied embedding's gradient all-reduce
+    between the first and last stage (evaluate adds it to those two stages' data-parallel sync; 0 elsewhere, and
+    when the embeddings are untied or pp = 1)."""
+    p = plan.config.pp
+    first, last = (fleet.group(plan.stages[i].node_group) for i in (0, -1))
+    tied = tied_embedding_sync_s(fleet, first, last, model, plan.stage_config(0), train)
+    return [tied if i in (0, p - 1) else 0.0 for i in range(p)]
+
+
+def _sync_parts(stage: StagePrediction, tied: list[float], p: int) -> str:
+    """What a stage waits for after the flush, where the tied embedding's all-reduce is part of it."""
+    if tied[stage.index] <= 0:
+        return "for gradient reduction after the flush"
+    both = f"all-reducing the tied embedding's gradient with stage {p - 1 if stage.index == 0 else 0}"
+    dp = stage.dp_sync_s - tied[stage.index]
+    if dp < 0.005:
+        return f"after the flush, {both}"
+    return f"after the flush: {tied[stage.index]:.2f} s {both}, {dp:.2f} s reducing gradients"
+
+
+def findings(pred: Prediction, fleet: Fleet, tied: list[float] | None = None) -> list[str]:
     """Plain-language reasons: bottleneck stage, bubble, exposed communication, memory."""
     out = []
     b = pred.stages[pred.bottleneck_stage]
@@ -127,9 +148,9 @@ def findings(pred: Prediction, fleet: Fleet) -> list[str]:
                    f"({worst_p2p.p2p_s / total:.0%} of the iteration) sending activations and gradients{hidden}")
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s)
     if worst_dp.dp_sync_s > EXPOSED_SHARE * total:
+        parts = _sync_parts(worst_dp, tied or [0.0] * len(pred.stages), len(pred.stages))
         out.append(f"data-parallel sync: stage {worst_dp.index} waits {worst_dp.dp_sync_s:.2f} s "
-                   f"({worst_dp.dp_sync_s / total:.0%}) for gradient reduction after the flush"
-                   + _ends_early(worst_dp, pred))
+                   f"({worst_dp.dp_sync_s / total:.0%}) {parts}" + _ends_early(worst_dp, pred))
     for v in check_memory(pred):
         out.append(f"does not fit: {v.message}")
     tight = [s for s in pred.stages if s.fits and s.headroom_gib < TIGHT_MEMORY * s.memory_capacity_gib]
@@ -236,12 +257,16 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
                               what_if="double its bandwidth", speedup=round(base / doubled - 1, 4),
                               text=f"the {lk.gbps:g} Gbit/s link between {lk.a} and {lk.b} costs {share:.0%} of step "
                                    f"time; doubling it gives {signed_pct(base / doubled - 1)}"))
-    worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s)
-    if worst_dp.dp_sync_s > NIC_WHATIF_SHARE * base:
+    # the NICs carry the data-parallel reduction, not the tied embedding's all-reduce between the first and last
+    # stage (a link what-if above prices that where it crosses one)
+    tied = tied_syncs(plan, fleet, model, train)
+    worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s - tied[s.index])
+    exposed = worst_dp.dp_sync_s - tied[worst_dp.index]
+    if exposed > NIC_WHATIF_SHARE * base:
         faster = evaluate(plan, _with_double_nics(fleet, worst_dp.node_group), model, train).iteration_time_s
-        out.append(WhatIf(resource=f"NICs of {worst_dp.node_group}", share_of_step=round(worst_dp.dp_sync_s / base, 4),
+        out.append(WhatIf(resource=f"NICs of {worst_dp.node_group}", share_of_step=round(exposed / base, 4),
                           what_if="double the NICs per node", speedup=round(base / faster - 1, 4),
-                          text=f"gradient sync on {worst_dp.node_group} is exposed for {worst_dp.dp_sync_s / base:.0%} "
+                          text=f"gradient sync on {worst_dp.node_group} is exposed for {exposed / base:.0%} "
                                f"of step time{_ends_early(worst_dp, pred)}; twice the NICs per node gives "
                                f"{signed_pct(base / faster - 1)}"))
     if pred.bubble_fraction > BUBBLE_WHATIF and plan.config.pp > 1 and target == "megatron" \
@@ -364,8 +389,8 @@ def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
     pred = evaluate(plan, fleet, model, train, keep_ops=timeline)
     ifs = what_ifs(plan, fleet, model, train, pred, target=target)
     fix = memory_fix(plan, fleet, model, train, pred)
-    notes = (findings(pred, fleet) + ([fix] if fix else []) + mesh_findings(plan, pred)
-             + attention_findings(plan, fleet, train) + [w.text for w in ifs])
+    notes = (findings(pred, fleet, tied_syncs(plan, fleet, model, train)) + ([fix] if fix else [])
+             + mesh_findings(plan, pred) + attention_findings(plan, fleet, train) + [w.text for w in ifs])
     upper = fleet_upper_bound(fleet, model, train)
     notes.append(f"{pred.tokens_per_s / upper:.0%} of the fleet's upper bound "
                  f"({upper:,.0f} tokens/s with every GPU at its achievable matmul rate)")

@@ -291,3 +291,25 @@ def test_no_interleaving_what_if_where_the_framework_cannot_interleave(cli, tmp_
         assert not [w for w in doc["what_if"] if w["resource"] == "pipeline bubble"], doc["what_if"]
     bubble = [w for w in cli("explain", *run, *given).json()["what_if"] if w["resource"] == "pipeline bubble"]
     assert len(bubble) == 1 and "+0%" not in bubble[0]["text"], bubble
+
+
+def test_tied_embedding_sync_is_told_apart_from_the_gradient_reduction(cli):
+    """gpt-7.5b ties its embedding and output weights: after the flush the first and last stage all-reduce that
+    gradient with each other, here over the 25 Gbit/s link between the islands, which the NICs of one group do not
+    carry. Until 2026-11-29 explain called the whole wait gradient reduction and priced twice the NICs against it
+    (with dp 1, "exposed for 8% of step time; twice the NICs per node gives +0%"); now the finding names both parts
+    and the NIC what-if weighs the data-parallel reduction alone."""
+    run = ["explain", "-c", "mixed-nic", "-m", "gpt-7.5b", "--seq-len", "2048", "--global-batch", "256", "--tp", "4",
+           "--pp", "2", "--stage-groups", "lab/ib,lab/roce", "--distributed-optimizer", "--json"]
+    doc = cli(*run, "--dp", "8").json()
+    sync = [f for f in doc["findings"] if f.startswith("data-parallel sync:")]
+    assert len(sync) == 1 and "s all-reducing the tied embedding's gradient with stage 0, " in sync[0], sync
+    tied, dp = (float(x) for x in re.findall(r"([0-9.]+) s (?:all-reducing|reducing)", sync[0]))
+    last = doc["stages"][1]["dp_sync_s"]
+    assert abs(tied + dp - last) < 0.011 and tied > dp
+    nics = [w for w in doc["what_if"] if w["resource"].startswith("NICs of")]
+    assert len(nics) == 1 and abs(nics[0]["share_of_step"] - dp / doc["prediction"]["iteration_time_s"]) < 0.002
+    alone = cli(*run, "--dp", "1", "--global-batch", "64").json()
+    assert not [w for w in alone["what_if"] if w["resource"].startswith("NICs of")], alone["what_if"]
+    assert any("after the flush, all-reducing the tied embedding's gradient" in f for f in alone["findings"]), \
+        alone["findings"]
