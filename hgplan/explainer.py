@@ -262,7 +262,7 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     tied = tied_syncs(plan, fleet, model, train)
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s - tied[s.index])
     exposed = worst_dp.dp_sync_s - tied[worst_dp.index]
-    if exposed > NIC_WHATIF_SHARE * base:
+    if exposed > NIC_WHATIF_SHARE * base and _crosses_nodes(plan, fleet, worst_dp.index):
         faster = evaluate(plan, _with_double_nics(fleet, worst_dp.node_group), model, train).iteration_time_s
         out.append(WhatIf(resource=f"NICs of {worst_dp.node_group}", share_of_step=round(exposed / base, 4),
                           what_if="double the NICs per node", speedup=round(base / faster - 1, 4),
@@ -273,6 +273,14 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
             and train.runtime is Runtime.MEGATRON:  # DeepSpeed's pipeline engine has no interleaved schedule
         out += _interleaving(plan, fleet, model, train, pred)
     return out
+
+
+def _crosses_nodes(plan: Plan, fleet: Fleet, stage: int) -> bool:
+    """Whether the stage's data-parallel group spans nodes, so that its reduction goes over the NICs (inside a node
+    it runs over NVLink or PCIe: comm.group_busbw_gbytes_per_s's rule; 32 RTX 4090s at pp 8 and dp 4 were offered
+    twice the NICs, "+0%")."""
+    c, g = plan.stage_config(stage), fleet.group(plan.stages[stage].node_group)
+    return c.dp * c.cp > max(1, g.gpus_per_node // c.tp)
 
 
 def _interleaving(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,

@@ -313,3 +313,18 @@ def test_tied_embedding_sync_is_told_apart_from_the_gradient_reduction(cli):
     assert not [w for w in alone["what_if"] if w["resource"].startswith("NICs of")], alone["what_if"]
     assert any("after the flush, all-reducing the tied embedding's gradient" in f for f in alone["findings"]), \
         alone["findings"]
+
+
+def test_no_nic_what_if_for_a_reduction_inside_a_node(cli, write):
+    """A stage's data-parallel group that fits in one node reduces over NVLink or PCIe, so twice the NICs cannot
+    help it: 32 RTX 4090s at pp 8 and dp 4 were offered it ("+0%") until 2026-11-29. At dp 16 the group spans
+    nodes and the what-if stays."""
+    path = write("name: garage\nsites:\n  - name: a\n    node_groups:\n      - {name: g4090, count: 4, gpu: RTX-4090, "
+                 "gpus_per_node: 8, nics: {transport: ethernet, gbps: 25, count: 1}}\n", "garage.yaml")
+    run = ["explain", "-c", path, "-m", "llama3.1-8b", "--seq-len", "2048", "--global-batch", "64", "--tp", "1",
+           "--stage-groups", "a/g4090", "--distributed-optimizer", "--json"]
+    inside = cli(*run, "--pp", "8", "--dp", "4").json()
+    assert any(s["dp_sync_s"] > 0.02 * inside["prediction"]["iteration_time_s"] for s in inside["stages"])
+    assert not [w for w in inside["what_if"] if w["resource"].startswith("NICs of")], inside["what_if"]
+    across = cli(*run, "--pp", "2", "--dp", "16").json()
+    assert [w for w in across["what_if"] if w["resource"] == "NICs of a/g4090" and w["speedup"] > 0.1]
