@@ -296,6 +296,10 @@ class ModelArch:
     add_bias_linear: bool
     untie_embeddings_and_output_weights: bool
     embedding_layernorm: bool
+    add_qkv_bias: bool = False
+    """A bias on the QKV projection (Megatron-LM's --add-qkv-bias; every linear layer's with add_bias_linear)."""
+    qk_layernorm: bool = False
+    """Queries and keys normalised per head (Megatron-LM's --qk-layernorm): two norms of kv_channels each."""
     hidden_dropout: float
     attention_dropout: float
     source: str = ""
@@ -333,8 +337,9 @@ class ModelArch:
         n_mat = ACTIVATION_FFN_MATRICES[self.activation]
         attn = h * (q + 2 * kv) + q * h
         mlp = n_mat * h * f
-        bias = (q + 2 * kv + h + (n_mat - 1) * f + h) if self.add_bias_linear else 0
-        return attn + mlp + bias + 2 * self.norm_params
+        bias = (q + 2 * kv + h + (n_mat - 1) * f + h) if self.add_bias_linear else (q + 2 * kv) * self.add_qkv_bias
+        qk_norms = 2 * self.kv_channels * (2 if self.normalization == "LayerNorm" else 1) * self.qk_layernorm
+        return attn + mlp + bias + 2 * self.norm_params + qk_norms
 
     def embedding_params(self, vocab: int | None = None) -> int:
         """Input embedding (+ learned positions, + embedding norm)."""

@@ -350,6 +350,7 @@ def load_model(text: str, source: str) -> ModelArch:
         vocab_size=spec.vocab_size, make_vocab_size_divisible_by=spec.make_vocab_size_divisible_by,
         max_position_embeddings=spec.max_position_embeddings, position_embedding_type=spec.position_embedding_type,
         activation=activation, normalization=spec.normalization, add_bias_linear=spec.add_bias_linear,
+        add_qkv_bias=spec.add_qkv_bias or spec.add_bias_linear, qk_layernorm=spec.qk_layernorm,
         untie_embeddings_and_output_weights=spec.untie_embeddings_and_output_weights,
         embedding_layernorm=spec.embedding_layernorm, hidden_dropout=spec.hidden_dropout,
         attention_dropout=spec.attention_dropout, source=spec.source or "",

@@ -196,6 +196,10 @@ class ModelSpec(_Strict):
     activation: Literal["gelu", "swiglu", "relu", "squared_relu"] | None = None
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
     add_bias_linear: bool = True
+    add_qkv_bias: bool = Field(False, description="A bias on the QKV projection only (Qwen2, Qwen2.5; Megatron-LM's "
+                               "--add-qkv-bias); add_bias_linear implies it.")
+    qk_layernorm: bool = Field(False, description="Normalise queries and keys per head with `normalization` (Qwen3; "
+                               "Megatron-LM's --qk-layernorm).")
     untie_embeddings_and_output_weights: bool = False
     embedding_layernorm: bool = False
     hidden_dropout: Dropout = 0.1

@@ -383,3 +383,22 @@ def test_tampered_plan_files_never_traceback(cli, plan_path, tmp_path):
             r = cli(*args)
             assert r.code in (0, 1, 2), (path, r.code)
             assert "Traceback" not in r.stderr
+
+
+def test_qkv_bias_and_qk_norm_flags(plan_path):
+    """Qwen2's QKV bias and Qwen3's query/key norms: Megatron-LM's export names them (--add-qkv-bias, --qk-layernorm:
+    megatron-core TransformerConfig fields, so flags Megatron generates), FlagScale's carries the same keys, and
+    Megatron-DeepSpeed, which has neither flag (megatron/arguments.py at 4efb479d), refuses the model. Tested on the
+    exporters directly with llama3.1-70b given the two features (the plan is llama3.1-70b's)."""
+    from dataclasses import replace
+
+    from hgplan.errors import PlanningError
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    plan, fleet, model, train, _ = loaded(plan_path)
+    qwenish = replace(model, add_qkv_bias=True, qk_layernorm=True)
+    argv = export_megatron(plan, fleet, qwenish, train).argv
+    assert "--add-qkv-bias" in argv and "--qk-layernorm" in argv and "--disable-bias-linear" in argv
+    assert {"add_qkv_bias", "qk_layernorm"} <= set(TransformerConfig.__dataclass_fields__)
+    assert "--add-qkv-bias" not in export_megatron(plan, fleet, model, train).argv
+    with pytest.raises(PlanningError, match="--add-qkv-bias.*--qk-layernorm"):
+        export_deepspeed(plan, fleet, qwenish, train)

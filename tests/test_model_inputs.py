@@ -39,6 +39,51 @@ def test_llama2_7b_exact():
     assert m.num_params() == 6_738_415_616  # released checkpoint
 
 
+QWEN = """\
+num_layers: {layers}
+hidden_size: {h}
+ffn_hidden_size: {f}
+num_attention_heads: {heads}
+num_query_groups: {groups}
+kv_channels: 128
+vocab_size: {vocab}
+max_position_embeddings: 32768
+activation: swiglu
+normalization: RMSNorm
+position_embedding_type: rope
+add_bias_linear: false
+untie_embeddings_and_output_weights: true
+{extra}: true
+"""
+
+
+def test_qkv_bias_and_qk_norm_count_their_parameters():
+    """Qwen2.5-7B (a bias on QKV alone) and Qwen3-8B (per-head query and key RMSNorms): 7,615,616,512 and 8,190,735,360
+    parameters, their model cards' 7.61 B and 8.2 B; add_bias_linear implies the QKV bias (Megatron-LM keeps the two in
+    sync), so GPT-style models count theirs once."""
+    qwen25 = load_model(QWEN.format(layers=28, h=3584, f=18944, heads=28, groups=4, vocab=152064,
+                                    extra="add_qkv_bias"), "qwen2.5-7b")
+    qwen3 = load_model(QWEN.format(layers=36, h=4096, f=12288, heads=32, groups=8, vocab=151936,
+                                   extra="qk_layernorm"), "qwen3-8b")
+    assert (qwen25.num_params(), qwen3.num_params()) == (7_615_616_512, 8_190_735_360)
+    gpt = load_model(catalog().model_texts["gpt-7.5b"], "gpt-7.5b")
+    assert gpt.add_qkv_bias and gpt.num_params() == load_model(
+        catalog().model_texts["gpt-7.5b"] + "add_qkv_bias: true\n", "again").num_params()
+
+
+def test_qk_norm_keeps_its_inputs():
+    """--qk-layernorm keeps the projected queries and keys (bf16) for its backward, beside the normalised ones."""
+    from dataclasses import replace
+
+    from hgplan.costmodel.memory import activation_bytes_per_layer
+    from hgplan.plan import Recompute
+    m = load_model(QWEN.format(layers=36, h=4096, f=12288, heads=32, groups=8, vocab=151936, extra="qk_layernorm"),
+                   "qwen3-8b")
+    kw = dict(micro_batch=2, seq_length=4096, tp=4, cp=1, sequence_parallel=True, recompute=Recompute.NONE, flash=True)
+    extra = activation_bytes_per_layer(m, **kw) - activation_bytes_per_layer(replace(m, qk_layernorm=False), **kw)
+    assert extra == 2 * 4096 * 2 * (m.query_dim + m.kv_dim) / 4
+
+
 MODEL = """\
 num_layers: 32
 hidden_size: 4096

@@ -165,10 +165,11 @@ def mesh_boundary_s(fleet: Fleet, a: NodeGroup, b: NodeGroup, model: ModelArch, 
 
 
 def _tensors_per_layer(model: ModelArch) -> int:
-    """Parameter tensors of one layer: QKV, output, MLP weights (+ biases), two norms (weight, + bias)."""
+    """Parameter tensors of one layer: QKV, output, MLP weights (+ biases, or the QKV bias alone), two norms (weight,
+    + bias), and the query and key norms."""
     mats = 2 + (3 if model.gated else 2)
-    norms = 2 * (2 if model.normalization == "LayerNorm" else 1)
-    return mats * (2 if model.add_bias_linear else 1) + norms
+    norms = (2 + 2 * model.qk_layernorm) * (2 if model.normalization == "LayerNorm" else 1)
+    return mats * (2 if model.add_bias_linear else 1) + (model.add_qkv_bias and not model.add_bias_linear) + norms
 
 
 def grad_bytes(precision: Precision) -> float:

@@ -51,6 +51,8 @@ def activation_bytes_per_layer(model: ModelArch, *, micro_batch: int, seq_length
     replicated = 4 * h + 2 * h + 2 * h + 2 * hid_mask * h
     # Inside the TP region: Q, K, V, attention output (out-proj input), MLP up-projection output(s), activation output.
     sharded = 2 * q + 2 * kv + 2 * kv + 2 * q + 2 * (n_mat - 1) * F + 2 * F
+    # --qk-layernorm keeps its inputs, the projected queries and keys, beside the normalised ones attention keeps
+    sharded += (2 * q + 2 * kv) * model.qk_layernorm
     if fp8:
         # fp8 layers save their GEMM inputs as E4M3: the QKV and MLP inputs (2h -> h each) and the fc2 input
         # (2F -> F); the projection saves an fp8 copy of the attention output, which the attention kernel keeps too

@@ -68,7 +68,9 @@ def model_args(model: ModelArch, train: TrainingSettings, *, deepspeed: bool = F
     if model.untie_embeddings_and_output_weights:
         a += ["--untie-embeddings-and-output-weights"]
     if not model.add_bias_linear:
-        a += ["--disable-bias-linear"]
+        a += ["--disable-bias-linear"] + (["--add-qkv-bias"] if model.add_qkv_bias else [])
+    if model.qk_layernorm:
+        a += ["--qk-layernorm"]
     a += ["--hidden-dropout", f"{model.hidden_dropout:g}", "--attention-dropout", f"{model.attention_dropout:g}",
           "--make-vocab-size-divisible-by", str(model.make_vocab_size_divisible_by)]
     return a
