@@ -407,7 +407,7 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     _phase(progress if with_baselines else None, "baselines", "evaluating three baselines", result)
     # one node group: the search was that group's own, and its plans are the single-group baseline's (searching the
     # group again took half of the time of the 1024- and 64-GPU one-group benchmark fleets, for the same plan)
-    alone = seeds or (result.found[:RERANKED] if len(fleet.groups) == 1 else [])
+    alone = bl.on_one_group(checked, seeds, one_group_fleet=len(fleet.groups) == 1)
     baselines = _baselines(fleet, model, train, opts, alone) if with_baselines else []
     proof, faster = (_prove(costs, opts, result, checked, warnings, progress) if opts.prove_gap
                      else (None, []))
