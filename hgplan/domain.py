@@ -327,9 +327,19 @@ class ModelArch:
         return -(-self.vocab_size // m) * m
 
     @property
+    def norm_tensors(self) -> int:
+        """Parameter tensors of one normalisation layer: weight (+ bias for LayerNorm)."""
+        return 2 if self.normalization == "LayerNorm" else 1
+
+    @property
     def norm_params(self) -> int:
         """Parameters of one normalisation layer."""
-        return 2 * self.hidden_size if self.normalization == "LayerNorm" else self.hidden_size
+        return self.norm_tensors * self.hidden_size
+
+    def tp_divides(self, tp: int) -> bool:
+        """Whether Megatron-LM can split this model over tp tensor-parallel ranks: evenly over the attention heads,
+        the KV groups and the MLP's inner width (RowParallelLinear divides its input, layers.py at d98e8a6)."""
+        return not (self.num_attention_heads % tp or self.num_query_groups % tp or self.ffn_hidden_size % tp)
 
     def layer_params(self) -> int:
         """Parameters of one transformer layer."""
@@ -338,7 +348,7 @@ class ModelArch:
         attn = h * (q + 2 * kv) + q * h
         mlp = n_mat * h * f
         bias = (q + 2 * kv + h + (n_mat - 1) * f + h) if self.add_bias_linear else (q + 2 * kv) * self.add_qkv_bias
-        qk_norms = 2 * self.kv_channels * (2 if self.normalization == "LayerNorm" else 1) * self.qk_layernorm
+        qk_norms = 2 * self.kv_channels * self.norm_tensors * self.qk_layernorm
         return attn + mlp + bias + 2 * self.norm_params + qk_norms
 
     def embedding_params(self, vocab: int | None = None) -> int:

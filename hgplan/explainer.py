@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 
 from hgplan import __version__
+from hgplan.costmodel.comm import members_per_node
 from hgplan.costmodel.evaluate import Prediction, StagePrediction, evaluate, tied_embedding_sync_s
 from hgplan.costmodel.pipeline import Op
 from hgplan.documents import (
@@ -106,18 +107,18 @@ def tied_syncs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettin
     return [tied if i in (0, p - 1) else 0.0 for i in range(p)]
 
 
-def _sync_parts(stage: StagePrediction, tied: list[float], p: int) -> str:
+def _sync_parts(stage: StagePrediction, tied: list[float]) -> str:
     """What a stage waits for after the flush, where the tied embedding's all-reduce is part of it."""
     if tied[stage.index] <= 0:
         return "for gradient reduction after the flush"
-    both = f"all-reducing the tied embedding's gradient with stage {p - 1 if stage.index == 0 else 0}"
+    both = f"all-reducing the tied embedding's gradient with stage {len(tied) - 1 if stage.index == 0 else 0}"
     dp = stage.dp_sync_s - tied[stage.index]
     if dp < 0.005:
         return f"after the flush, {both}"
     return f"after the flush: {tied[stage.index]:.2f} s {both}, {dp:.2f} s reducing gradients"
 
 
-def findings(pred: Prediction, fleet: Fleet, tied: list[float] | None = None) -> list[str]:
+def findings(pred: Prediction, fleet: Fleet, tied: list[float]) -> list[str]:
     """Plain-language reasons: bottleneck stage, bubble, exposed communication, memory."""
     out = []
     b = pred.stages[pred.bottleneck_stage]
@@ -148,7 +149,7 @@ def findings(pred: Prediction, fleet: Fleet, tied: list[float] | None = None) ->
                    f"({worst_p2p.p2p_s / total:.0%} of the iteration) sending activations and gradients{hidden}")
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s)
     if worst_dp.dp_sync_s > EXPOSED_SHARE * total:
-        parts = _sync_parts(worst_dp, tied or [0.0] * len(pred.stages), len(pred.stages))
+        parts = _sync_parts(worst_dp, tied)
         out.append(f"data-parallel sync: stage {worst_dp.index} waits {worst_dp.dp_sync_s:.2f} s "
                    f"({worst_dp.dp_sync_s / total:.0%}) {parts}" + _ends_early(worst_dp, pred))
     for v in check_memory(pred):
@@ -242,9 +243,10 @@ def signed_pct(x: float, sign: str = "+") -> str:
 
 
 def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, pred: Prediction, *,
-             target: str = "megatron") -> list[WhatIf]:
-    """Cost of each binding resource and the gain from improving it, re-evaluated by the cost model (`target`: the
-    framework the plan was searched for; only Megatron-LM interleaves)."""
+             tied: list[float] | None = None, target: str = "megatron") -> list[WhatIf]:
+    """Cost of each binding resource and the gain from improving it, re-evaluated by the cost model (`tied`: each
+    stage's part of its sync that is the tied embedding's, tied_syncs, computed here unless the caller has it;
+    `target`: the framework the plan was searched for; only Megatron-LM interleaves)."""
     base = pred.iteration_time_s
     out = []
     for lk in _pipeline_links(plan, fleet):
@@ -259,7 +261,7 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
                                    f"time; doubling it gives {signed_pct(base / doubled - 1)}"))
     # the NICs carry the data-parallel reduction, not the tied embedding's all-reduce between the first and last
     # stage (a link what-if above prices that where it crosses one)
-    tied = tied_syncs(plan, fleet, model, train)
+    tied = tied_syncs(plan, fleet, model, train) if tied is None else tied
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s - tied[s.index])
     exposed = worst_dp.dp_sync_s - tied[worst_dp.index]
     if exposed > NIC_WHATIF_SHARE * base and _crosses_nodes(plan, fleet, worst_dp.index):
@@ -277,10 +279,10 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
 
 def _crosses_nodes(plan: Plan, fleet: Fleet, stage: int) -> bool:
     """Whether the stage's data-parallel group spans nodes, so that its reduction goes over the NICs (inside a node
-    it runs over NVLink or PCIe: comm.group_busbw_gbytes_per_s's rule; 32 RTX 4090s at pp 8 and dp 4 were offered
-    twice the NICs, "+0%")."""
-    c, g = plan.stage_config(stage), fleet.group(plan.stages[stage].node_group)
-    return c.dp * c.cp > max(1, g.gpus_per_node // c.tp)
+    it runs over NVLink or PCIe, as the cost model prices it; 32 RTX 4090s at pp 8 and dp 4 were offered twice the
+    NICs, "+0%")."""
+    c = plan.stage_config(stage)
+    return c.dp * c.cp > members_per_node(fleet.group(plan.stages[stage].node_group), c.tp)
 
 
 def _interleaving(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
@@ -395,9 +397,10 @@ def explain(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings,
     (`target`: the framework a plan file was searched for)."""
     require_valid(plan, fleet, model, train)
     pred = evaluate(plan, fleet, model, train, keep_ops=timeline)
-    ifs = what_ifs(plan, fleet, model, train, pred, target=target)
+    tied = tied_syncs(plan, fleet, model, train)
+    ifs = what_ifs(plan, fleet, model, train, pred, tied=tied, target=target)
     fix = memory_fix(plan, fleet, model, train, pred)
-    notes = (findings(pred, fleet, tied_syncs(plan, fleet, model, train)) + ([fix] if fix else [])
+    notes = (findings(pred, fleet, tied) + ([fix] if fix else [])
              + mesh_findings(plan, pred) + attention_findings(plan, fleet, train) + [w.text for w in ifs])
     upper = fleet_upper_bound(fleet, model, train)
     notes.append(f"{pred.tokens_per_s / upper:.0%} of the fleet's upper bound "

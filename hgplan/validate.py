@@ -49,13 +49,12 @@ def _degree_rules(plan: Plan, model: ModelArch, train: TrainingSettings) -> list
     if any(n < 1 for n in layers):
         bad("layers_positive", f"every stage needs at least one layer (got {','.join(map(str, layers))})")
     heads, groups = model.num_attention_heads, model.num_query_groups
+    ok = [t for t in _divisors(groups) if model.tp_divides(t)]  # the tp a fix may name
     for tp in sorted({plan.stage_config(i).tp for i in range(len(plan.stages))} | {c.tp}):
         if heads % tp or groups % tp:
-            ok = [t for t in _divisors(groups) if heads % t == 0]
             bad("tp_divides_heads", f"tp = {tp} must divide num_attention_heads ({heads}) and num_query_groups "
                                     f"({groups}); choose tp in {ok}")
         if model.ffn_hidden_size % tp:  # the MLP's second GEMM splits its input rows evenly over the tp ranks
-            ok = [t for t in _divisors(groups) if heads % t == 0 and model.ffn_hidden_size % t == 0]
             bad("tp_divides_ffn", f"tp = {tp} must divide ffn_hidden_size ({model.ffn_hidden_size}): Megatron-LM "
                                   f"splits the MLP evenly over the tensor-parallel ranks; choose tp in {ok}")
         if (c.sequence_parallel or plan.asymmetric) and tp > 1 and (train.seq_length // c.cp) % tp:

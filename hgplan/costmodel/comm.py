@@ -79,6 +79,12 @@ def nic_gbytes_per_s(group: NodeGroup, transport: TransportProfile) -> float:
     return transport.achieved_gbytes_per_s(group.nic_gbps_per_gpu)
 
 
+def members_per_node(group: NodeGroup, stride: int) -> int:
+    """How many ranks of a group spaced `stride` apart one node holds: a group of at most that many members stays
+    inside a node (on NVLink, xGMI or PCIe); a larger one reduces over the NICs."""
+    return max(1, group.gpus_per_node // stride)
+
+
 def group_busbw_gbytes_per_s(group: NodeGroup, transport: TransportProfile, *, members: int, stride: int) -> tuple[float, float]:
     """Bus bandwidth and per-step latency of a collective over `members` ranks spaced `stride` apart.
 
@@ -86,7 +92,7 @@ def group_busbw_gbytes_per_s(group: NodeGroup, transport: TransportProfile, *, m
     NVLink/xGMI. Otherwise each node holds k = GPUs per node / stride members and the node's NICs are shared
     by the stride groups that run at once: inter-node bus bandwidth per rank is k x (NIC share of one GPU).
     """
-    per_node = max(1, group.gpus_per_node // stride)
+    per_node = members_per_node(group, stride)
     intra, hop_s = intra_node_busbw(group, span=min(members, per_node) * stride)
     if members <= per_node:
         return intra, hop_s

@@ -168,7 +168,7 @@ def _tensors_per_layer(model: ModelArch) -> int:
     """Parameter tensors of one layer: QKV, output, MLP weights (+ biases, or the QKV bias alone), two norms (weight,
     + bias), and the query and key norms."""
     mats = 2 + (3 if model.gated else 2)
-    norms = (2 + 2 * model.qk_layernorm) * (2 if model.normalization == "LayerNorm" else 1)
+    norms = (2 + 2 * model.qk_layernorm) * model.norm_tensors
     return mats * (2 if model.add_bias_linear else 1) + (model.add_qkv_bias and not model.add_bias_linear) + norms
 
 

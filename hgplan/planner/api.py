@@ -405,8 +405,8 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     checked = _fastest_per_config(_checked(found, fleet, model, train, warnings))
     # the baselines before the proof, which runs to the deadline (after it they took 'large' 0.85 s past it)
     _phase(progress if with_baselines else None, "baselines", "evaluating three baselines", result)
-    # one node group: the search was that group's own, and its plans are the single-group baseline's (searching the
-    # group again took half of the time of the 1024- and 64-GPU one-group benchmark fleets, for the same plan)
+    # the search's plans on one group join the groups' own (one node group: the search was that group's own, and
+    # searching it again took half of the time of the 1024- and 64-GPU one-group benchmark fleets, for the same plan)
     alone = bl.on_one_group(checked, seeds, one_group_fleet=len(fleet.groups) == 1)
     baselines = _baselines(fleet, model, train, opts, alone) if with_baselines else []
     proof, faster = (_prove(costs, opts, result, checked, warnings, progress) if opts.prove_gap

@@ -49,8 +49,7 @@ def _powers_of_two(limit: int) -> tuple[int, ...]:
 def _tp_options(model: ModelArch, groups: list[NodeGroup], opts: SearchOptions) -> list[int]:
     max_gpn = max(g.gpus_per_node for g in groups)
     cands = opts.tp_options or tuple(2 ** i for i in range(0, 7))
-    return [t for t in cands if t <= max_gpn and model.num_attention_heads % t == 0 and model.num_query_groups % t == 0
-            and model.ffn_hidden_size % t == 0 and any(g.gpus_per_node % t == 0 for g in groups)]
+    return [t for t in cands if t <= max_gpn and model.tp_divides(t) and any(g.gpus_per_node % t == 0 for g in groups)]
 
 
 def _cp_options(train: TrainingSettings, tp: int, groups: list[NodeGroup], target: Target) -> list[int]:

@@ -191,8 +191,7 @@ class MeshTables:
 def _tp_options(costs: CostSource, g: NodeGroup, opts: SearchOptions) -> list[int]:
     model, seq = costs.model, costs.train.seq_length
     return [t for t in (opts.tp_options or (1, 2, 4, 8, 16, 32, 64)) if g.gpus_per_node % t == 0
-            and model.num_attention_heads % t == 0 and model.num_query_groups % t == 0 and seq % t == 0
-            and model.ffn_hidden_size % t == 0]
+            and model.tp_divides(t) and seq % t == 0]
 
 
 MESH_RECOMPUTE = (Recompute.NONE, Recompute.FULL)
