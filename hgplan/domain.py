@@ -300,6 +300,14 @@ class ModelArch:
     """A bias on the QKV projection (Megatron-LM's --add-qkv-bias; every linear layer's with add_bias_linear)."""
     qk_layernorm: bool = False
     """Queries and keys normalised per head (Megatron-LM's --qk-layernorm): two norms of kv_channels each."""
+    rotary_base: int = 10000
+    """RoPE's base (Megatron-LM's --rotary-base); like the three below, it changes no cost, only the launch."""
+    use_rope_scaling: bool = False
+    """Llama 3.x's RoPE frequency scaling (--use-rope-scaling)."""
+    rope_scaling_factor: float = 8.0
+    """Its factor (--rope-scaling-factor)."""
+    norm_epsilon: float = 1e-5
+    """The norms' epsilon (--norm-epsilon)."""
     hidden_dropout: float
     attention_dropout: float
     source: str = ""

@@ -338,6 +338,15 @@ def load_model(text: str, source: str) -> ModelArch:
         add(("swiglu",), "swiglu: false contradicts activation: swiglu; keep one of them")
     if clean.get("group_query_attention") is False and groups and heads and groups != heads:
         add(("group_query_attention",), "group_query_attention: false but num_query_groups differs from the heads")
+    rope_keys = [k for k in ("rotary_base", "use_rope_scaling", "rope_scaling_factor") if clean.get(k) not in (None,
+                                                                                                        False)]
+    if rope_keys and clean.get("position_embedding_type", "learned_absolute") != "rope":
+        add((rope_keys[0],), f"{', '.join(rope_keys)} set{'s' if len(rope_keys) == 1 else ''} RoPE, but "
+                             f"position_embedding_type is {clean.get('position_embedding_type', 'learned_absolute')}; "
+                             "set position_embedding_type: rope, or drop them")
+    if "rope_scaling_factor" in clean and clean.get("use_rope_scaling") is not True:
+        add(("rope_scaling_factor",), "rope_scaling_factor takes effect only with use_rope_scaling: true; set it, "
+                                      "or drop rope_scaling_factor")
     if issues or spec is None:
         raise InputError(sorted(issues, key=lambda i: (i.line or 0, i.path)))
     activation = spec.activation or ("swiglu" if spec.swiglu else "gelu")
@@ -351,6 +360,8 @@ def load_model(text: str, source: str) -> ModelArch:
         max_position_embeddings=spec.max_position_embeddings, position_embedding_type=spec.position_embedding_type,
         activation=activation, normalization=spec.normalization, add_bias_linear=spec.add_bias_linear,
         add_qkv_bias=spec.add_qkv_bias or spec.add_bias_linear, qk_layernorm=spec.qk_layernorm,
+        rotary_base=spec.rotary_base, use_rope_scaling=spec.use_rope_scaling,
+        rope_scaling_factor=spec.rope_scaling_factor, norm_epsilon=spec.norm_epsilon,
         untie_embeddings_and_output_weights=spec.untie_embeddings_and_output_weights,
         embedding_layernorm=spec.embedding_layernorm, hidden_dropout=spec.hidden_dropout,
         attention_dropout=spec.attention_dropout, source=spec.source or "",

@@ -56,6 +56,9 @@ SeqLength = _int(1, 1 << 24, "Tokens per sequence")
 GlobalBatch = _int(1, 1 << 20, "Sequences per iteration")
 Fraction = _real(0.0, 1.0, "A fraction", open_low=True)
 Dropout = Annotated[float, Field(ge=0, lt=1, strict=True, allow_inf_nan=False)]
+RopeBase = _int(1, 1 << 40, "RoPE base (theta)")
+RopeFactor = _real(1.0, 1e6, "RoPE frequency scaling factor")
+Epsilon = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False, description="A norm's epsilon, in (0, 1).")]
 
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 
@@ -200,6 +203,12 @@ class ModelSpec(_Strict):
                                "--add-qkv-bias); add_bias_linear implies it.")
     qk_layernorm: bool = Field(False, description="Normalise queries and keys per head with `normalization` (Qwen3; "
                                "Megatron-LM's --qk-layernorm).")
+    rotary_base: RopeBase = Field(10000, description="RoPE's base (theta) with position_embedding_type rope "
+                                  "(Megatron-LM's --rotary-base; Llama 3.x 500000, Qwen2.5 1000000).")
+    use_rope_scaling: bool = Field(False, description="Llama 3.x's RoPE frequency scaling (Megatron-LM's "
+                                   "--use-rope-scaling), with position_embedding_type rope.")
+    rope_scaling_factor: RopeFactor = Field(8.0, description="Its factor (Megatron-LM's --rope-scaling-factor).")
+    norm_epsilon: Epsilon = Field(1e-5, description="The norms' epsilon (Megatron-LM's --norm-epsilon).")
     untie_embeddings_and_output_weights: bool = False
     embedding_layernorm: bool = False
     hidden_dropout: Dropout = 0.1

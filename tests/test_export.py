@@ -105,9 +105,13 @@ def test_generated_flags_exist_in_megatron_core(plan_path):
                 "--max-position-embeddings", "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights",
                 "--disable-bias-linear", "--position-embedding-type", "--use-distributed-optimizer",
                 "--overlap-grad-reduce", "--overlap-param-gather", "--nccl-communicator-config-path",
-                "--distributed-timeout-minutes", "--make-vocab-size-divisible-by", "--squared-relu"}
+                "--distributed-timeout-minutes", "--make-vocab-size-divisible-by", "--squared-relu", "--rotary-base",
+                "--use-rope-scaling", "--rope-scaling-factor"}
+    # generated under another name (TransformerConfig's argparse_meta arg_names at d98e8a6)
+    renamed = {"--norm-epsilon": "layernorm_epsilon"}
+    assert set(renamed.values()) <= fields
     flags = {a for a in argv if a.startswith("--")}
-    assert flags <= generated | explicit, flags - generated - explicit
+    assert flags <= generated | explicit | set(renamed), flags - generated - explicit - set(renamed)
 
 
 def test_megatron_export_places_stages_on_their_groups(plan_path):
@@ -402,3 +406,31 @@ def test_qkv_bias_and_qk_norm_flags(plan_path):
     assert "--add-qkv-bias" not in export_megatron(plan, fleet, model, train).argv
     with pytest.raises(PlanningError, match="--add-qkv-bias.*--qk-layernorm"):
         export_deepspeed(plan, fleet, qwenish, train)
+
+
+def test_rope_and_norm_epsilon_flags(plan_path):
+    """Llama 3.1's RoPE (base 500000, scaling) reaches every launch: Megatron-LM's --rotary-base and
+    --use-rope-scaling (its base defaults to 10000: without the flag the run trains another model), FlagScale's keys,
+    Megatron-DeepSpeed's --rotary-position-embeddings-theta with a warning that it has no scaling; the factor and the
+    norms' epsilon are written only where they differ from Megatron's defaults (8, 1e-5)."""
+    from dataclasses import replace
+
+    from hgplan.export.flagscale import export_flagscale
+    plan, fleet, model, train, _ = loaded(plan_path)
+    assert model.name == "llama3.1-70b" and model.rotary_base == 500000 and model.use_rope_scaling
+    argv = export_megatron(plan, fleet, model, train).argv
+    assert argv[argv.index("--rotary-base") + 1] == "500000" and "--use-rope-scaling" in argv
+    assert "--rope-scaling-factor" not in argv and "--norm-epsilon" not in argv
+    other = replace(model, rope_scaling_factor=32.0, norm_epsilon=1e-6)
+    argv = export_megatron(plan, fleet, other, train).argv
+    assert argv[argv.index("--rope-scaling-factor") + 1] == "32" and argv[argv.index("--norm-epsilon") + 1] == "1e-06"
+    plain = replace(model, rotary_base=10000, use_rope_scaling=False)
+    assert not {"--rotary-base", "--use-rope-scaling"} & set(export_megatron(plan, fleet, plain, train).argv)
+    ds = export_deepspeed(plan, fleet, other, train)
+    assert ds.argv[ds.argv.index("--rotary-position-embeddings-theta") + 1] == "500000"
+    assert ds.argv[ds.argv.index("--layernorm-epsilon") + 1] == "1e-06" and "--use-rope-scaling" not in ds.argv
+    assert any("no Llama 3.x RoPE scaling" in w for w in ds.warnings)
+    assert not any("RoPE" in w for w in export_deepspeed(plan, fleet, plain, train).warnings)
+    files = export_flagscale(plan, fleet, other, train).files
+    mkeys = yaml.safe_load(next(v for k, v in files.items() if k.startswith("conf/train/")))["model"]
+    assert (mkeys["rotary_base"], mkeys["use_rope_scaling"], mkeys["norm_epsilon"]) == (500000, True, 1e-6)

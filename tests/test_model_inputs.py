@@ -130,3 +130,40 @@ def test_bad_model(write, cli, text, expected):
 def test_unknown_preset_lists_choices(cli):
     r = cli("validate", "two-site", "--model", "llama3-70b")
     assert r.code == 2 and "did you mean" in r.stderr and "llama3.1-70b" in r.stderr
+
+
+ROPE = """\
+num_layers: 4
+hidden_size: 1024
+num_attention_heads: 16
+vocab_size: 32000
+max_position_embeddings: 8192
+position_embedding_type: {pos}
+"""
+
+
+def test_rope_base_scaling_and_norm_epsilon():
+    """rotary_base, use_rope_scaling, rope_scaling_factor and norm_epsilon (Megatron-LM's --rotary-base,
+    --use-rope-scaling, --rope-scaling-factor, --norm-epsilon) are read; they change no cost. The Llama 3.1 presets
+    carry theta 500,000 and the scaling; RoPE keys on a model without RoPE, and a factor without the scaling, are
+    refused with the fix; `1e-5`, a string to YAML 1.1, is read as the number."""
+    from dataclasses import replace
+
+    from hgplan.errors import InputError
+    m = load_model(ROPE.format(pos="rope") + "rotary_base: 1000000\nuse_rope_scaling: true\nrope_scaling_factor: 32\n"
+                   "norm_epsilon: 1e-6\n", "m")
+    assert (m.rotary_base, m.use_rope_scaling, m.rope_scaling_factor, m.norm_epsilon) == (1000000, True, 32.0, 1e-6)
+    plain = load_model(ROPE.format(pos="rope"), "p")
+    assert (plain.rotary_base, plain.use_rope_scaling, plain.norm_epsilon) == (10000, False, 1e-5)
+    assert m.num_params() == plain.num_params() and replace(m, name="p", rotary_base=10000, use_rope_scaling=False,
+                                                            rope_scaling_factor=8.0, norm_epsilon=1e-5) == plain
+    for size in ("8b", "70b", "405b"):
+        llama = load_model(catalog().model_texts[f"llama3.1-{size}"], size)
+        assert llama.rotary_base == 500000 and llama.use_rope_scaling and llama.rope_scaling_factor == 8.0
+    with pytest.raises(InputError, match="rotary_base sets RoPE, but position_embedding_type is learned_absolute"):
+        load_model(ROPE.format(pos="learned_absolute") + "rotary_base: 500000\n", "bad")
+    with pytest.raises(InputError, match="only with use_rope_scaling: true"):
+        load_model(ROPE.format(pos="rope") + "rope_scaling_factor: 4\n", "bad")
+    with pytest.raises(InputError, match="norm_epsilon"):
+        load_model(ROPE.format(pos="rope") + "norm_epsilon: 0\n", "bad")
+    assert load_model(ROPE.format(pos="learned_absolute") + "use_rope_scaling: false\n", "ok").use_rope_scaling is False

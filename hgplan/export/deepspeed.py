@@ -102,6 +102,11 @@ def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
         ex.warnings.append(f"DeepSpeed cannot take per-stage layer counts from the command line: the plan's layers "
                            f"{layers} are in partition.json; without the GPTModelPipe patch in partition.md DeepSpeed "
                            "splits the layers evenly")
+    if model.use_rope_scaling:
+        ex.warnings.append("Megatron-DeepSpeed has no Llama 3.x RoPE scaling (Megatron-LM's --use-rope-scaling; "
+                           f"none at 4efb479d): the run uses RoPE of base {model.rotary_base} without it, which costs "
+                           "the same but is not the model file's position encoding (its low frequencies are not "
+                           "scaled)")
     ex.notes.append("the deepspeed launcher passes --local_rank; Megatron-DeepSpeed accepts it (stock Megatron-LM "
                     "would need --no_local_rank)")
     return ex

@@ -46,6 +46,26 @@ def unsupported_features(model: ModelArch) -> list[str]:
     return out
 
 
+ROTARY_BASE, ROPE_SCALING_FACTOR, NORM_EPSILON = 10000, 8.0, 1e-5
+"""Megatron-LM's defaults (d98e8a6: --rotary-base and --rope-scaling-factor in megatron/training/arguments.py:2418
+and :2426, --norm-epsilon is TransformerConfig.layernorm_epsilon, transformer_config.py:201; Megatron-DeepSpeed's
+--rotary-position-embeddings-theta and --layernorm-epsilon the same, megatron/arguments.py:635 and :652 at
+4efb479d): a flag is written only where the model differs from them."""
+
+
+def rope_args(model: ModelArch, *, deepspeed: bool = False) -> list[str]:
+    """RoPE's flags: base and Llama 3.x scaling (Megatron-DeepSpeed has no scaling; export_deepspeed warns)."""
+    if deepspeed:
+        base = ["--rotary-position-embeddings-theta", str(model.rotary_base)] * (model.rotary_base != ROTARY_BASE)
+        return ["--use-rotary-position-embeddings"] + base
+    a = ["--position-embedding-type", "rope"] + ["--rotary-base", str(model.rotary_base)] * (
+        model.rotary_base != ROTARY_BASE)
+    if model.use_rope_scaling:
+        a += ["--use-rope-scaling"] + ["--rope-scaling-factor", f"{model.rope_scaling_factor:g}"] * (
+            model.rope_scaling_factor != ROPE_SCALING_FACTOR)
+    return a
+
+
 def model_args(model: ModelArch, train: TrainingSettings, *, deepspeed: bool = False) -> list[str]:
     """The model's architecture flags in Megatron-LM's spelling (Megatron-DeepSpeed's where it differs)."""
     a = ["--num-layers", str(model.num_layers), "--hidden-size", str(model.hidden_size),
@@ -57,10 +77,12 @@ def model_args(model: ModelArch, train: TrainingSettings, *, deepspeed: bool = F
         a += ["--kv-channels", str(model.kv_channels)]
     a += ["--seq-length", str(train.seq_length), "--max-position-embeddings", str(model.max_position_embeddings)]
     if model.position_embedding_type == "rope":
-        a += ["--use-rotary-position-embeddings"] if deepspeed else ["--position-embedding-type", "rope"]
+        a += rope_args(model, deepspeed=deepspeed)
     elif model.position_embedding_type == "none":
         a += ["--position-embedding-type", "none"]
     a += ["--normalization", model.normalization]
+    if model.norm_epsilon != NORM_EPSILON:
+        a += ["--layernorm-epsilon" if deepspeed else "--norm-epsilon", f"{model.norm_epsilon:g}"]
     if model.activation == "swiglu":
         a += ["--swiglu"]
     elif model.activation == "squared_relu":
