@@ -218,8 +218,9 @@ class SolverRecord(Doc):
     budget_deterministic_s: float
     max_gap: float
     max_pp: int | None = Field(None, description="--max-pp: the most pipeline stages searched (null: the layers)")
-    max_vpp: int = Field(1, description="the deepest interleaving searched (search --max-vpp; default 2 with "
-                         "--target megatron, 1 with the others)")
+    max_vpp: int | None = Field(None, description="the deepest interleaving searched (search --max-vpp; default 2 "
+                                "with --target megatron, 1 with the others; null in plan files written before "
+                                "2026-11-29)")
     solver_params: str = Field("", description="text-format SatParameters given with --solver-params")
     lower_bound_params: str = Field("", description="text-format SatParameters hgplan sets on its lower-bound models "
                                     "(polishing and --prove-gap), before --solver-params")

@@ -24,6 +24,7 @@ from hgplan.documents import (
     PlanRecord,
     RegressionRecord,
     SearchReport,
+    SolverRecord,
     SourceText,
     text_sha256,
 )
@@ -220,6 +221,36 @@ def input_differences(baseline: PlanFile, *, cluster_sha256: str, model_sha256: 
     if str(baseline.inputs.target) != str(target):
         out.append(f"the target differs (baseline {baseline.inputs.target}, now {target})")
     return out
+
+
+SEARCH_SPACE = (("max_pp", "--max-pp"), ("max_vpp", "--max-vpp"), ("time_limit_s", "--time-limit"),
+                ("max_gap", "--max-gap"), ("solver_params", "--solver-params"))
+"""What a gate's baseline and the new search may have searched differently (SolverRecord fields, their flags)."""
+
+
+def search_differences(baseline: PlanFile, solver: SolverRecord) -> list[str]:
+    """How the new search differs from the baseline's in what it searched and for how long: a slower best plan may
+    then come from the search, not from the inputs (a warning; a field the baseline's file lacks is skipped)."""
+    if baseline.solver is None:
+        return []
+    out = []
+    for key, flag in SEARCH_SPACE:
+        old, new = getattr(baseline.solver, key), getattr(solver, key)
+        if key in baseline.solver.model_fields_set and old != new:
+            out.append(f"the baseline was searched with {flag} {_flag_value(key, old)}, this search with "
+                       f"{_flag_value(key, new)}: a change in its best plan may come from the search, not from the "
+                       "fleet, model or settings")
+    return out
+
+
+def _flag_value(key: str, value) -> str:
+    if key == "max_gap":
+        return f"{value:.2%}"
+    if key == "max_pp" and value is None:
+        return "unset (every layer count)"
+    if key == "solver_params":
+        return repr(value) if value else "unset"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -223,6 +223,27 @@ def test_plan_file_schema_and_tampering(cli, plan_path, tmp_path):
     assert cli("explain", p).code == 2
 
 
+def test_gate_names_a_search_that_searched_otherwise(plan_path):
+    """A gate whose baseline was searched over another space or budget (--max-pp, --max-vpp, --time-limit, --max-gap,
+    --solver-params) says so: a slower best plan may come from the search, not from the inputs. A plan file written
+    before max_vpp was recorded (null) is not said to differ in it."""
+    from hgplan.io import catalog
+    from hgplan.planfile import load_plan, search_differences
+
+    base = load_plan(json.loads(plan_path.read_text()), str(plan_path), catalog()).file
+    assert search_differences(base, base.solver) == []
+    other = base.solver.model_copy(update={"max_vpp": 4, "max_pp": 8, "max_gap": 0.01})
+    notes = search_differences(base, other)
+    assert [n.split(",")[0] for n in notes] == ["the baseline was searched with --max-pp unset (every layer count)",
+                                                "the baseline was searched with --max-vpp 2",
+                                                "the baseline was searched with --max-gap 0.50%"]
+    assert "this search with 8:" in notes[0] and "this search with 1.00%" in notes[2]
+    doc = json.loads(plan_path.read_text())
+    del doc["solver"]["max_vpp"]
+    old = load_plan(doc, "old.json", catalog()).file
+    assert old.solver.max_vpp is None and search_differences(old, other) == notes[:1] + notes[2:]
+
+
 def test_explain_plan_file(cli, plan_path):
     r = cli("explain", plan_path, "--json")
     assert r.code == 0, r.stderr
@@ -238,7 +259,7 @@ def test_ci_gate_and_diff(cli, plan_path, tmp_path):
     args = ["search", "-c", "two-site", "-m", "llama3.1-70b", "--seq-len", "4096", "--global-batch", "512",
             "--time-limit", "30", "--no-baselines"]
     r = cli(*args, "--baseline", plan_path, "--max-regression", "3%")
-    assert r.code == 0 and "ok: best plan" in r.stderr
+    assert r.code == 0 and "ok: best plan" in r.stderr and "the baseline was searched with" not in r.stderr
     better = json.loads(plan_path.read_text())
     better["prediction"]["tokens_per_s"] *= 1.10  # the committed plan claims 10% more
     lock = tmp_path / "plan.lock.json"

@@ -218,6 +218,10 @@ def search(
     if psrc is not None:
         report.inputs.profile = ClusterInput(ref=psrc.ref, sha256=psrc.sha256)
     report.warnings[:0] = warnings
+    if base_file is not None:
+        from hgplan.planfile import search_differences
+
+        report.warnings += search_differences(base_file, report.solver)
     for w in report.warnings:
         warn(w)
     _write_or_print(report, result, dict(output=output, export_model=export_model, html=html_report, cluster=csrc,
