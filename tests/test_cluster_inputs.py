@@ -164,6 +164,22 @@ def test_every_example_fleet_validates(cli, name):
     assert r.json()["num_gpus"] > 0
 
 
+def test_validate_takes_the_cluster_as_search_does():
+    """`validate -c CLUSTER` as on search and explain (the positional form stays); none, or two different ones,
+    is exit 2 saying how to give one."""
+    from typer.testing import CliRunner
+
+    from hgplan.cli import app
+    run = CliRunner().invoke
+    assert run(app, ["validate", "-c", "two-site", "--json"]).stdout == run(app, ["validate", "two-site",
+                                                                                "--json"]).stdout != ""
+    assert run(app, ["validate", "two-site", "-c", "two-site"]).exit_code == 0
+    r = run(app, ["validate"])
+    assert r.exit_code == 2 and "no cluster to check" in r.stderr and "validate -c CLUSTER" in r.stderr
+    r = run(app, ["validate", "two-site", "--cluster", "large"])
+    assert r.exit_code == 2 and "two clusters given" in r.stderr
+
+
 def test_example_fleets_match_the_issue():
     from hgplan.inputs import load_cluster
     cat = catalog()

@@ -14,7 +14,10 @@ from hgplan.errors import InputError
 @app.command()
 @handles_errors
 def validate(
-    cluster: Annotated[str, typer.Argument(help="Cluster YAML file, or the name of a shipped example fleet.")],
+    cluster: Annotated[str | None, typer.Argument(help="Cluster YAML file, or the name of a shipped example "
+                                                       "fleet.")] = None,
+    cluster_opt: Annotated[str | None, typer.Option("--cluster", "-c", help="The same, spelled as on search and "
+                                                    "explain.")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset name or model YAML file.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -23,6 +26,12 @@ def validate(
     from hgplan.io import resolve_cluster, resolve_model
     from hgplan.summary import fleet_summary
 
+    if cluster is None and cluster_opt is None:
+        raise InputError("no cluster to check: give a cluster YAML file or a shipped fleet name, as `hgplan validate "
+                         "CLUSTER` or `hgplan validate -c CLUSTER`")
+    if cluster is not None and cluster_opt is not None and cluster != cluster_opt:
+        raise InputError(f"two clusters given ({cluster!r} and -c {cluster_opt!r}); validate checks one: keep one")
+    cluster = cluster if cluster is not None else cluster_opt
     issues: list = []
     fleet = warnings = arch = None
     try:
