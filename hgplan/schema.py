@@ -58,7 +58,7 @@ Fraction = _real(0.0, 1.0, "A fraction", open_low=True)
 Dropout = Annotated[float, Field(ge=0, lt=1, strict=True, allow_inf_nan=False)]
 RopeBase = _int(1, 1 << 40, "RoPE base (theta)")
 RopeFactor = _real(1.0, 1e6, "RoPE frequency scaling factor")
-Epsilon = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False, description="A norm's epsilon, in (0, 1).")]
+Epsilon = _real(0.0, 0.1, "A norm's epsilon", open_low=True)
 
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 

@@ -164,6 +164,7 @@ def test_rope_base_scaling_and_norm_epsilon():
         load_model(ROPE.format(pos="learned_absolute") + "rotary_base: 500000\n", "bad")
     with pytest.raises(InputError, match="only with use_rope_scaling: true"):
         load_model(ROPE.format(pos="rope") + "rope_scaling_factor: 4\n", "bad")
-    with pytest.raises(InputError, match="norm_epsilon"):
-        load_model(ROPE.format(pos="rope") + "norm_epsilon: 0\n", "bad")
+    for bad in ("0", "1", "abc"):
+        with pytest.raises(InputError, match="norm_epsilon: must be"):
+            load_model(ROPE.format(pos="rope") + f"norm_epsilon: {bad}\n", "bad")
     assert load_model(ROPE.format(pos="learned_absolute") + "use_rope_scaling: false\n", "ok").use_rope_scaling is False
