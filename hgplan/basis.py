@@ -3,6 +3,7 @@ physics (datasheets and assumed efficiencies) only. `explain` prints it per GPU 
 
 from __future__ import annotations
 
+from hgplan.costmodel.comm import members_per_node
 from hgplan.costmodel.compute import attention_kernel
 from hgplan.documents import BasisEntry
 from hgplan.domain import Fleet, PathKind, Precision, TrainingSettings, Transport
@@ -90,6 +91,15 @@ def basis(plan: Plan, fleet: Fleet, train: TrainingSettings, validation: dict) -
         t = fleet.group(st.node_group).nic_transport
         if plan.stage_gpus(i) > fleet.group(st.node_group).gpus_per_node:
             links[f"data-parallel traffic over {t.value} NICs"] = (t, True)
+    c = plan.config
+    rings = {fleet.group(st.node_group).nic_transport: None for st in plan.stages
+             if c.cp > members_per_node(fleet.group(st.node_group), c.tp)}  # CP rings across nodes, by transport
+    for transport in rings:
+        cal = fleet.transports[transport].calibrated
+        out.append(BasisEntry(term=f"context-parallel ring over {transport.value} NICs", basis=CALIBRATED if cal
+                              else PHYSICS, detail="your profile's transport efficiency" if cal else
+                              "each hop on the NICs local to its GPU x assumed efficiency; no published run with a "
+                              "CP ring across nodes"))
     for term, (transport, inside_a_site) in links.items():
         b = CALIBRATED if fleet.transports[transport].calibrated else (
             VALIDATED if transport in RDMA_VALIDATED and inside_a_site else PHYSICS)

@@ -100,6 +100,24 @@ def group_busbw_gbytes_per_s(group: NodeGroup, transport: TransportProfile, *, m
     return min(intra, inter), transport.latency_us * 1e-6
 
 
+def ring_hop_gbytes_per_s(group: NodeGroup, transport: TransportProfile, *, members: int,
+                          stride: int) -> tuple[float, float]:
+    """Bandwidth and latency of one step of a ring of point-to-point sends over `members` ranks spaced `stride` apart
+    (CP's K/V ring): every rank sends to the next at once, so a step lasts as long as its slowest hop. Inside a node
+    that is the intra-node figure. Across nodes each node's last member sends off the node, one send per ring, and
+    the `stride` rings of a stage (one per TP rank) run at once: a send gets the node's NICs shared by them, but no
+    more than the NICs local to its GPU (NCCL spreads a peer's channels over those alone: ncclTopoGetLocalNet, NVIDIA/
+    nccl src/graph/topo.cc; one NIC per GPU on rail-optimised nodes)."""
+    per_node = members_per_node(group, stride)
+    intra, hop_s = intra_node_busbw(group, span=min(members, per_node) * stride)
+    if members <= per_node:
+        return intra, hop_s
+    rings = max(1, group.gpus_per_node // per_node)
+    own = group.nic_gbps * max(1, -(-group.nic_count // group.gpus_per_node))
+    send = transport.achieved_gbytes_per_s(min(own, group.node_nic_gbps / rings))
+    return min(intra, send), transport.latency_us * 1e-6
+
+
 def overlapped_s(compute_s: float, comm_s: float, *, sm_share: float, exposed_s: float = 0.0) -> float:
     """Time of compute that runs alongside a collective on another stream.
 

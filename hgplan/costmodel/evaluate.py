@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hgplan.costmodel.comm import (allreduce_s, group_busbw_gbytes_per_s, half_collective_s,
-                                   intra_node_busbw, nic_gbytes_per_s, overlapped_s, ring_latency_s)
+from hgplan.costmodel.comm import (allreduce_s, group_busbw_gbytes_per_s, half_collective_s, intra_node_busbw,
+                                   nic_gbytes_per_s, overlapped_s, ring_hop_gbytes_per_s, ring_latency_s)
 from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, attention_kernel, compute_precision, embedding_time, hbm_s, head_time, layer_time
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
@@ -187,7 +187,7 @@ def layer_cost(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig
     t, c = cfg.tp, cfg.cp
     if c > 1:
         transport = fleet.transports[g.nic_transport]
-        cp_bw, cp_lat = group_busbw_gbytes_per_s(g, transport, members=c, stride=t)
+        cp_bw, cp_lat = ring_hop_gbytes_per_s(g, transport, members=c, stride=t)
         kv_step = cfg.micro_batch_size * (train.seq_length / c) * 2 * model.kv_dim / t * BYTES
         cp_f = (c - 1) * (kv_step / (cp_bw * 1e9) + cp_lat)
         share = g.gpu.eff.comm_sm_share

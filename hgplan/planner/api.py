@@ -15,8 +15,7 @@ import ortools
 
 from hgplan import __version__
 from hgplan.costmodel.evaluate import Prediction, evaluate
-from hgplan.costmodel.memory import (FRAMEWORK_OVERHEAD_GIB, state_bytes_per_param, training_state_gib,
-                                     usable_memory_gib)
+from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, state_bytes_per_param, training_state_gib, usable_memory_gib
 from hgplan.costmodel.reshard import cross_vendor_message
 from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus,
                               ModelInput, PlanEntry, ProofRecord, SearchFinding, SearchInputs, SearchReport,
@@ -71,8 +70,9 @@ def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings, max_pp: int | N
         if not g.gpu.trains(train):
             why = f"{g.gpu.id} does not support {train.precision_name}"
         elif not eligible(g, cfg, train):
-            why = (f"a stage of tp*cp*dp = {size} GPUs with tp = {cfg.tp} does not fit the {g.gpus_per_node}-GPU nodes "
-                   f"of this group")
+            why = f"a stage of tp*cp*dp = {size} GPUs " + (
+                f"is larger than this group's {g.num_gpus}" if size > g.num_gpus
+                else f"with tp = {cfg.tp} does not fit the {g.gpus_per_node}-GPU nodes of this group")
         elif idle < size:
             why = f"fewer GPUs than one stage needs ({size}) remain"
         elif max_pp is not None and plan.config.pp >= max_pp:

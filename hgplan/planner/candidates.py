@@ -24,6 +24,9 @@ RECOMPUTE_ORDER = tuple(Recompute)
 CP_MIN_SEQ_LENGTH = 16384
 """Context parallelism is tried only from this sequence length on: below it the ring's transfers cost more than the
 attention they split (Megatron-LM's long-context recipes start CP at 16k-32k tokens)."""
+CP_MIN_TOKENS = 2048
+"""Each CP rank keeps at least this many tokens of a sequence (cp 8 at 16k tokens, 16 at 32k, 64 at 128k): fewer, and
+every step of the ring sends more than its attention block computes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,10 +56,18 @@ def _tp_options(model: ModelArch, groups: list[NodeGroup], opts: SearchOptions) 
 
 
 def _cp_options(train: TrainingSettings, tp: int, groups: list[NodeGroup], target: Target) -> list[int]:
+    """1; from CP_MIN_SEQ_LENGTH tokens on also the powers of two that keep CP_MIN_TOKENS per rank, divide the
+    sequence into 2 cp chunks (Megatron's load-balanced causal split) and fit some group with tp: the ring runs
+    across nodes where tp x cp exceeds one (priced on the NICs, costmodel/evaluate.py layer_cost), as Llama 3's 128k
+    training ran CP 16 beside TP 8 (Dubey et al. 2024, Table 4)."""
     out = [1]
     if train.seq_length >= CP_MIN_SEQ_LENGTH and target != Target.FLAGSCALE:  # FlagScale's hetero mode: cp = 1
-        max_gpn = max(g.gpus_per_node for g in groups)
-        out += [c for c in (2, 4, 8) if train.seq_length % (2 * c) == 0 and tp * c <= max_gpn]
+        most = max(g.num_gpus for g in groups) // tp
+        c = 2
+        while c <= most and train.seq_length // c >= CP_MIN_TOKENS:
+            if train.seq_length % (2 * c) == 0:
+                out.append(c)
+            c *= 2
     return out
 
 
