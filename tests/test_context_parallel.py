@@ -30,8 +30,10 @@ def _fleet(nics: int = 8):
 
 
 def test_cp_degrees_reach_past_a_node():
-    """Powers of two that keep 2,048 tokens per CP rank, split the sequence into 2 cp chunks and fit a group with tp;
-    tp x cp may exceed a node (until 2026-11-29: cp <= 8 and tp x cp <= the GPUs of a node); none under FlagScale."""
+    """From 8,192 tokens, powers of two that keep 2,048 tokens per CP rank, split the sequence into 2 cp chunks and fit
+    a group with tp; tp x cp may exceed a node (until 2026-11-29: from 16,384 tokens, cp <= 8 and tp x cp <= the GPUs
+    of a node); none under FlagScale or DeepSpeed (Megatron-DeepSpeed's export refuses CP: until 2026-11-29
+    `--target deepspeed` could return a plan it then refused)."""
     groups = list(_fleet().groups)
 
     def cps(seq: int, tp: int, target: Target = Target.MEGATRON) -> list[int]:
@@ -40,8 +42,9 @@ def test_cp_degrees_reach_past_a_node():
     assert cps(131072, 2) == [1, 2, 4, 8, 16, 32]  # 64 GPUs / tp 2
     assert cps(131072, 1) == [1, 2, 4, 8, 16, 32, 64]
     assert cps(16384, 1) == [1, 2, 4, 8]  # 16 would leave 1,024 tokens per rank
-    assert cps(8192, 1) == [1]  # below CP_MIN_SEQ_LENGTH
-    assert cps(131072, 2, Target.FLAGSCALE) == [1]
+    assert cps(8192, 1) == [1, 2, 4]  # NeMo's Llama 3 70B recipe: cp 2 at 8,192 tokens
+    assert cps(4096, 1) == [1]  # below CP_MIN_SEQ_LENGTH
+    assert cps(131072, 2, Target.FLAGSCALE) == cps(131072, 2, Target.DEEPSPEED) == [1]
 
 
 def test_a_cp_ring_across_nodes_sends_over_the_gpus_own_nic():

@@ -21,9 +21,10 @@ from hgplan.planner.tables import eligible
 
 RECOMPUTE_ORDER = tuple(Recompute)
 """Recompute choices in the order candidate keys rank them (less recomputation first)."""
-CP_MIN_SEQ_LENGTH = 16384
-"""Context parallelism is tried only from this sequence length on: below it the ring's transfers cost more than the
-attention they split (Megatron-LM's long-context recipes start CP at 16k-32k tokens)."""
+CP_MIN_SEQ_LENGTH = 8192
+"""Context parallelism is tried only from this sequence length on (NeMo's Llama 3 70B pretraining recipe runs CP 2 at
+8,192 tokens: nemo/collections/llm/recipes/llama3_70b.py; 16,384 until 2026-11-29): below it the ring's transfers
+cost more than the attention they split."""
 CP_MIN_TOKENS = 2048
 """Each CP rank keeps at least this many tokens of a sequence (cp 8 at 16k tokens, 16 at 32k, 64 at 128k): fewer, and
 every step of the ring sends more than its attention block computes."""
@@ -61,7 +62,9 @@ def _cp_options(train: TrainingSettings, tp: int, groups: list[NodeGroup], targe
     across nodes where tp x cp exceeds one (priced on the NICs, costmodel/evaluate.py layer_cost), as Llama 3's 128k
     training ran CP 16 beside TP 8 (Dubey et al. 2024, Table 4)."""
     out = [1]
-    if train.seq_length >= CP_MIN_SEQ_LENGTH and target != Target.FLAGSCALE:  # FlagScale's hetero mode: cp = 1
+    # Megatron-LM only: FlagScale's heterogeneous mode refuses CP, Megatron-DeepSpeed has Ulysses instead (until
+    # 2026-11-29 --target deepspeed listed CP plans that its export then refused)
+    if train.seq_length >= CP_MIN_SEQ_LENGTH and target == Target.MEGATRON:
         most = max(g.num_gpus for g in groups) // tp
         c = 2
         while c <= most and train.seq_length // c >= CP_MIN_TOKENS:
