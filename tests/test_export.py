@@ -15,7 +15,7 @@ from hgplan.export.deepspeed import ds_config, export_deepspeed
 from hgplan.export.layout import build_layout
 from hgplan.export.megatron import export_megatron, layout_string
 from hgplan.io import catalog
-from hgplan.plan import Plan
+from hgplan.plan import Plan, Recompute
 from hgplan.planfile import load_plan
 
 
@@ -455,3 +455,41 @@ def test_rope_and_norm_epsilon_flags(plan_path):
     files = export_flagscale(plan, fleet, other, train).files
     mkeys = yaml.safe_load(next(v for k, v in files.items() if k.startswith("conf/train/")))["model"]
     assert (mkeys["rotary_base"], mkeys["use_rope_scaling"], mkeys["norm_epsilon"]) == (500000, True, 1e-6)
+
+
+MEGATRON_DEEPSPEED_FLAGS = {
+    # megatron/arguments.py of Megatron-DeepSpeed at 4efb479d: flag -> its line (choices where argparse has them)
+    "--num-layers": 602, "--hidden-size": 616, "--ffn-hidden-size": 618, "--num-attention-heads": 621,
+    "--num-key-value-heads": 623, "--kv-channels": 625, "--max-position-embeddings": 630,
+    "--use-rotary-position-embeddings": 633, "--rotary-position-embeddings-theta": 635,
+    "--make-vocab-size-divisible-by": 644, "--normalization": 647, "--layernorm-epsilon": 652, "--squared-relu": 668,
+    "--swiglu": 670, "--untie-embeddings-and-output-weights": 680, "--attention-dropout": 768, "--hidden-dropout": 770,
+    "--micro-batch-size": 801, "--global-batch-size": 808, "--recompute-granularity": 830, "--recompute-method": 842,
+    "--recompute-num-layers": 851, "--disable-bias-linear": 937, "--no-pipeline-parallel": 954,
+    "--sequence-parallel": 972, "--fp16": 1111, "--bf16": 1113, "--tensor-model-parallel-size": 1149,
+    "--pipeline-model-parallel-size": 1154, "--seq-length": 1278, "--zero-stage": 1487,
+    # added by deepspeed.add_config_arguments
+    "--deepspeed": None, "--deepspeed_config": None}
+
+
+@pytest.mark.parametrize("variant", ["llama", "gpt"])
+def test_deepspeed_flags_exist_in_megatron_deepspeed(plan_path, variant):
+    """Every flag the DeepSpeed export writes is one Megatron-DeepSpeed's argparse defines, with a value its choices
+    take: until 2026-11-29 it wrote Megatron-LM's `--normalization RMSNorm` (or LayerNorm), which argparse refuses
+    (choices layernorm, rmsnorm), so no exported DeepSpeed launch started. A model without position embeddings is
+    refused (Megatron-DeepSpeed has no --position-embedding-type)."""
+    from dataclasses import replace
+
+    from hgplan.errors import PlanningError
+    plan, fleet, model, train, _ = loaded(plan_path)
+    if variant == "gpt":
+        model = replace(model, normalization="LayerNorm", position_embedding_type="learned_absolute",
+                        activation="gelu", add_bias_linear=True, rotary_base=10000, use_rope_scaling=False)
+    for rc in ("none", "selective", "full"):
+        argv = export_deepspeed(replace(plan, config=replace(plan.config, recompute=Recompute(rc))), fleet, model,
+                                train).argv
+        flags = {a for a in argv if a.startswith("--")}
+        assert flags <= set(MEGATRON_DEEPSPEED_FLAGS), flags - set(MEGATRON_DEEPSPEED_FLAGS)
+        assert argv[argv.index("--normalization") + 1] in ("layernorm", "rmsnorm")
+    with pytest.raises(PlanningError, match="--position-embedding-type none"):
+        export_deepspeed(plan, fleet, replace(model, position_embedding_type="none"), train)

@@ -48,10 +48,13 @@ def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
     """Megatron-DeepSpeed: ds_config.json, a rank-ordered hostfile, the launcher, NCCL settings per node group and, for
     uneven stages, partition.json with the patch it needs."""
     c = plan.config
-    # Megatron-DeepSpeed (4efb479d, megatron/arguments.py) has neither --add-qkv-bias nor --qk-layernorm
+    # Megatron-DeepSpeed (4efb479d, megatron/arguments.py) has no --add-qkv-bias, --qk-layernorm or
+    # --position-embedding-type (only rotary turns the learned positions off)
     bad = unsupported_features(model) + [what for what, used in (
         ("a bias on the QKV projection alone (Megatron-LM's --add-qkv-bias)", model.add_qkv_bias and not
-         model.add_bias_linear), ("query and key norms (Megatron-LM's --qk-layernorm)", model.qk_layernorm)) if used]
+         model.add_bias_linear), ("query and key norms (Megatron-LM's --qk-layernorm)", model.qk_layernorm),
+        ("no position embedding (Megatron-LM's --position-embedding-type none)",
+         model.position_embedding_type == "none")) if used]
     if bad:
         raise PlanningError(f"Megatron-DeepSpeed cannot express {'; '.join(bad)}; export refused")
     if train.precision is Precision.FP8:

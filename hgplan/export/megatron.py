@@ -80,7 +80,9 @@ def model_args(model: ModelArch, train: TrainingSettings, *, deepspeed: bool = F
         a += rope_args(model, deepspeed=deepspeed)
     elif model.position_embedding_type == "none":
         a += ["--position-embedding-type", "none"]
-    a += ["--normalization", model.normalization]
+    # Megatron-DeepSpeed's --normalization takes choices=['layernorm', 'rmsnorm'] (megatron/arguments.py:647 at
+    # 4efb479d): its export wrote Megatron-LM's 'RMSNorm', which argparse refuses before training starts
+    a += ["--normalization", model.normalization.lower() if deepspeed else model.normalization]
     if model.norm_epsilon != NORM_EPSILON:
         a += ["--layernorm-epsilon" if deepspeed else "--norm-epsilon", f"{model.norm_epsilon:g}"]
     if model.activation == "swiglu":
