@@ -225,7 +225,8 @@ class TrainingSpec(_Strict):
     optimizer: Literal["adam"] = Field("adam", description="Adam with fp32 master weights.")
     attention: Literal["auto", "fused", "flash2", "flash", "flash1", "unfused"] = Field(
         "auto", description="auto: what the runtime and the GPU use (fused with Transformer Engine where the GPU has "
-        "FlashAttention-class kernels, unfused on Volta/Turing or the local spec, flash2 for FSDP); fused: cuDNN / "
+        "FlashAttention-class kernels, unfused on Volta/Turing or the local spec, flash2 for FSDP and for search "
+        "--target deepspeed); fused: cuDNN / "
         "Transformer Engine fused attention; flash2 (or flash): FlashAttention-2; flash1: FlashAttention-1-class "
         "kernels (flash-attn 1.x, the Triton port llm-foundry's MPT runs); unfused: Megatron's path that "
         "materialises the scores.")

@@ -466,7 +466,7 @@ MEGATRON_DEEPSPEED_FLAGS = {
     "--swiglu": 670, "--untie-embeddings-and-output-weights": 680, "--attention-dropout": 768, "--hidden-dropout": 770,
     "--micro-batch-size": 801, "--global-batch-size": 808, "--recompute-granularity": 830, "--recompute-method": 842,
     "--recompute-num-layers": 851, "--disable-bias-linear": 937, "--no-pipeline-parallel": 954,
-    "--sequence-parallel": 972, "--fp16": 1111, "--bf16": 1113, "--tensor-model-parallel-size": 1149,
+    "--use-flash-attn-v1": 927, "--use-flash-attn-v2": 930, "--sequence-parallel": 972, "--fp16": 1111, "--bf16": 1113, "--tensor-model-parallel-size": 1149,
     "--pipeline-model-parallel-size": 1154, "--seq-length": 1278, "--zero-stage": 1487,
     # added by deepspeed.add_config_arguments
     "--deepspeed": None, "--deepspeed_config": None}
@@ -493,3 +493,31 @@ def test_deepspeed_flags_exist_in_megatron_deepspeed(plan_path, variant):
         assert argv[argv.index("--normalization") + 1] in ("layernorm", "rmsnorm")
     with pytest.raises(PlanningError, match="--position-embedding-type none"):
         export_deepspeed(plan, fleet, replace(model, position_embedding_type="none"), train)
+
+
+def test_deepspeed_export_launches_the_attention_it_was_priced_with(plan_path):
+    """Megatron-DeepSpeed runs FlashAttention only with --use-flash-attn-v1/-v2 (megatron/arguments.py:927-930 at
+    4efb479d); without it its attention stores the scores, which the plan's memory has no room for. A plan priced with
+    fused attention (a Megatron-LM plan) gets FlashAttention-2 and a warning that it is slower; GPUs priced with
+    different kernels (V100's unfused beside A100's) get no flag and a warning."""
+    from dataclasses import replace
+
+    from hgplan.enums import Attention
+    from hgplan.explainer import build_plan
+    from hgplan.export.deepspeed import attention_args
+    from hgplan.inputs import load_cluster, load_model
+    from hgplan.io import catalog
+    plan, fleet, model, train, _ = loaded(plan_path)
+    ex = export_deepspeed(plan, fleet, model, train)
+    assert "--use-flash-attn-v2" in ex.argv and any("priced with fused attention" in w for w in ex.warnings)
+    flash2 = replace(train, attention=Attention.FLASH2)
+    assert attention_args(plan, fleet, flash2) == (["--use-flash-attn-v2"], [])
+    assert attention_args(plan, fleet, replace(train, attention=Attention.FLASH1))[0] == ["--use-flash-attn-v1"]
+    assert attention_args(plan, fleet, replace(train, attention=Attention.UNFUSED)) == ([], [])
+    cat = catalog()
+    gens = load_cluster(cat.cluster_texts["three-generations"], "three-generations", cat)[0]
+    mixed = build_plan(fleet=gens, model=load_model(cat.model_texts["llama2-13b"], "m"), tp=8, pp=2, dp=1, cp=1, mbs=1,
+                       vpp=1, recompute="full", sequence_parallel=True, zero_stage=1, overlap_grad_reduce=True,
+                       allow_cross_node_tp=False, layers=None, stage_groups=["campus/v100", "campus/a100"])
+    flags, warnings = attention_args(mixed, gens, flash2)
+    assert flags == [] and "different attention kernels (flash2, unfused)" in warnings[0]

@@ -107,6 +107,11 @@ def test_deepspeed_target_plans_are_exportable(cli, tmp_path):
     assert all(e["plan"]["vpp"] == 1 and e["plan"]["cp"] == 1 and e["plan"]["zero_stage"] <= 1 for e in doc["plans"])
     r = cli("export", path, "--format", "deepspeed", "--json")
     assert r.code == 0, r.stderr
+    # priced with FlashAttention-2, launched with it (Megatron-DeepSpeed has no fused kernel; without the flag it
+    # stores the scores); until 2026-11-29 such plans were priced with Transformer Engine's fused attention
+    assert doc["inputs"]["training"]["attention"] == "flash2"
+    out = r.json()
+    assert "--use-flash-attn-v2" in out["argv"] and not any("fused attention" in w for w in out["warnings"])
 
 
 def test_a_global_batch_that_forbids_whole_nodes_is_a_finding(cli, tmp_path):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import shlex
 
+from hgplan.costmodel.compute import attention_kernel
 from hgplan.domain import Fleet, ModelArch, Precision, TrainingSettings
+from hgplan.enums import Attention
 from hgplan.errors import PlanningError
 from hgplan.export.common import MASTER_PORT, Export, nccl_env, node_record, parallel_args
 from hgplan.export.layout import build_layout, vendor_warnings
@@ -33,6 +35,32 @@ def ds_config(plan: Plan, train: TrainingSettings) -> dict:
     if c.pp > 1:
         cfg["pipeline"] = {"pipe_partitioned": True, "grad_partitioned": True}
     return cfg
+
+
+FLASH_FLAGS = {Attention.FLASH2: "--use-flash-attn-v2", Attention.FUSED: "--use-flash-attn-v2",
+               Attention.FLASH1: "--use-flash-attn-v1"}
+"""Megatron-DeepSpeed's FlashAttention flags (megatron/arguments.py:927-930 at 4efb479d) for the kernel a plan was
+priced with; it has no cuDNN/Transformer Engine fused attention, FlashAttention-2 is the nearest."""
+
+
+def attention_args(plan: Plan, fleet: Fleet, train: TrainingSettings) -> tuple[list[str], list[str]]:
+    """The FlashAttention flag the plan's attention needs, with warnings where Megatron-DeepSpeed runs another kernel:
+    without a flag its attention materialises the scores (megatron/model/transformer.py, CoreAttention), which a plan
+    priced with a FlashAttention-class kernel has no memory for."""
+    kernels = {attention_kernel(train, fleet.group(s.node_group).gpu) for s in plan.stages}
+    flags = {FLASH_FLAGS[k] for k in kernels if k in FLASH_FLAGS}
+    if not flags:
+        return [], []
+    if len(flags) > 1 or Attention.UNFUSED in kernels:
+        return [], [f"the plan's GPUs were priced with different attention kernels ({', '.join(sorted(kernels))}); "
+                    "Megatron-DeepSpeed takes one for all ranks, so this export sets none and every rank runs the "
+                    "unfused path, which stores the attention scores: re-plan with --target deepspeed --attention "
+                    "unfused, or check memory with `hgplan explain` and that setting"]
+    fused = ([f"the plan was priced with fused attention (cuDNN / Transformer Engine), which Megatron-DeepSpeed "
+              f"lacks; it runs FlashAttention-2 ({next(iter(flags))}), so expect its attention to be slower than "
+              "predicted: search with --target deepspeed, which prices FlashAttention-2"]
+             if Attention.FUSED in kernels else [])
+    return sorted(flags), fused
 
 
 def partition_bounds(plan: Plan) -> list[int]:
@@ -75,7 +103,8 @@ def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
     ex.files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
     ex.files["hostfile"] = "".join(f"{n.host} slots={n.local_gpus}\n" for n in layout.nodes)
     argv = parallel_args(plan, train, deepspeed=True)
-    argv += model_args(model, train, deepspeed=True) + recompute_args(plan)
+    flash, flash_warnings = attention_args(plan, fleet, train)
+    argv += model_args(model, train, deepspeed=True) + flash + recompute_args(plan)
     argv += ["--deepspeed", "--deepspeed_config", "ds_config.json", "--zero-stage", str(cfg["zero_optimization"]["stage"])]
     ex.argv = argv
     master = layout.nodes[0].host
@@ -105,6 +134,7 @@ def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
         ex.warnings.append(f"DeepSpeed cannot take per-stage layer counts from the command line: the plan's layers "
                            f"{layers} are in partition.json; without the GPTModelPipe patch in partition.md DeepSpeed "
                            "splits the layers evenly")
+    ex.warnings += flash_warnings
     if model.use_rope_scaling:
         ex.warnings.append("Megatron-DeepSpeed has no Llama 3.x RoPE scaling (Megatron-LM's --use-rope-scaling; "
                            f"none at 4efb479d): the run uses RoPE of base {model.rotary_base} without it, which costs "
