@@ -96,7 +96,8 @@ def test_generated_flags_exist_in_megatron_core(plan_path):
     generated = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--sequence-parallel",
                  "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--num-query-groups",
                  "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16", "--fp16",
-                 "--hidden-dropout", "--attention-dropout", "--normalization", "--kv-channels", "--context-parallel-size"}
+                 "--hidden-dropout", "--attention-dropout", "--normalization", "--kv-channels", "--context-parallel-size",
+                 "--attention-backend", "--transformer-impl"}
     for flag in argv:
         if flag in generated:
             assert flag[2:].replace("-", "_") in fields, flag
@@ -522,3 +523,30 @@ def test_deepspeed_export_launches_the_attention_it_was_priced_with(plan_path):
                        allow_cross_node_tp=False, layers=None, stage_groups=["campus/v100", "campus/a100"])
     flags, warnings = attention_args(mixed, gens, flash2)
     assert flags == [] and "different attention kernels (flash2, unfused)" in warnings[0]
+
+
+def test_megatron_export_runs_the_kernels_it_was_priced_with(plan_path):
+    """--transformer-impl local for a plan priced with megatron-core's local spec, --attention-backend for an attention
+    kernel asked for (flash2 -> flash, unfused, fused), nothing for auto (Megatron's default); FlashAttention-1, which
+    Megatron-LM lacks, is a warning. The flags and their values are megatron-core's (TransformerConfig fields, AttnBackend
+    members)."""
+    from dataclasses import replace
+
+    from hgplan.enums import Attention, TransformerImpl
+    from megatron.core.transformer.enums import AttnBackend
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    plan, fleet, model, train, _ = loaded(plan_path)
+
+    def argv(**kw):
+        ex = export_megatron(plan, fleet, model, replace(train, **kw))
+        return ex.argv, ex.warnings
+
+    assert not {"--attention-backend", "--transformer-impl"} & set(argv()[0])
+    for kernel, backend in ((Attention.FLASH2, "flash"), (Attention.UNFUSED, "unfused"), (Attention.FUSED, "fused")):
+        a = argv(attention=kernel)[0]
+        assert a[a.index("--attention-backend") + 1] == backend and AttnBackend[backend]
+    a = argv(transformer_impl=TransformerImpl.LOCAL)[0]
+    assert a[a.index("--transformer-impl") + 1] == "local" and "--attention-backend" not in a
+    assert {"attention_backend", "transformer_impl"} <= set(TransformerConfig.__dataclass_fields__)
+    a, warnings = argv(attention=Attention.FLASH1)
+    assert "--attention-backend" not in a and any("FlashAttention-1" in w for w in warnings)

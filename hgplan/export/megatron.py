@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 
 from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
+from hgplan.enums import Attention, TransformerImpl
 from hgplan.errors import PlanningError
 from hgplan.export.common import Export, nccl_env, node_record, node_script, parallel_args, torchrun_command
 from hgplan.export.layout import Layout, build_layout, vendor_warnings
@@ -164,13 +165,33 @@ def _socket_groups(plan: Plan, fleet: Fleet, model: ModelArch, ex: Export) -> li
     return ["--nccl-communicator-config-path", "nccl_pg.yaml"]
 
 
+ATTENTION_BACKENDS = {Attention.FUSED: "fused", Attention.FLASH2: "flash", Attention.UNFUSED: "unfused"}
+"""hgplan's attention kernels as Megatron-LM's --attention-backend (AttnBackend, megatron/core/transformer/enums.py;
+the inverse of megatron_args.ATTENTION_BACKENDS)."""
+
+
+def kernel_args(train: TrainingSettings, ex: Export) -> list[str]:
+    """The training settings' kernels: --transformer-impl local for megatron-core's local spec, and
+    --attention-backend for an attention kernel asked for (TransformerConfig fields at d98e8a6,
+    transformer_config.py:1314 and :151; `auto`, Transformer Engine's own choice, is Megatron's default and what the
+    cost model prices as fused). Until 2026-11-29 the export wrote neither, so such a plan ran Transformer Engine and its
+    default attention, not what it was priced with."""
+    if train.transformer_impl is TransformerImpl.LOCAL:
+        return ["--transformer-impl", "local"]
+    if train.attention is Attention.FLASH1:
+        ex.warnings.append("the plan was priced with FlashAttention-1-class attention, which Megatron-LM has no backend "
+                           "for; it runs Transformer Engine's own choice (--attention-backend auto) instead")
+    backend = ATTENTION_BACKENDS.get(train.attention)
+    return ["--attention-backend", backend] if backend else []
+
+
 def megatron_argv(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, ex: Export) -> list[str]:
     """pretrain_gpt.py's arguments for the plan (files it refers to are added to ex)."""
     c = plan.config
     argv = parallel_args(plan, train)
     if c.pp > 1:
         argv += ["--pipeline-model-parallel-layout", layout_string(plan)]
-    argv += model_args(model, train) + recompute_args(plan)
+    argv += model_args(model, train) + kernel_args(train, ex) + recompute_args(plan)
     if c.zero_stage == 1:
         argv += ["--use-distributed-optimizer"]
         if c.overlap_grad_reduce:
