@@ -134,3 +134,17 @@ def test_idle_reason_of_a_group_smaller_than_a_stage():
     assert reasons["dc/h100"].startswith("room for 1 more stage(s) of 32 GPUs")
     assert reasons["dc/a100"] == "a stage of tp*cp*dp = 32 GPUs is larger than this group's 16"
     assert reasons["dc/l40"] == "a stage of tp*cp*dp = 32 GPUs with tp = 4 does not fit the 2-GPU nodes of this group"
+
+
+def test_no_configuration_splits_a_cp_rank_unevenly_over_tp():
+    """Sequence parallelism splits each CP rank's tokens over tp, so tp must divide seq / cp (validate.py, sp_seq):
+    at 8,200 tokens 99 of the 495 configurations on 64 H100s broke it (tp 8 with cp 2, tp 4 and 8 with cp 4), which the
+    search could take as its best and the check then drop; none is listed now, and at 4,097 tokens only tp 1."""
+    from hgplan.planner.options import SearchOptions
+    fleet, cat = _fleet(), catalog()
+    model = load_model(cat.model_texts["llama3.1-70b"], "llama3.1-70b")
+    for seq in (8200, 4097, 65536):
+        train = TrainingSettings(seq_length=seq, global_batch_size=16)
+        cfgs = list(candidates.base_configs(model, train, SearchOptions(), list(fleet.groups)))
+        assert cfgs and all(c.tp == 1 or (seq // c.cp) % c.tp == 0 for c in cfgs)
+        assert (seq == 4097) == ({c.tp for c in cfgs} == {1})

@@ -98,6 +98,8 @@ def base_configs(model: ModelArch, train: TrainingSettings, opts: SearchOptions,
     mbs_options = opts.mbs_options or _powers_of_two(MAX_MICRO_BATCH)
     for tp in _tp_options(model, groups, opts):
         for cp in _cp_options(train, tp, groups, opts.target):
+            if tp > 1 and (train.seq_length // cp) % tp:
+                continue  # sequence parallelism splits each CP rank's tokens over tp (validate.py, sp_seq)
             # dp divides the global batch: larger stages than tp x cp x batch cannot be data-parallel replicas
             for size in _stage_sizes(tp, cp, groups, tp * cp * train.global_batch_size):
                 dp = size // (tp * cp)
