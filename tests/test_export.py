@@ -495,6 +495,11 @@ def test_deepspeed_flags_exist_in_megatron_deepspeed(plan_path, variant):
         assert argv[argv.index("--normalization") + 1] in ("layernorm", "rmsnorm")
     with pytest.raises(PlanningError, match="--position-embedding-type none"):
         export_deepspeed(plan, fleet, replace(model, position_embedding_type="none"), train)
+    # Megatron-DeepSpeed refuses sequence parallelism without CUDA_DEVICE_MAX_CONNECTIONS=1 on every rank
+    # (megatron/arguments.py:403); DeepSpeed's multi-node launcher passes it on only from .deepspeed_env
+    files = export_deepspeed(plan, fleet, model, train).files
+    assert files[".deepspeed_env"] == "CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+    assert "\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n" in files["launch.sh"]
 
 
 def test_deepspeed_export_launches_the_attention_it_was_priced_with(plan_path):

@@ -110,9 +110,17 @@ def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
     master = layout.nodes[0].host
     launcher = ["deepspeed", "--hostfile", "hostfile", "--master_addr", master, "--master_port", str(MASTER_PORT),
                 script] + argv
+    # Megatron-DeepSpeed refuses sequence parallelism unless every rank has CUDA_DEVICE_MAX_CONNECTIONS=1
+    # (megatron/arguments.py:403 at 4efb479d); DeepSpeed's multi-node launcher passes on only NCCL_*, PYTHON*, UCX*,
+    # MV2* and MLFLOW* variables and the lines of .deepspeed_env in the directory it runs in (deepspeed/launcher/
+    # runner.py, EXPORT_ENVS, DEEPSPEED_ENVIRONMENT_PATHS), a single node this shell's environment: both are set
+    ex.files[".deepspeed_env"] = "CUDA_DEVICE_MAX_CONNECTIONS=1\n"
     ex.files["launch.sh"] = ("#!/usr/bin/env bash\nset -euo pipefail\n"
                              "# DeepSpeed exports every NCCL_* variable of this shell to all nodes (pdsh launcher):\n"
                              "# keep per-node-group NCCL settings in each node's /etc/nccl.conf (nccl_conf_*.conf).\n"
+                             "# Run from this directory: DeepSpeed reads .deepspeed_env here and passes its\n"
+                             "# CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-DeepSpeed needs it) to every node.\n"
+                             "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
                              + " ".join(shlex.quote(x) for x in launcher) + ' "$@"\n')
     for key in sorted({n.group for n in layout.nodes}):
         env = nccl_env(fleet.group(key))
