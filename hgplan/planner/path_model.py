@@ -59,9 +59,10 @@ class PathTables:
     send_us: tuple[tuple[int | None, ...], ...]
     """The tables' send, less the 1 us their rounding to nearest may have added."""
     lat_us: tuple[tuple[int, ...], ...]
-    tail_a_us: tuple[tuple[int, ...], ...]
-    """Per stage class c and group k, a line a + b x layers at or below the cost model's tail at every layer count."""
-    tail_b_us: tuple[tuple[int, ...], ...]
+    tail_a_us: tuple[tuple[tuple[int, ...], ...], ...]
+    """Per line j, stage class c and group k, a + b x layers at or below the cost model's tail at every layer count
+    (CostSource.tail_floor; a group with fewer lines repeats its last): the tail is at least their maximum."""
+    tail_b_us: tuple[tuple[tuple[int, ...], ...], ...]
     tied_us: tuple[tuple[int, ...], ...]
 
     @property
@@ -86,7 +87,7 @@ class PathTables:
         out = []
         for s, (k, n) in enumerate(zip(assign, layers)):
             c = tail_class(s, p)
-            out.append(self.tail_a_us[c][k] + self.tail_b_us[c][k] * n
+            out.append(max(a[c][k] + b[c][k] * n for a, b in zip(self.tail_a_us, self.tail_b_us))
                        + (self.tied_us[assign[0]][assign[-1]] if s in (0, p - 1) else 0))
         return out
 
@@ -130,7 +131,10 @@ def build_path_tables(costs: CostSource, base: CostTables, hosts: dict[str, obje
     groups = [hosts[key] for key in base.groups]
     work = [costs.group(g, cfg) for g in groups]
     edges = [w.edges_s for w in work]
-    lines = [costs.tail_floor(g, cfg) for g in groups]
+    floors = [costs.tail_floor(g, cfg) for g in groups]  # [k][c] -> lines (a, b)
+    J = max(len(lines) for per_class in floors for lines in per_class)
+    lines = [[per_class[c] + per_class[c][-1:] * (J - len(per_class[c])) for c in range(len(per_class))]
+             for per_class in floors]
 
     def less(row: tuple) -> tuple:
         return tuple(None if x is None else max(0, x - 1) for x in row)
@@ -141,8 +145,8 @@ def build_path_tables(costs: CostSource, base: CostTables, hosts: dict[str, obje
         first_fwd_us=tuple(_floor_us(e[0]) for e in edges), first_bwd_us=tuple(_floor_us(e[1]) for e in edges),
         last_fwd_us=tuple(_floor_us(e[2]) for e in edges), last_bwd_us=tuple(_floor_us(e[3]) for e in edges),
         send_us=tuple(less(row) for row in base.send_us), lat_us=tuple(less(row) for row in base.lat_us),
-        tail_a_us=tuple(tuple(ln[c][0] for ln in lines) for c in range(len(lines[0]))),
-        tail_b_us=tuple(tuple(ln[c][1] for ln in lines) for c in range(len(lines[0]))),
+        tail_a_us=tuple(tuple(tuple(ln[c][j][0] for ln in lines) for c in range(len(lines[0]))) for j in range(J)),
+        tail_b_us=tuple(tuple(tuple(ln[c][j][1] for ln in lines) for c in range(len(lines[0]))) for j in range(J)),
         tied_us=tuple(less(row) for row in base.tied_us))
 
 
@@ -150,7 +154,8 @@ def path_classes(pt: PathTables) -> tuple[tuple[int, ...], ...]:
     """Interchangeable groups of the cost tables that are also interchangeable in the lower-bound tables."""
     def column(k: int) -> tuple:
         return (pt.fwd_us[k], pt.bwd_us[k], pt.first_fwd_us[k], pt.first_bwd_us[k], pt.last_fwd_us[k],
-                pt.last_bwd_us[k], tuple(r[k] for r in pt.tail_a_us), tuple(r[k] for r in pt.tail_b_us))
+                pt.last_bwd_us[k], tuple(r[k] for line in pt.tail_a_us for r in line),
+                tuple(r[k] for line in pt.tail_b_us for r in line))
 
     out: list[tuple[int, ...]] = []
     for members in table_classes(pt.base):
@@ -159,6 +164,17 @@ def path_classes(pt: PathTables) -> tuple[tuple[int, ...], ...]:
             by_column.setdefault(column(k), []).append(k)
         out += [tuple(ks) for ks in by_column.values()]
     return tuple(sorted(out))
+
+
+def _least(rows: tuple) -> int:
+    return min(x for line in rows for r in line for x in r)
+
+
+def _tail_most(pt: PathTables) -> int:
+    """Above every stage's tail (its lines' maximum and the tied-embedding sync) in every plan."""
+    L = pt.base.num_layers
+    return (max(x for line in pt.tail_a_us for r in line for x in r)
+            + L * max(0, max(x for line in pt.tail_b_us for r in line for x in r)) + max(map(max, pt.tied_us)))
 
 
 def _var(md: cp_model.CpModel, expr, lo: int, hi: int, name: str) -> cp_model.IntVar:
@@ -194,12 +210,18 @@ def _stage_vars(md: cp_model.CpModel, pt: PathTables, xv: PlacementVars) -> tupl
         lats[bi] = _var(md, sum(pt.lat_us[k][k2] * var for k, k2, var in arcs), 0, max(map(max, pt.lat_us)),
                         f"lat{bi}")
     tied = tied_expr(md, pt.tied_us, xv, p) if p > 1 else 0
-    low = min(0, min(map(min, pt.tail_a_us)))
-    high = max(map(max, pt.tail_a_us)) + L * max(map(max, pt.tail_b_us)) + max(map(max, pt.tied_us))
+    low, high = min(0, _least(pt.tail_a_us) + L * min(0, _least(pt.tail_b_us))), _tail_most(pt)
     for s in range(p):
         c = tail_class(s, p)
-        expr = sum(pt.tail_a_us[c][k] * xv.x[s][k] + pt.tail_b_us[c][k] * xv.y[s][k] for k in range(K))
-        tails.append(_var(md, expr + (tied if s in (0, p - 1) else 0), low, high, f"tail{s}"))
+        lines = [sum(a[c][k] * xv.x[s][k] + b[c][k] * xv.y[s][k] for k in range(K)) + (tied if s in (0, p - 1) else 0)
+                 for a, b in zip(pt.tail_a_us, pt.tail_b_us)]
+        if len(lines) == 1:
+            tails.append(_var(md, lines[0], low, high, f"tail{s}"))
+            continue
+        tail = md.new_int_var(low, high, f"tail{s}")
+        for line in lines:  # at least every line: the objective takes the tail upwards only
+            md.add(tail >= line)
+        tails.append(tail)
     return fwd, bwd, sends, lats, tails
 
 
@@ -223,7 +245,7 @@ def build_path_model(pt: PathTables, *, upper_bound: int | None = None,
     send = pt.most_send_us
     pipeline = (t.num_layers * (max(pt.fwd_us) + max(pt.bwd_us)) + max(pt.first_fwd_us) + max(pt.first_bwd_us)
                 + max(pt.last_fwd_us) + max(pt.last_bwd_us) + 4 * t.pp * (send + max(map(max, pt.lat_us))))
-    tail = max(map(max, pt.tail_a_us)) + t.num_layers * max(map(max, pt.tail_b_us)) + max(map(max, pt.tied_us))
+    tail = _tail_most(pt)
     horizon = v * ((t.microbatches + 2) * pipeline + tail)  # above every term of every plan
     objective = md.new_int_var(0, horizon, "bound")
     for s, whole, value in terms:
