@@ -119,9 +119,9 @@ def floor_lines(at: list[float], *, hull: bool = False) -> tuple[tuple[int, int]
     the only line until 2026-11-29) and, with `hull` (a one-stage pipeline's tail, which holds all L layers), where it
     raises it, the edge of the points' lower convex hull at n = L. (The hull's edges at 1, L/8, L/4 and L/2 for every
     stage gave six lines on two-site's stages and made its proof 19% slower for the same bound, at L alone 8%.) A
-    tail that dips after its first layers (an edge stage's embedding or LM head: a one-stage
-    llama3.1-8b plan with CP 16 on 64 H100s, 16.2 ms at one layer, 13.7 at eight, 32.6 at all 32) left the chord 6.4
-    ms under the tail at 32 layers, a 1.2% gap the proof could not close; the hull's last edge meets it there."""
+    tail that dips after its first layers (an edge stage's embedding or LM head: a one-stage llama3.1-8b plan with CP
+    16 on 64 H100s, 16.2 ms at one layer, 13.7 at eight, 32.6 at all 32) left the chord 6.4 ms under the tail at 32
+    layers, a 1.2% gap the proof could not close; the hull's last edge meets it there."""
     L = len(at)
     if L == 1:
         return ((math.floor(at[0] * US), 0),)
