@@ -555,3 +555,11 @@ def test_megatron_export_runs_the_kernels_it_was_priced_with(plan_path):
     assert {"attention_backend", "transformer_impl"} <= set(TransformerConfig.__dataclass_fields__)
     a, warnings = argv(attention=Attention.FLASH1)
     assert "--attention-backend" not in a and any("FlashAttention-1" in w for w in warnings)
+    # FlagScale's train YAML takes them as model keys, as its own examples write them (examples/llama3/conf/train/
+    # 8b_hetero.yaml: transformer_impl; examples/qwen2_5_vl/conf/train/7b.yaml: attention_backend; at da4935ec)
+    from hgplan.export.flagscale import export_flagscale
+    for kw, key, value in ((dict(attention=Attention.FLASH2), "attention_backend", "flash"),
+                           (dict(transformer_impl=TransformerImpl.LOCAL), "transformer_impl", "local")):
+        files = export_flagscale(plan, fleet, model, replace(train, **kw)).files
+        mkeys = yaml.safe_load(next(v for k, v in files.items() if k.startswith("conf/train/")))["model"]
+        assert mkeys[key] == value

@@ -18,7 +18,7 @@ from hgplan.errors import PlanningError
 from hgplan.export.common import Export, nccl_env, node_record, parallel_args
 from hgplan.export.flagscale_rules import flagscale_violations
 from hgplan.export.layout import Layout, build_layout
-from hgplan.export.megatron import model_args, unsupported_features
+from hgplan.export.megatron import kernel_args, model_args, unsupported_features
 from hgplan.plan import Plan, Recompute
 
 FLAGSCALE_COMMIT = "da4935ec60193e735bc70b81e259ed04eefd0132"
@@ -115,7 +115,7 @@ def train_config(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSett
               "precision": {k: v for k, v in argv_to_keys(parallel_args(plan, train)).items() if k in PRECISION_KEYS}}
     if not system["recompute"]:
         del system["recompute"]
-    mkeys = argv_to_keys(model_args(model, train))
+    mkeys = argv_to_keys(model_args(model, train) + kernel_args(train)[0])  # FlagScale's examples keep these in model:
     mkeys.update(micro_batch_size=c.micro_batch_size, global_batch_size=train.global_batch_size)
     return {"system": system, "model": mkeys, "data": {"data_path": "<your data path>", "split": "1"}}
 

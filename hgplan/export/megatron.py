@@ -170,19 +170,19 @@ ATTENTION_BACKENDS = {Attention.FUSED: "fused", Attention.FLASH2: "flash", Atten
 the inverse of megatron_args.ATTENTION_BACKENDS)."""
 
 
-def kernel_args(train: TrainingSettings, ex: Export) -> list[str]:
-    """The training settings' kernels: --transformer-impl local for megatron-core's local spec, and
-    --attention-backend for an attention kernel asked for (TransformerConfig fields at d98e8a6,
-    transformer_config.py:1314 and :151; `auto`, Transformer Engine's own choice, is Megatron's default and what the
-    cost model prices as fused). Until 2026-11-29 the export wrote neither, so such a plan ran Transformer Engine and its
-    default attention, not what it was priced with."""
+def kernel_args(train: TrainingSettings) -> tuple[list[str], list[str]]:
+    """The training settings' kernels, and warnings where no flag says what was priced: --transformer-impl local for
+    megatron-core's local spec, --attention-backend for an attention kernel asked for (TransformerConfig fields at
+    d98e8a6, transformer_config.py:1314 and :151; `auto`, Transformer Engine's own choice, is Megatron's default and
+    what the cost model prices as fused). Until 2026-11-29 the export wrote neither, so such a plan ran Transformer
+    Engine and its default attention, not what it was priced with; FlagScale's export writes them as model keys."""
     if train.transformer_impl is TransformerImpl.LOCAL:
-        return ["--transformer-impl", "local"]
+        return ["--transformer-impl", "local"], []
     if train.attention is Attention.FLASH1:
-        ex.warnings.append("the plan was priced with FlashAttention-1-class attention, which Megatron-LM has no backend "
-                           "for; it runs Transformer Engine's own choice (--attention-backend auto) instead")
+        return [], ["the plan was priced with FlashAttention-1-class attention, which Megatron-LM has no backend for; "
+                    "it runs Transformer Engine's own choice (--attention-backend auto) instead"]
     backend = ATTENTION_BACKENDS.get(train.attention)
-    return ["--attention-backend", backend] if backend else []
+    return (["--attention-backend", backend] if backend else []), []
 
 
 def megatron_argv(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, ex: Export) -> list[str]:
@@ -191,7 +191,9 @@ def megatron_argv(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSet
     argv = parallel_args(plan, train)
     if c.pp > 1:
         argv += ["--pipeline-model-parallel-layout", layout_string(plan)]
-    argv += model_args(model, train) + kernel_args(train, ex) + recompute_args(plan)
+    kernels, warnings = kernel_args(train)
+    ex.warnings += warnings
+    argv += model_args(model, train) + kernels + recompute_args(plan)
     if c.zero_stage == 1:
         argv += ["--use-distributed-optimizer"]
         if c.overlap_grad_reduce:
