@@ -41,8 +41,8 @@ class SearchOptions:
     groups: tuple[str, ...] | None = None
     """Restrict the search to these node groups (used by the single-group baseline)."""
     mbs_options: tuple[int, ...] | None = None
-    """Micro-batch sizes to try. Default: every power of two up to MAX_MICRO_BATCH that divides the global batch
-    for the candidate's DP (memory decides which fit)."""
+    """Micro-batch sizes to try. Default: every size up to MAX_MICRO_BATCH that divides the global batch for the
+    candidate's DP (candidates.micro_batch_sizes; memory decides which fit)."""
     recompute_options: tuple[Recompute, ...] = tuple(Recompute)
     vpp_options: tuple[int, ...] | None = None
     """Default: 1 to DEFAULT_MAX_VPP for Megatron-LM, (1,) for DeepSpeed (no interleaved schedule) and FlagScale's
