@@ -1,8 +1,10 @@
-"""Context parallelism across nodes: the search's CP degrees (planner/candidates.py, _cp_options) and the CP ring's
-per-step bandwidth (costmodel/comm.py, ring_hop_gbytes_per_s)."""
+"""The search's decision space as stock Megatron-LM offers it (issue 11, item 4): context parallelism across nodes and
+from 8,192 tokens (planner/candidates.py, _cp_options), the CP ring's per-step bandwidth across nodes
+(costmodel/comm.py, ring_hop_gbytes_per_s), tp that splits each CP rank's tokens, every micro-batch size dividing a
+replica's batch, the proof's tail floor of a one-stage plan (planner/costs.py, floor_lines), and the idle reason of a
+group smaller than a stage."""
 
 from __future__ import annotations
-
 
 import pytest
 

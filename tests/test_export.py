@@ -466,10 +466,10 @@ MEGATRON_DEEPSPEED_FLAGS = {
     "--make-vocab-size-divisible-by": 644, "--normalization": 647, "--layernorm-epsilon": 652, "--squared-relu": 668,
     "--swiglu": 670, "--untie-embeddings-and-output-weights": 680, "--attention-dropout": 768, "--hidden-dropout": 770,
     "--micro-batch-size": 801, "--global-batch-size": 808, "--recompute-granularity": 830, "--recompute-method": 842,
-    "--recompute-num-layers": 851, "--disable-bias-linear": 937, "--no-pipeline-parallel": 954,
-    "--use-flash-attn-v1": 927, "--use-flash-attn-v2": 930, "--sequence-parallel": 972, "--fp16": 1111,
-    "--bf16": 1113, "--tensor-model-parallel-size": 1149,
-    "--pipeline-model-parallel-size": 1154, "--seq-length": 1278, "--zero-stage": 1487,
+    "--recompute-num-layers": 851, "--use-flash-attn-v1": 927, "--use-flash-attn-v2": 930,
+    "--disable-bias-linear": 937, "--no-pipeline-parallel": 954, "--sequence-parallel": 972, "--fp16": 1111,
+    "--bf16": 1113, "--tensor-model-parallel-size": 1149, "--pipeline-model-parallel-size": 1154, "--seq-length": 1278,
+    "--zero-stage": 1487,
     # added by deepspeed.add_config_arguments
     "--deepspeed": None, "--deepspeed_config": None}
 
