@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 # re-exported: the domain's vocabulary is imported from here
 from hgplan.enums import (ATTENTION_ALIASES, Attention, ExportFormat, Fp8Recipe, PathKind, Precision,  # noqa: F401
@@ -398,6 +398,15 @@ class TrainingSettings:
     def mxfp8(self) -> bool:
         """Whether the run trains in fp8 with MX block scaling (it needs MX tensor cores and keeps block scales)."""
         return self.precision is Precision.FP8 and self.fp8_recipe is Fp8Recipe.MXFP8
+
+    def for_target(self, target: str) -> "TrainingSettings":
+        """The settings a target runs: with Megatron-DeepSpeed (--target deepspeed), attention `auto` is
+        FlashAttention-2, what it runs with --use-flash-attn-v2 (export/deepspeed.py writes it; without it, its
+        attention stores the scores), not Transformer Engine's fused kernel, which it lacks (until 2026-11-29 such
+        plans were priced fused)."""
+        if target == Target.DEEPSPEED and self.attention is Attention.AUTO:
+            return replace(self, attention=Attention.FLASH2)
+        return self
 
     @property
     def precision_name(self) -> str:

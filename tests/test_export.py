@@ -528,6 +528,11 @@ def test_deepspeed_export_launches_the_attention_it_was_priced_with(plan_path):
                        allow_cross_node_tp=False, layers=None, stage_groups=["campus/v100", "campus/a100"])
     flags, warnings = attention_args(mixed, gens, flash2)
     assert flags == [] and "different attention kernels (flash2, unfused)" in warnings[0]
+    # what --target deepspeed prices, for the CLI and for plan_training alike (TrainingSettings.for_target)
+    auto = replace(train, attention=Attention.AUTO)
+    assert auto.for_target("deepspeed").attention is Attention.FLASH2 and auto.for_target("megatron") == auto
+    assert flash2.for_target("deepspeed") == flash2 and replace(train, attention=Attention.UNFUSED).for_target(
+        "deepspeed").attention is Attention.UNFUSED
 
 
 def test_megatron_export_runs_the_kernels_it_was_priced_with(plan_path):

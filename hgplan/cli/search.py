@@ -73,21 +73,9 @@ def _inputs(cluster: str, model: str, profile: str | None, flags: TrainingFlags)
     fleet, warnings, csrc = resolve_cluster(cluster, cat)
     arch, msrc = resolve_model(model)
     # Megatron-DeepSpeed runs Megatron's model code: both targets are costed with the Megatron runtime; the target
-    # only narrows the plan family (no interleaving, ZeRO <= 1 with pipeline parallelism).
+    # narrows the plan family (no interleaving, ZeRO <= 1 with pipeline parallelism) and, for DeepSpeed, sets the
+    # attention kernel (TrainingSettings.for_target).
     return fleet, warnings, csrc, arch, msrc, flags.settings(arch, fleet), psrc
-
-
-def _for_target(train, target: Target):
-    """The training settings a target runs: with --target deepspeed, attention `auto` is FlashAttention-2, what
-    Megatron-DeepSpeed runs with --use-flash-attn-v2 (export/deepspeed.py writes it; without it, its attention
-    materialises the scores), not Transformer Engine's fused kernel (until 2026-11-29 such plans were priced fused)."""
-    from dataclasses import replace
-
-    from hgplan.enums import Attention
-
-    if target is Target.DEEPSPEED and train.attention is Attention.AUTO:
-        return replace(train, attention=Attention.FLASH2)
-    return train
 
 
 def _baseline_file(path: str | None):
@@ -218,7 +206,7 @@ def search(
 
         base_file = _baseline_file(baseline)
         fleet, warnings, csrc, arch, msrc, train, psrc = _inputs(cluster, model, profile, flags)
-        train = _for_target(train, target)
+        train = train.for_target(target)  # as plan_training does, before the gate compares the settings
         if base_file is not None and not allow_different_inputs:
             _same_inputs(base_file, baseline, csrc, msrc, train, target.value)
         opts = SearchOptions(target=target.value, top_k=top, budget_s=time_limit, max_gap=gap, max_pp=max_pp,

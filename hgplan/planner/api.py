@@ -374,7 +374,7 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     Raises PlanningError (nothing fits) or NoAnswerError (timeout). opts.budget_s covers the whole call (search,
     polishing, the proof): without a deadline of the caller's (the CLI sets one from the command's start), the call's
     own start plus budget_s is the deadline, so the proof does not start a fresh time limit after the search."""
-    started = time.perf_counter()
+    started, train = time.perf_counter(), train.for_target(opts.target)  # what the target runs (domain.py)
     if opts.wall_deadline_s is None:
         opts = replace(opts, wall_deadline_s=started + opts.budget_s)
     # the search hands over at least RERANKED plans, whatever --top shows, for the ranking by the reported model
