@@ -92,8 +92,8 @@ def basis(plan: Plan, fleet: Fleet, train: TrainingSettings, validation: dict) -
         if plan.stage_gpus(i) > fleet.group(st.node_group).gpus_per_node:
             links[f"data-parallel traffic over {t.value} NICs"] = (t, True)
     c = plan.config
-    rings = {fleet.group(st.node_group).nic_transport: None for st in plan.stages
-             if c.cp > members_per_node(fleet.group(st.node_group), c.tp)}  # CP rings across nodes, by transport
+    rings = dict.fromkeys(fleet.group(st.node_group).nic_transport for st in plan.stages  # CP rings across nodes
+                          if c.cp > members_per_node(fleet.group(st.node_group), c.tp))
     for transport in rings:
         cal = fleet.transports[transport].calibrated
         out.append(BasisEntry(term=f"context-parallel ring over {transport.value} NICs", basis=CALIBRATED if cal

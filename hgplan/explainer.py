@@ -208,8 +208,8 @@ def _with_link(fleet: Fleet, link: Link, *, gbps: float, latency_ms: float) -> F
     return replace(fleet, links=links)
 
 
-def _with_double_nics(fleet: Fleet, group_key: str, factor: int = 2) -> Fleet:
-    """The fleet with twice (`factor` times) the NICs per node in one group."""
+def _with_nics(fleet: Fleet, group_key: str, factor: int = 2) -> Fleet:
+    """The fleet with `factor` times the NICs per node in one group."""
     groups = tuple(replace(g, nic_count=g.nic_count * factor) if g.key == group_key else g for g in fleet.groups)
     return replace(fleet, groups=groups)
 
@@ -264,15 +264,15 @@ def what_ifs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings
     tied = tied_syncs(plan, fleet, model, train) if tied is None else tied
     worst_dp = max(pred.stages, key=lambda s: s.dp_sync_s - tied[s.index])
     exposed = worst_dp.dp_sync_s - tied[worst_dp.index]
-    ring = f"; its {plan.config.cp}-rank CP ring crosses nodes too, so the NICs also carry K and V"
     if exposed > NIC_WHATIF_SHARE * base and _crosses_nodes(plan, fleet, worst_dp.index):
-        faster = evaluate(plan, _with_double_nics(fleet, worst_dp.node_group), model, train).iteration_time_s
+        ring = (f"; its {plan.config.cp}-rank CP ring crosses nodes too, so the NICs also carry K and V"
+                if _crosses_nodes(plan, fleet, worst_dp.index, cp=True) else "")
+        faster = evaluate(plan, _with_nics(fleet, worst_dp.node_group), model, train).iteration_time_s
         out.append(WhatIf(resource=f"NICs of {worst_dp.node_group}", share_of_step=round(exposed / base, 4),
                           what_if="double the NICs per node", speedup=round(base / faster - 1, 4),
                           text=f"gradient sync on {worst_dp.node_group} is exposed for {exposed / base:.0%} "
-                               f"of step time{_ends_early(worst_dp, pred)}"
-                               f"{ring if _crosses_nodes(plan, fleet, worst_dp.index, cp=True) else ''}; twice "
-                               f"the NICs per node gives {signed_pct(base / faster - 1)}"))
+                               f"of step time{_ends_early(worst_dp, pred)}{ring}; twice the NICs per node gives "
+                               f"{signed_pct(base / faster - 1)}"))
     elif _crosses_nodes(plan, fleet, pred.bottleneck_stage, cp=True):
         out += _cp_ring_what_if(plan, fleet, model, train, pred)
     if pred.bubble_fraction > BUBBLE_WHATIF and plan.config.pp > 1 and target == "megatron" \
@@ -294,10 +294,10 @@ def _cp_ring_what_if(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
     """The NICs' what-if of a plan whose bottleneck stage's CP ring crosses nodes (tp x cp above a node, since
     2026-11-29 in the search's space): what the ring's sends over the NICs cost (the NICs made free) and twice them."""
     key, base = pred.stages[pred.bottleneck_stage].node_group, pred.iteration_time_s
-    free = evaluate(plan, _with_double_nics(fleet, key, 1024), model, train).iteration_time_s
+    free = evaluate(plan, _with_nics(fleet, key, 1024), model, train).iteration_time_s
     if (base - free) / base <= NIC_WHATIF_SHARE:
         return []
-    faster = evaluate(plan, _with_double_nics(fleet, key), model, train).iteration_time_s
+    faster = evaluate(plan, _with_nics(fleet, key), model, train).iteration_time_s
     return [WhatIf(resource=f"NICs of {key}", share_of_step=round((base - free) / base, 4),
                    what_if="double the NICs per node", speedup=round(base / faster - 1, 4),
                    text=f"the {plan.config.cp}-rank CP ring on {key} crosses nodes: its K and V over the NICs cost "

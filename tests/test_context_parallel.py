@@ -62,7 +62,7 @@ def test_a_cp_ring_across_nodes_sends_over_the_gpus_own_nic():
     ring_bw, ring_lat = ring_hop_gbytes_per_s(g, ib, members=16, stride=2)
     coll_bw, coll_lat = group_busbw_gbytes_per_s(g, ib, members=16, stride=2)
     assert ring_bw == pytest.approx(ib.achieved_gbytes_per_s(400)) and ring_lat == coll_lat > 0
-    assert coll_bw == pytest.approx(min(4 * ring_bw, coll_bw)) and coll_bw > 3 * ring_bw
+    assert 3 * ring_bw < coll_bw <= 4 * ring_bw * (1 + 1e-12)  # four NICs' worth (or the NVLink figure below it)
     one = _fleet(nics=1).groups[0]
     assert ring_hop_gbytes_per_s(one, ib, members=16, stride=2)[0] == pytest.approx(ib.achieved_gbytes_per_s(200))
 

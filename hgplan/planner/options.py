@@ -12,9 +12,9 @@ MAX_MICRO_BATCH = 64
 """Largest default micro-batch size: past it the GEMMs gain nothing and activations grow linearly."""
 DEFAULT_MAX_VPP = 2
 """Deepest interleaving (virtual stages per rank) the search tries unless told (`search --max-vpp`). Deeper pays on
-fleets of one GPU type with few micro-batches per stage: gpt-145.6b on 512 H100s (4,096 tokens, global batch 256)
-4.584 s at most 2, 4.094 s with up to 8 (pp 8, 5 virtual stages, as SC'21 trained it), 4.057 s with up to 16 (10:
-one layer per chunk); llama3.1-70b on 1,024 H100s (global batch 512) 2.254 -> 2.190 s -> 2.132 s. On the mixed
+fleets of one GPU type with few micro-batches per stage: gpt-145.6b on 512 H100s (2,048 tokens, global batch 256)
+2.458 s at most 2, 2.252 s with up to 8 (pp 16, 5 virtual stages, as SC'21 trained it), 2.221 s with up to 16 (pp 8,
+10: one layer per chunk); llama3.1-70b on 1,024 H100s (global batch 512) 2.254 -> 2.190 s -> 2.132 s. On the mixed
 fleets of benchmarks/search_scaling.py --quick, up to 8 found no faster plan, cost 1-2.5 s more per search (the
 10-group fleet 6.2 -> 8.6 s), and on the three-site four-type fleet returned a plan that simulates 1.4% slower
 (3.908 -> 3.963 s) because its closed form, the search's objective, is lower (3.966 against 4.128 s: the closed
