@@ -421,7 +421,8 @@ class BoundaryRecord(Doc):
     latency_s: float
     message_mib: float
     reshard: ReshardRecord | None = Field(None, description="a mesh boundary: the degrees it re-shards between")
-    host_copy: bool | None = Field(None, description="GPUs of two vendors: every message goes through host memory")
+    host_copy: bool | None = Field(None, description="every message goes through host memory: GPUs of two vendors, "
+                                   "or a mesh plan whose meshes talk over gloo (docs/cost-model.md section 3)")
 
 
 class WhatIf(Doc):

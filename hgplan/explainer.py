@@ -7,7 +7,7 @@ from itertools import product
 
 from hgplan import __version__
 from hgplan.costmodel.comm import members_per_node
-from hgplan.costmodel.evaluate import Prediction, StagePrediction, evaluate, tied_embedding_sync_s
+from hgplan.costmodel.evaluate import Prediction, StagePrediction, evaluate, plan_tied_sync_s
 from hgplan.costmodel.pipeline import Op
 from hgplan.documents import (
     SCHEMA_VERSION,
@@ -101,9 +101,7 @@ def tied_syncs(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettin
     """Per stage, the part of its exposed sync after the flush that is the tied embedding's gradient all-reduce
     between the first and last stage (evaluate adds it to those two stages' data-parallel sync; 0 elsewhere, and
     when the embeddings are untied or pp = 1)."""
-    p = plan.config.pp
-    first, last = (fleet.group(plan.stages[i].node_group) for i in (0, -1))
-    tied = tied_embedding_sync_s(fleet, first, last, model, plan.stage_config(0), train)
+    p, tied = plan.config.pp, plan_tied_sync_s(plan, fleet, model, train)
     return [tied if i in (0, p - 1) else 0.0 for i in range(p)]
 
 
@@ -162,7 +160,7 @@ def findings(pred: Prediction, fleet: Fleet, tied: list[float]) -> list[str]:
 
 def mesh_findings(plan: Plan, pred: Prediction) -> list[str]:
     """An asymmetric plan's mesh boundaries: what re-sharding the activations between two meshes costs (each way,
-    every micro-batch), and the host-memory hop between vendors."""
+    every micro-batch), and the host-memory hop where NCCL cannot join the meshes (reshard.host_copies)."""
     if not plan.asymmetric:
         return []
     out = []
@@ -172,7 +170,7 @@ def mesh_findings(plan: Plan, pred: Prediction) -> list[str]:
         if r is None:
             continue
         busy = pred.num_microbatches * b["send_s"]  # each side's: activations forward, gradients backward
-        via = " through host memory (two vendors)" if b.get("host_copy") else ""
+        via = " through host memory over gloo (hetero_use_cpu_communication)" if b.get("host_copy") else ""
         out.append(f"mesh boundary: stage {b['from_stage']} (tp {r['from_tp']}, dp {r['from_dp']}) -> stage "
                    f"{b['to_stage']} (tp {r['to_tp']}, dp {r['to_dp']}) re-shards each micro-batch's activation"
                    f"{via}: {b['send_s'] * 1e3:.2f} ms per message each way; over {pred.num_microbatches} "

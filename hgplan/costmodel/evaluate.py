@@ -11,7 +11,7 @@ from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
 from hgplan.costmodel.optimizer import GRAD_ZERO_BYTES_PER_PARAM, optimizer_bytes_per_param
 from hgplan.costmodel.pipeline import Op, chunk_sends, closed_form, lower_bound_s, simulate
-from hgplan.costmodel.reshard import crosses_vendors, host_copy_s, rank_slice_bytes
+from hgplan.costmodel.reshard import boundary_record, crosses_vendors, host_copies, host_copy_s, rank_slice_bytes
 from hgplan.domain import (Attention, Fleet, ModelArch, NetPath, NodeGroup, PathKind, Precision, Runtime, TrainingSettings,
                            TransformerImpl)
 from hgplan.plan import ParallelConfig, Plan, Recompute
@@ -128,13 +128,14 @@ def pipeline_gather_s(g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train
 
 
 def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *, msg_bytes: float,
-                crossings: int, link_bytes: float | None = None) -> tuple[float, float, NetPath | None]:
+                crossings: int, link_bytes: float | None = None,
+                host_copy: bool | None = None) -> tuple[float, float, NetPath | None]:
     """(sender-busy seconds, latency seconds, path) for one activation message between two stages.
 
     Every GPU of a stage sends its 1/TP shard at once; on a shared link (between islands or sites) all
     TP x CP x DP flows of the boundary, times the boundaries that cross the same link, share its bandwidth
     (`link_bytes`: what they carry together, when it is not msg_bytes x those flows). Between GPUs of two vendors
-    each message is also copied through host memory at both ends.
+    (or where `host_copy` says so: reshard.host_copies) each message is also copied through host memory at both ends.
     """
     path = fleet.path(a, b)
     if path is None:
@@ -147,21 +148,21 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
     if path.shared:
         total = msg_bytes * cfg.gpus_per_stage * crossings if link_bytes is None else link_bytes
         t = max(t, total / (path.gbps / 8.0 * path.profile.efficiency * 1e9))
-    if crosses_vendors(a, b):
+    if crosses_vendors(a, b) if host_copy is None else host_copy:
         t += host_copy_s(msg_bytes)
     return t, path.latency_s, path
 
 
 def mesh_boundary_s(fleet: Fleet, a: NodeGroup, b: NodeGroup, model: ModelArch, ca: ParallelConfig,
-                    cb: ParallelConfig, train: TrainingSettings, *,
-                    crossings: int) -> tuple[float, float, NetPath | None]:
+                    cb: ParallelConfig, train: TrainingSettings, *, crossings: int,
+                    host_copy: bool | None = None) -> tuple[float, float, NetPath | None]:
     """(sender-busy seconds, latency seconds, path) of one micro-batch's activation (or gradient) across a mesh
     boundary (costmodel/reshard.py) from a stage of degrees ca on a to one of degrees cb on b: a rank is busy for the
     larger of what it sends and what its counterpart receives; a shared link carries the whole step's activation
     once per boundary crossing it; the messages are batched, so one latency is paid."""
     send, recv = rank_slice_bytes(model, ca, train), rank_slice_bytes(model, cb, train)
     return p2p_seconds(fleet, a, b, ca, msg_bytes=max(send, recv), crossings=crossings,
-                       link_bytes=send * ca.tp * ca.dp * crossings)
+                       link_bytes=send * ca.tp * ca.dp * crossings, host_copy=host_copy)
 
 
 def _tensors_per_layer(model: ModelArch) -> int:
@@ -234,7 +235,7 @@ def dp_tail(fleet: Fleet, g: NodeGroup, cfg: ParallelConfig, train: TrainingSett
 
 
 def tied_embedding_sync_s(fleet: Fleet, first: NodeGroup, last: NodeGroup, model: ModelArch, cfg: ParallelConfig,
-                          train: TrainingSettings) -> float:
+                          train: TrainingSettings, *, host_copy: bool | None = None) -> float:
     """All-reduce of the tied embedding's gradient between the first and last stage (0 when untied or PP = 1).
 
     A ring all-reduce of S bytes over two ranks sends 2 (n - 1) / n x S = S bytes each way in two steps (a
@@ -242,8 +243,15 @@ def tied_embedding_sync_s(fleet: Fleet, first: NodeGroup, last: NodeGroup, model
     if cfg.pp <= 1 or model.untie_embeddings_and_output_weights:
         return 0.0
     emb_bytes = model.padded_vocab(cfg.tp) * model.hidden_size / cfg.tp * grad_bytes(train.precision)
-    busy, latency, _ = p2p_seconds(fleet, first, last, cfg, msg_bytes=emb_bytes, crossings=1)
+    busy, latency, _ = p2p_seconds(fleet, first, last, cfg, msg_bytes=emb_bytes, crossings=1, host_copy=host_copy)
     return busy + 2 * latency
+
+
+def plan_tied_sync_s(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings) -> float:
+    """tied_embedding_sync_s between the plan's first and last stage, through host memory where host_copies says."""
+    first, last = (fleet.group(plan.stages[i].node_group) for i in (0, -1))
+    return tied_embedding_sync_s(fleet, first, last, model, plan.stage_config(0), train,
+                                 host_copy=host_copies(plan, fleet)[1])
 
 
 def _zero3_overlap(fleet: Fleet, g: NodeGroup, model: ModelArch, cfg: ParallelConfig, train: TrainingSettings, *,
@@ -325,7 +333,7 @@ def _boundary_costs(fleet: Fleet, groups: list[NodeGroup], model: ModelArch, pla
         if path is not None and path.link is not None:
             link_use[id(path.link)] = link_use.get(id(path.link), 0) + 1
     send, lat = [0.0] * p, [0.0] * p
-    described = []
+    described, host = [], host_copies(plan, fleet)[0]
     for k, (a_i, b_i) in enumerate(pairs):
         path = fleet.path(groups[a_i], groups[b_i])
         crossings = link_use.get(id(path.link), 1) if path is not None and path.link is not None else 1
@@ -334,31 +342,16 @@ def _boundary_costs(fleet: Fleet, groups: list[NodeGroup], model: ModelArch, pla
         if not reshard:
             msg = p2p_message_bytes(model, ca, train)
             busy, latency, path = p2p_seconds(fleet, groups[a_i], groups[b_i], ca, msg_bytes=msg,
-                                              crossings=crossings)
+                                              crossings=crossings, host_copy=host[k])
             busy += pipeline_gather_s(groups[b_i], model, ca, train)
         else:
             msg = max(rank_slice_bytes(model, ca, train), rank_slice_bytes(model, cb, train))
             busy, latency, path = mesh_boundary_s(fleet, groups[a_i], groups[b_i], model, ca, cb, train,
-                                                  crossings=crossings)
+                                                  crossings=crossings, host_copy=host[k])
         send[k], lat[k] = busy, latency
-        described.append(_boundary_description(a_i, b_i, path, busy, latency, msg, (ca, cb) if reshard else None,
-                                               host_copy=crosses_vendors(groups[a_i], groups[b_i])))
+        described.append(boundary_record(a_i, b_i, path, busy, latency, msg, (ca, cb) if reshard else None,
+                                         host_copy=host[k]))
     return send, lat, described
-
-
-def _boundary_description(a_i: int, b_i: int, path: NetPath | None, busy: float, latency: float, msg: float,
-                          reshard: tuple[ParallelConfig, ParallelConfig] | None, *, host_copy: bool) -> dict:
-    """What explain reports of one boundary; a mesh boundary (reshard: the two stages' degrees) names the degrees it
-    re-shards between, and a boundary between two vendors says that it goes through host memory."""
-    out = {"from_stage": a_i, "to_stage": b_i, "path": path.kind if path else "none",
-           "transport": path.transport.value if path else None, "send_s": busy, "latency_s": latency,
-           "message_mib": msg / 2 ** 20}
-    if reshard is not None:
-        ca, cb = reshard
-        out["reshard"] = {"from_tp": ca.tp, "from_dp": ca.dp, "to_tp": cb.tp, "to_dp": cb.dp}
-    if host_copy:
-        out["host_copy"] = True
-    return out
 
 
 def _recomputed_flops(plan: Plan, work: list[_StageWork], m: int) -> float:
@@ -393,7 +386,7 @@ def _tails_s(plan: Plan, fleet: Fleet, groups: list[NodeGroup], model: ModelArch
     """Per stage, what follows its last backward: its exposed data-parallel sync (the first and last stage's with
     the tied embedding's sync) and its optimizer step."""
     p = plan.config.pp
-    tied_sync = tied_embedding_sync_s(fleet, groups[0], groups[-1], model, plan.stage_config(0), train)
+    tied_sync = plan_tied_sync_s(plan, fleet, model, train)
     out = []
     for i, (st, g, w) in enumerate(zip(plan.stages, groups, work)):
         exposed, opt = dp_tail(fleet, g, plan.stage_config(i), train, params=w.memory.params, layers=st.num_layers,

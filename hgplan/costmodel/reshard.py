@@ -12,8 +12,8 @@ destination rank receives its whole slice. The backward gradient goes the same w
 from __future__ import annotations
 
 from hgplan.costmodel.compute import BYTES
-from hgplan.domain import ModelArch, NodeGroup, TrainingSettings
-from hgplan.plan import ParallelConfig
+from hgplan.domain import Fleet, ModelArch, NetPath, NodeGroup, TrainingSettings
+from hgplan.plan import ParallelConfig, Plan
 
 HOST_COPY_GBYTES_PER_S = 12.0
 """A device-to-host or host-to-device copy of a pageable tensor (torch's `.cpu()` / `.to(device)` without pinned
@@ -39,6 +39,50 @@ def crosses_vendors(a: NodeGroup, b: NodeGroup) -> bool:
     return a.gpu.vendor != b.gpu.vendor
 
 
+def one_transport(fleet: Fleet, a: NodeGroup, b: NodeGroup) -> bool:
+    """Whether one network transport carries NCCL's traffic between a and b end to end. NCCL runs a single transport
+    per communicator (NVIDIA/nccl#878): it cannot join InfiniBand to RoCE, nor either to a path without RDMA (a
+    link between islands or sites), which it could only cross on sockets; nodes that have only Ethernet NICs run
+    sockets throughout, which it can."""
+    path = fleet.path(a, b)
+    if path is None:
+        return True
+    if a.nic_transport != b.nic_transport:
+        return False
+    return fleet.transports[path.transport].rdma or not fleet.transports[a.nic_transport].rdma
+
+
+def one_communicator(fleet: Fleet, a: NodeGroup, b: NodeGroup) -> bool:
+    """Whether one NCCL communicator can join GPUs of a and b: one vendor's library (NCCL or RCCL) and one
+    transport (one_transport)."""
+    return not crosses_vendors(a, b) and one_transport(fleet, a, b)
+
+
+def mesh_host_path(plan: Plan, fleet: Fleet) -> bool:
+    """Whether FlagScale runs the plan's meshes with hetero_use_cpu_communication: some boundary between meshes
+    that one NCCL communicator cannot join. FlagScale builds the groups that cross meshes (pipeline, model-parallel,
+    embedding) without per-communicator NCCL options, on the default backend
+    (flagscale/train/hetero/parallel_context.py, build_global_process_groups), so such a boundary can only go through
+    host memory over gloo, which that switch makes the default for every one of them."""
+    meshes = plan.meshes()
+    return any(not one_communicator(fleet, fleet.group(plan.stages[first - 1].node_group),
+                                    fleet.group(plan.stages[first].node_group)) for first, _ in meshes[1:])
+
+
+def host_copies(plan: Plan, fleet: Fleet) -> tuple[list[bool], bool]:
+    """Which sends go through host memory: per stage boundary k -> k+1, and the tied embedding's all-reduce between
+    the first and last stage. A mesh plan (asymmetric, FlagScale's) that needs the host path (mesh_host_path) sends
+    across every boundary between meshes, and between its first and last mesh, that way; otherwise only sends
+    between GPUs of two vendors do (what a stock plan needs there: a gloo group)."""
+    groups = [fleet.group(st.node_group) for st in plan.stages]
+    p = len(groups)
+    pairs = [(k, (k + 1) % p) for k in range(p if plan.config.vpp > 1 else p - 1)]
+    if plan.asymmetric and mesh_host_path(plan, fleet):
+        mesh_of = [i for i, (_, count) in enumerate(plan.meshes()) for _ in range(count)]
+        return [mesh_of[a] != mesh_of[b] for a, b in pairs], mesh_of[0] != mesh_of[-1]
+    return [crosses_vendors(groups[a], groups[b]) for a, b in pairs], crosses_vendors(groups[0], groups[-1])
+
+
 def cross_vendor_message(groups: list[NodeGroup], *, flagscale: bool) -> str | None:
     """What a pipeline over GPUs of several vendors needs to run, or None when it stays on one vendor's GPUs."""
     vendors = sorted({g.gpu.vendor for g in groups})
@@ -54,3 +98,17 @@ def cross_vendor_message(groups: list[NodeGroup], *, flagscale: bool) -> str | N
                    "group for those point-to-point transfers, or a unified communicator as HETHUB built) and a "
                    "PyTorch build per vendor; TP and DP stay inside one vendor's node group")
 
+
+def boundary_record(a_i: int, b_i: int, path: NetPath | None, busy: float, latency: float, msg: float,
+                    reshard: tuple[ParallelConfig, ParallelConfig] | None, *, host_copy: bool) -> dict:
+    """What explain reports of one boundary; a mesh boundary (reshard: the two stages' degrees) names the degrees it
+    re-shards between, and a boundary whose sends go through host memory (host_copies) says so."""
+    out = {"from_stage": a_i, "to_stage": b_i, "path": path.kind if path else "none",
+           "transport": path.transport.value if path else None, "send_s": busy, "latency_s": latency,
+           "message_mib": msg / 2 ** 20}
+    if reshard is not None:
+        ca, cb = reshard
+        out["reshard"] = {"from_tp": ca.tp, "from_dp": ca.dp, "to_tp": cb.tp, "to_dp": cb.dp}
+    if host_copy:
+        out["host_copy"] = True
+    return out

@@ -13,6 +13,7 @@ import re
 
 import yaml
 
+from hgplan.costmodel.reshard import host_copies, mesh_host_path
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.errors import PlanningError
 from hgplan.export.common import Export, nccl_env, node_record, parallel_args
@@ -53,16 +54,18 @@ def _scalar(text: str):
 
 
 def device_labels(plan: Plan, fleet: Fleet) -> list[str]:
-    """One device-type label per mesh: the GPU model, or the GPU model and node group when two meshes of one model
-    are not adjacent (FlagScale orders ranks by each label's first occurrence, so a label's meshes must be
-    adjacent)."""
+    """One device-type label per mesh: the GPU model, or the GPU model and node group ('site_group') where two meshes
+    of one model are not adjacent (FlagScale orders ranks by each label's first occurrence, so a label's meshes must
+    be adjacent) or their node groups need different NCCL settings (the environment goes per label)."""
     meshes = plan.meshes()
-    gpus = [fleet.group(plan.stages[first].node_group).gpu.id for first, _ in meshes]
+    groups = [fleet.group(plan.stages[first].node_group) for first, _ in meshes]
+    gpus = [g.gpu.id for g in groups]
     labels = []
-    for i, (first, _) in enumerate(meshes):
-        runs = [j for j, g in enumerate(gpus) if g == gpus[i]]
+    for i, g in enumerate(groups):
+        runs = [j for j, gpu in enumerate(gpus) if gpu == gpus[i]]
         adjacent = runs == list(range(runs[0], runs[0] + len(runs)))
-        name = gpus[i] if adjacent else f"{gpus[i]}_{plan.stages[first].node_group.split('/')[-1]}"
+        alike = all(nccl_env(groups[j]) == nccl_env(g) for j in runs)
+        name = gpus[i] if adjacent and alike else f"{gpus[i]}_{g.key}"
         labels.append(re.sub(r"[^A-Za-z0-9_.-]", "_", name))
     return labels
 
@@ -103,7 +106,7 @@ def train_config(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSett
     hetero = {"enable_hetero": True, "hetero_process_meshes": flat,
               "hetero_pipeline_layer_split": [s.num_layers for s in plan.stages], "hetero_device_types": labels,
               "hetero_current_device_type": labels[0], "standalone_embedding_stage": False}
-    if len({fleet.group(s.node_group).gpu.vendor for s in plan.stages}) > 1:
+    if mesh_host_path(plan, fleet):
         hetero["hetero_use_cpu_communication"] = True
     first, last = plan.stage_config(0), plan.stage_config(len(plan.stages) - 1)
     if not model.untie_embeddings_and_output_weights and first.dp != last.dp:
@@ -130,11 +133,12 @@ def _hostfile(plan: Plan, layout: Layout, labels: list[str]) -> tuple[list[str],
     return [f"{n.host} slots={n.local_gpus} type={t}" for n, t in zip(layout.nodes, types)], types
 
 
-def experiment_config(fleet: Fleet, layout: Layout, types: list[str], script: str) -> dict:
-    """The experiment file: runner with the hostfile and static rendezvous, environment per device type."""
+def experiment_config(fleet: Fleet, layout: Layout, types: list[str], script: str, *, gloo: bool = False) -> dict:
+    """The experiment file: runner with the hostfile and static rendezvous, environment per device type (with gloo,
+    the interface gloo's sends between meshes take)."""
     per_type: dict[str, dict] = {}
     for node, t in zip(layout.nodes, types):
-        per_type.setdefault(t, nccl_env(fleet.group(node.group)))
+        per_type.setdefault(t, nccl_env(fleet.group(node.group)) | ({"GLOO_SOCKET_IFNAME": "eth0"} if gloo else {}))
     return {"defaults": [{"train": TRAIN_NAME}, "_self_"],
             "experiment": {"exp_name": "hgplan", "exp_dir": "./outputs_hgplan",
                            "task": {"type": "train", "backend": "megatron",
@@ -154,7 +158,8 @@ def export_flagscale(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
     layout, labels = build_layout(plan, fleet), device_labels(plan, fleet)
     cfg = train_config(plan, fleet, model, train, labels)
     lines, types = _hostfile(plan, layout, labels)
-    exp = experiment_config(fleet, layout, types, script)
+    gloo = "hetero_use_cpu_communication" in cfg["system"]["hetero"]
+    exp = experiment_config(fleet, layout, types, script, gloo=gloo)
     problems = flagscale_violations(cfg, exp, lines, world_size=plan.world_size, num_layers=model.num_layers)
     if problems:
         raise PlanningError(f"rule {problems[0][0]}: {problems[0][1]}; export refused")
@@ -169,7 +174,13 @@ def export_flagscale(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
     ex.nodes = [node_record(n) for n in layout.nodes]
     ex.notes.append(f"meshes [tp, cp, ep, dp, pp]: {cfg['system']['hetero']['hetero_process_meshes']}; launch "
                     "from the first host; FlagScale sets each node's hetero_current_device_type from its hostfile type")
-    if "hetero_use_cpu_communication" in cfg["system"]["hetero"]:
-        ex.notes.append("GPUs of two vendors: boundary sends go through host memory over gloo "
-                        "(hetero_use_cpu_communication); FlagCX (distributed_backend: flagcx) is the alternative")
+    if gloo:
+        ex.notes.append("a boundary between meshes joins two vendors or two network transports, which one NCCL "
+                        "communicator cannot: every send between meshes goes through host memory over gloo "
+                        "(hetero_use_cpu_communication; GLOO_SOCKET_IFNAME names the interface, a typical value to "
+                        "check); FlagCX (distributed_backend: flagcx) is the alternative between vendors")
+        if not plan.asymmetric and not all(host_copies(plan, fleet)[0][first - 1] for first, _ in plan.meshes()[1:]):
+            ex.warnings.append("this stock plan was priced as Megatron-LM runs it (NCCL on sockets across a "
+                               "transport boundary); FlagScale also copies each send between meshes through host "
+                               "memory, at both ends, which the prediction leaves out")
     return ex

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import shlex
 
-from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
+from hgplan.costmodel.reshard import one_transport
+from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.enums import Attention, TransformerImpl
 from hgplan.errors import PlanningError
 from hgplan.export.common import Export, nccl_env, node_record, node_script, parallel_args, torchrun_command
@@ -112,18 +113,13 @@ def recompute_args(plan: Plan) -> list[str]:
 
 
 def crosses_transports(plan: Plan, fleet: Fleet) -> tuple[bool, bool]:
-    """(pipeline has a non-RDMA or cross-transport boundary, first/last stage link is non-RDMA)."""
+    """(a pipeline boundary that one NCCL transport cannot carry, the same of the first and last stage's link):
+    reshard.one_transport."""
     groups = [fleet.group(s.node_group) for s in plan.stages]
-
-    def non_rdma(a: NodeGroup, b: NodeGroup) -> bool:
-        """Whether the path between a and b has no RDMA or joins two transports."""
-        path = fleet.path(a, b)
-        return path is not None and (not fleet.transports[path.transport].rdma or a.nic_transport != b.nic_transport)
-
-    pp = any(non_rdma(groups[i], groups[i + 1]) for i in range(len(groups) - 1))
+    pp = any(not one_transport(fleet, groups[i], groups[i + 1]) for i in range(len(groups) - 1))
     if plan.config.vpp > 1 and len(groups) > 1:
-        pp = pp or non_rdma(groups[-1], groups[0])
-    return pp, len(groups) > 1 and non_rdma(groups[0], groups[-1])
+        pp = pp or not one_transport(fleet, groups[-1], groups[0])
+    return pp, len(groups) > 1 and not one_transport(fleet, groups[0], groups[-1])
 
 
 SPANNING_GROUPS = (

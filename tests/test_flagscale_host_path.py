@@ -1,0 +1,132 @@
+"""Sends that one NCCL communicator cannot carry: between vendors, or between network transports (InfiniBand to
+RoCE, either to a link without RDMA). FlagScale sends every boundary between meshes through host memory over gloo
+then (hetero_use_cpu_communication), which its export switches on and the cost model prices on each such boundary;
+Megatron-LM's export puts the groups that span the stages on sockets instead."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from omegaconf import OmegaConf
+
+from hgplan.costmodel.evaluate import evaluate
+from hgplan.costmodel.reshard import host_copies, host_copy_s, mesh_host_path, one_communicator, one_transport
+from hgplan.export.flagscale import export_flagscale
+from hgplan.export.megatron import export_megatron
+from hgplan.inputs import make_training
+from hgplan.io import catalog, resolve_cluster, resolve_model
+from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
+from hgplan.validate import check_plan
+
+FLEET = """name: islands
+sites:
+  - name: dc
+    node_groups:
+      - {name: ib, count: 2, gpu: A100-SXM4-80GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 200, count: 8}}
+      - {name: ib2, count: 2, gpu: A100-SXM4-80GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 200, count: 8}}
+      - {name: roce, count: 2, gpu: A100-SXM4-80GB, gpus_per_node: 8, nics: {transport: roce, gbps: 100, count: 4}}
+    links:
+      - {between: [ib, roce], gbps: 25, latency_ms: 0.05, transport: ethernet}
+      - {between: [ib2, roce], gbps: 25, latency_ms: 0.05, transport: ethernet}
+  - name: edge
+    node_groups:
+      - {name: eth, count: 2, gpu: A100-SXM4-80GB, gpus_per_node: 8, nics: {transport: ethernet, gbps: 100, count: 2}}
+      - {name: eth2, count: 2, gpu: A100-SXM4-80GB, gpus_per_node: 8, nics: {transport: ethernet, gbps: 100, count: 2}}
+links:
+  - {between: [dc, edge], gbps: 100, latency_ms: 1}
+"""
+INF = {"tp": 1, "recompute": Recompute.NONE}
+
+
+@pytest.fixture(scope="module")
+def islands(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fleet") / "islands.yaml"
+    path.write_text(FLEET)
+    fleet, _, _ = resolve_cluster(str(path), catalog())
+    model, _ = resolve_model("gpt-1.7b")  # tied embeddings
+    train = make_training({"seq_length": 2048, "global_batch_size": 64}, model)
+    return fleet, model, train
+
+
+def _plan(*stages: tuple[str, int, int]) -> Plan:
+    """Stages (node group, layers, dp) of tp 1; asymmetric when the dp differ."""
+    cfg = ParallelConfig(tp=1, pp=len(stages), dp=stages[0][2], micro_batch_size=1, zero_stage=1)
+    return Plan(config=cfg, stages=tuple(StageAssignment(node_group=f"{'edge' if g.startswith('eth') else 'dc'}/{g}",
+                                                         num_layers=n, dp=dp, **INF)
+                                         for g, n, dp in stages))
+
+
+def test_which_pairs_one_communicator_joins(islands):
+    fleet = islands[0]
+    g = {n: fleet.group(f"{'edge' if n.startswith('eth') else 'dc'}/{n}") for n in ("ib", "ib2", "roce", "eth", "eth2")}
+    assert one_transport(fleet, g["ib"], g["ib"]) and one_transport(fleet, g["ib"], g["ib2"])  # one fabric
+    assert not one_transport(fleet, g["ib"], g["roce"])  # two transports, over Ethernet
+    assert not one_transport(fleet, g["ib"], g["eth"])  # RDMA on one side only, across sites
+    assert one_transport(fleet, g["eth"], g["eth2"])  # sockets throughout
+    assert one_communicator(fleet, g["eth"], g["eth2"])
+    amd = replace(g["ib2"], gpu=catalog().gpu_type(catalog().gpus["MI300X"]))  # on ib's fabric, another vendor's GPUs
+    assert one_transport(fleet, g["ib"], amd)
+    assert not one_communicator(fleet, g["ib"], amd)
+
+
+def test_every_boundary_between_meshes_pays_the_host_copy_once_one_needs_it(islands):
+    fleet, model, train = islands
+    # three meshes: ib (dp 4) -> ib2 (dp 2), one fabric -> roce (dp 2), two transports
+    plan = _plan(("ib", 8, 4), ("ib2", 8, 2), ("roce", 8, 2))
+    assert plan.asymmetric and plan.meshes() == [(0, 1), (1, 1), (2, 1)]
+    assert check_plan(plan, fleet, model, train) == []
+    assert mesh_host_path(plan, fleet)
+    assert host_copies(plan, fleet) == ([True, True], True)
+    pred = evaluate(plan, fleet, model, train)
+    assert [b.get("host_copy", False) for b in pred.boundaries] == [True, True]
+    # the same meshes on one fabric: NCCL throughout, no host copy
+    plain = _plan(("ib", 8, 4), ("ib2", 16, 2))
+    assert not mesh_host_path(plain, fleet) and host_copies(plain, fleet) == ([False], False)
+    # the ib -> ib2 boundary's send is the one-fabric send plus a device-host copy at each end of its message
+    one_fabric = evaluate(_plan(("ib", 8, 4), ("ib2", 8, 2), ("ib2", 8, 2)), fleet, model, train).boundaries[0]
+    msg = pred.boundaries[0]["message_mib"] * 2 ** 20
+    assert pred.boundaries[0]["send_s"] == pytest.approx(one_fabric["send_s"] + host_copy_s(msg), rel=1e-9)
+
+
+def test_a_stock_plan_keeps_megatrons_sockets(islands):
+    fleet, model, train = islands
+    stock = _plan(("ib", 12, 2), ("roce", 12, 2))
+    assert not stock.asymmetric and mesh_host_path(stock, fleet)
+    assert host_copies(stock, fleet) == ([False], False)  # priced as Megatron-LM runs it: NCCL on sockets
+    ex = export_megatron(stock, fleet, model, train)
+    assert "nccl_pg.yaml" in ex.files
+    fs = export_flagscale(stock, fleet, model, train)
+    assert any("leaves out" in w for w in fs.warnings)
+
+
+def test_flagscale_export_switches_to_gloo_and_keeps_each_groups_environment(islands):
+    fleet, model, train = islands
+    plan = _plan(("ib", 8, 4), ("ib2", 8, 2), ("roce", 8, 2))
+    ex = export_flagscale(plan, fleet, model, train)
+    cfg = OmegaConf.to_container(OmegaConf.create(ex.files["conf/train/hgplan.yaml"]))
+    hetero = cfg["system"]["hetero"]
+    assert hetero["hetero_use_cpu_communication"] is True
+    # one GPU model whose node groups need different NCCL settings: a label (and an environment) per node group
+    labels = ["A100-SXM4-80GB_dc_ib", "A100-SXM4-80GB_dc_ib2", "A100-SXM4-80GB_dc_roce"]
+    assert hetero["hetero_device_types"] == labels
+    exp = OmegaConf.to_container(OmegaConf.create(ex.files["conf/train_hgplan.yaml"]))
+    envs = exp["experiment"]["envs"]["device_type_specific"]
+    assert all(envs[lab]["NCCL_CROSS_NIC"] == "0" and "NCCL_IB_GID_INDEX" not in envs[lab] for lab in labels[:2])
+    assert envs[labels[2]]["NCCL_IB_GID_INDEX"] == "3"
+    assert all(e["GLOO_SOCKET_IFNAME"] for e in envs.values())
+    assert any("gloo" in n for n in ex.notes)
+    # one fabric: NCCL, no switch, no gloo interface
+    plain = export_flagscale(_plan(("ib", 8, 4), ("ib2", 16, 2)), fleet, model, train)
+    cfg = OmegaConf.to_container(OmegaConf.create(plain.files["conf/train/hgplan.yaml"]))
+    assert "hetero_use_cpu_communication" not in cfg["system"]["hetero"]
+    assert cfg["system"]["hetero"]["hetero_device_types"] == ["A100-SXM4-80GB"] * 2  # alike: the model's own name
+    assert "GLOO_SOCKET_IFNAME" not in plain.files["conf/train_hgplan.yaml"]
+
+
+def test_ethernet_only_nodes_need_no_socket_file(islands):
+    """Nodes with Ethernet NICs alone run NCCL on sockets throughout: no per-communicator file, no warning."""
+    fleet, model, train = islands
+    plan = _plan(("eth", 12, 2), ("eth2", 12, 2))
+    ex = export_megatron(plan, fleet, model, train)
+    assert "nccl_pg.yaml" not in ex.files and not ex.warnings
