@@ -214,6 +214,15 @@ class Fleet:
     groups: tuple[NodeGroup, ...]
     links: tuple[Link, ...]
     transports: dict[str, TransportProfile] = field(hash=False, compare=False)
+    mixed_transports: bool = True
+    """Whether a pipeline boundary may join node groups that one NCCL transport cannot (one_transport): Megatron-LM
+    runs it with NCCL on sockets for the groups that span the stages (export/megatron.py, nccl_pg.yaml);
+    Megatron-DeepSpeed has no per-communicator NCCL settings, so for it (for_target) no path joins them."""
+
+    def for_target(self, target: str) -> "Fleet":
+        """The fleet as a target's runtime can use it: for Megatron-DeepSpeed (--target deepspeed), without paths
+        between groups that one NCCL transport cannot join."""
+        return replace(self, mixed_transports=False) if target == Target.DEEPSPEED else self
 
     @property
     def sites(self) -> tuple[str, ...]:
@@ -246,8 +255,26 @@ class Fleet:
     def _link(self, scope: str, x: str, y: str) -> Link | None:
         return next((lk for lk in self.links if lk.scope == scope and lk.joins(x, y)), None)
 
+    def one_transport(self, a: NodeGroup, b: NodeGroup) -> bool:
+        """Whether one network transport carries NCCL's traffic between a and b end to end. NCCL runs a single
+        transport per communicator (NVIDIA/nccl#878): it cannot join InfiniBand to RoCE, nor either to a path without
+        RDMA (a link between islands or sites), which it could only cross on sockets; nodes that have only Ethernet
+        NICs run sockets throughout, which it can."""
+        path = self._path(a, b)
+        if path is None or a.key == b.key:
+            return True
+        if a.nic_transport != b.nic_transport:
+            return False
+        return self.transports[path.transport].rdma or not self.transports[a.nic_transport].rdma
+
     def path(self, a: NodeGroup, b: NodeGroup) -> NetPath | None:
-        """The network path between two groups, or None when they cannot reach each other directly."""
+        """The network path between two groups, or None when they cannot reach each other directly (nor, without
+        mixed_transports, over one NCCL transport)."""
+        if not self.mixed_transports and not self.one_transport(a, b):
+            return None
+        return self._path(a, b)
+
+    def _path(self, a: NodeGroup, b: NodeGroup) -> NetPath | None:
         per_gpu = min(a.nic_gbps_per_gpu, b.nic_gbps_per_gpu)
         if a.key == b.key:
             tp = self.transports[a.nic_transport]

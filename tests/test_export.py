@@ -37,6 +37,18 @@ def loaded(path):
     return lp.plan, lp.fleet, lp.model, lp.train, doc
 
 
+def one_site(path):
+    """The searched two-site plan's fleet, model and Megatron-LM settings, with a plan on the Beijing H100s alone
+    (tp 8, pp 2, dp 4, uneven layers): the two-site plan's WAN boundary joins InfiniBand to RoCE, which DeepSpeed's
+    export refuses (one NCCL transport per communicator and no per-communicator settings)."""
+    from hgplan.explainer import build_plan
+    _, fleet, model, train, doc = loaded(path)
+    plan = build_plan(fleet=fleet, model=model, tp=8, pp=2, dp=4, cp=1, mbs=1, vpp=1, recompute="full",
+                      sequence_parallel=True, zero_stage=1, overlap_grad_reduce=True, allow_cross_node_tp=False,
+                      layers=[38, 42], stage_groups=["beijing/h100"] * 2)
+    return plan, fleet, model, train, doc
+
+
 def megatron_layout():
     if os.environ.get("CI") == "true":
         from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
@@ -135,7 +147,7 @@ def test_megatron_export_places_stages_on_their_groups(plan_path):
 
 
 def test_deepspeed_batch_identity_and_partition(plan_path):
-    plan, fleet, model, train, _ = loaded(plan_path)
+    plan, fleet, model, train, _ = one_site(plan_path)
     cfg = ds_config(plan, train)
     c = plan.config
     assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * c.dp
@@ -448,11 +460,12 @@ def test_rope_and_norm_epsilon_flags(plan_path):
     assert argv[argv.index("--rope-scaling-factor") + 1] == "32" and argv[argv.index("--norm-epsilon") + 1] == "1e-06"
     plain = replace(model, rotary_base=10000, use_rope_scaling=False)
     assert not {"--rotary-base", "--use-rope-scaling"} & set(export_megatron(plan, fleet, plain, train).argv)
-    ds = export_deepspeed(plan, fleet, other, train)
+    beijing = one_site(plan_path)[0]
+    ds = export_deepspeed(beijing, fleet, other, train)
     assert ds.argv[ds.argv.index("--rotary-position-embeddings-theta") + 1] == "500000"
     assert ds.argv[ds.argv.index("--layernorm-epsilon") + 1] == "1e-06" and "--use-rope-scaling" not in ds.argv
     assert any("no Llama 3.x RoPE scaling" in w for w in ds.warnings)
-    assert not any("RoPE" in w for w in export_deepspeed(plan, fleet, plain, train).warnings)
+    assert not any("RoPE" in w for w in export_deepspeed(beijing, fleet, plain, train).warnings)
     files = export_flagscale(plan, fleet, other, train).files
     mkeys = yaml.safe_load(next(v for k, v in files.items() if k.startswith("conf/train/")))["model"]
     assert (mkeys["rotary_base"], mkeys["use_rope_scaling"], mkeys["norm_epsilon"]) == (500000, True, 1e-6)
@@ -483,7 +496,7 @@ def test_deepspeed_flags_exist_in_megatron_deepspeed(plan_path, variant):
     from dataclasses import replace
 
     from hgplan.errors import PlanningError
-    plan, fleet, model, train, _ = loaded(plan_path)
+    plan, fleet, model, train, _ = one_site(plan_path)
     if variant == "gpt":
         model = replace(model, normalization="LayerNorm", position_embedding_type="learned_absolute",
                         activation="gelu", add_bias_linear=True, rotary_base=10000, use_rope_scaling=False)
@@ -514,7 +527,7 @@ def test_deepspeed_export_launches_the_attention_it_was_priced_with(plan_path):
     from hgplan.export.deepspeed import attention_args
     from hgplan.inputs import load_cluster, load_model
     from hgplan.io import catalog
-    plan, fleet, model, train, _ = loaded(plan_path)
+    plan, fleet, model, train, _ = one_site(plan_path)
     ex = export_deepspeed(plan, fleet, model, train)
     assert "--use-flash-attn-v2" in ex.argv and any("priced with fused attention" in w for w in ex.warnings)
     flash2 = replace(train, attention=Attention.FLASH2)

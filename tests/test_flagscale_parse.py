@@ -120,3 +120,25 @@ def test_exported_configuration_passes_flagscale(cli, tmp_path, case):
         else:
             want.append([key[1], key[2], 1, doc["dp"] * doc["micro_batch_size"] // key[2], key[1] > 1])
     assert got == want
+
+
+def test_recompute_per_mesh_passes_flagscale(tmp_path):
+    """Full recomputation on one mesh and none on the other: FlagScale's per-stage rows, which its
+    post_validate_args parses and checks against each mesh's micro-batches."""
+    from hgplan.export.flagscale import export_flagscale
+    from hgplan.inputs import make_training
+    from hgplan.io import catalog, resolve_cluster, resolve_model
+    from hgplan.plan import ParallelConfig, Plan, Recompute, StageAssignment
+    fleet, _, _ = resolve_cluster(str(DATA / "a100-t4.yaml"), catalog())
+    model, _ = resolve_model("gpt-1.7b")
+    train = make_training({"seq_length": 2048, "global_batch_size": 128, "precision": "fp16"}, model)
+    plan = Plan(config=ParallelConfig(tp=1, pp=4, dp=4, micro_batch_size=2, zero_stage=1), stages=(
+        StageAssignment(node_group="dc/a100", num_layers=16, tp=1, dp=4, recompute=Recompute.FULL),
+        *(StageAssignment(node_group="dc/t4", num_layers=n, tp=1, dp=8, recompute=Recompute.NONE) for n in (3, 3, 2))))
+    for name, text in export_flagscale(plan, fleet, model, train).files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    run = subprocess.run([sys.executable, "-c", PARSE, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "HGPLAN_FLAGSCALE": FLAGSCALE, "HGPLAN_FLAGSCALE_MEGATRON": BACKEND})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == [[1, 4, 1, 2, False], [1, 8, 3, 1, False]]

@@ -153,7 +153,10 @@ def _print_report(report, as_json: bool, to_stdout: bool) -> None:
 @training_options(runtime=False)
 def search(
     cluster: ClusterOpt, model: ModelOpt,
-    target: Annotated[Target, typer.Option("--target", help="Framework the plan must run on.")] = Target.MEGATRON,
+    target: Annotated[Target, typer.Option("--target", help=(
+        "Framework the plan must run on: megatron (Megatron-LM), deepspeed (Megatron-DeepSpeed: no interleaving or "
+        "CP, FlashAttention-2, the pipeline on one network transport) or flagscale (also per-mesh TP, DP and "
+        "recompute; docs/export.md)."))] = Target.MEGATRON,
     top: Annotated[int, typer.Option("--top", help="How many ranked plans to show.")] = 5,
     time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds: a reproducible budget "
                                                                    "of 0.6 x this in CP-SAT deterministic time, and a hard "

@@ -39,23 +39,10 @@ def crosses_vendors(a: NodeGroup, b: NodeGroup) -> bool:
     return a.gpu.vendor != b.gpu.vendor
 
 
-def one_transport(fleet: Fleet, a: NodeGroup, b: NodeGroup) -> bool:
-    """Whether one network transport carries NCCL's traffic between a and b end to end. NCCL runs a single transport
-    per communicator (NVIDIA/nccl#878): it cannot join InfiniBand to RoCE, nor either to a path without RDMA (a
-    link between islands or sites), which it could only cross on sockets; nodes that have only Ethernet NICs run
-    sockets throughout, which it can."""
-    path = fleet.path(a, b)
-    if path is None:
-        return True
-    if a.nic_transport != b.nic_transport:
-        return False
-    return fleet.transports[path.transport].rdma or not fleet.transports[a.nic_transport].rdma
-
-
 def one_communicator(fleet: Fleet, a: NodeGroup, b: NodeGroup) -> bool:
     """Whether one NCCL communicator can join GPUs of a and b: one vendor's library (NCCL or RCCL) and one
-    transport (one_transport)."""
-    return not crosses_vendors(a, b) and one_transport(fleet, a, b)
+    transport (Fleet.one_transport)."""
+    return not crosses_vendors(a, b) and fleet.one_transport(a, b)
 
 
 def mesh_host_path(plan: Plan, fleet: Fleet) -> bool:

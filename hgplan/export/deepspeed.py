@@ -71,6 +71,25 @@ def partition_bounds(plan: Plan) -> list[int]:
     return out
 
 
+def _one_transport_pipeline(plan: Plan, fleet: Fleet, model: ModelArch) -> None:
+    """Refuse a pipeline whose stage boundary (or tied-embedding pair) one NCCL transport cannot carry (Fleet.path
+    with mixed_transports off): Megatron-DeepSpeed and DeepSpeed build their groups without per-communicator NCCL
+    settings (no --nccl-communicator-config-path at 4efb479d)."""
+    groups = [fleet.group(s.node_group) for s in plan.stages]
+    pairs = list(zip(groups, groups[1:])) + ([(groups[0], groups[-1])] if len(groups) > 1 and
+                                             not model.untie_embeddings_and_output_weights else [])
+    for a, b in pairs:
+        if not fleet.one_transport(a, b):
+            via = fleet.path(a, b)
+            raise PlanningError(
+                f"the pipeline joins {a.key} ({a.nic_transport}) and {b.key} ({b.nic_transport}) over "
+                f"{via.transport if via else 'no path'}, which one NCCL transport cannot carry. Megatron-LM crosses "
+                "such a boundary with NCCL on sockets for the groups that span the stages (--format megatron); "
+                "Megatron-DeepSpeed has no per-communicator NCCL settings, and NCCL_NET=Socket on every node would "
+                "move all its traffic, the data-parallel reduction included, to TCP, which this plan was not priced "
+                "with: re-plan with --target deepspeed, which keeps the pipeline on one transport")
+
+
 def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,
                      script: str = "pretrain_gpt.py") -> Export:
     """Megatron-DeepSpeed: ds_config.json, a rank-ordered hostfile, the launcher, NCCL settings per node group and, for
@@ -96,6 +115,7 @@ def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
                             "(--ds-sequence-parallel-size) instead: re-plan with --target deepspeed")
     if c.pp > 1 and c.zero_stage > 1:
         raise PlanningError(f"ZeRO stage {c.zero_stage} cannot be combined with pipeline parallelism in DeepSpeed")
+    _one_transport_pipeline(plan, fleet, model)
     layout = build_layout(plan, fleet)
     ex = Export(format="deepspeed", warnings=vendor_warnings(plan, fleet))
     cfg = ds_config(plan, train)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shlex
 
-from hgplan.costmodel.reshard import one_transport
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.enums import Attention, TransformerImpl
 from hgplan.errors import PlanningError
@@ -114,12 +113,12 @@ def recompute_args(plan: Plan) -> list[str]:
 
 def crosses_transports(plan: Plan, fleet: Fleet) -> tuple[bool, bool]:
     """(a pipeline boundary that one NCCL transport cannot carry, the same of the first and last stage's link):
-    reshard.one_transport."""
+    Fleet.one_transport."""
     groups = [fleet.group(s.node_group) for s in plan.stages]
-    pp = any(not one_transport(fleet, groups[i], groups[i + 1]) for i in range(len(groups) - 1))
+    pp = any(not fleet.one_transport(groups[i], groups[i + 1]) for i in range(len(groups) - 1))
     if plan.config.vpp > 1 and len(groups) > 1:
-        pp = pp or not one_transport(fleet, groups[-1], groups[0])
-    return pp, len(groups) > 1 and not one_transport(fleet, groups[0], groups[-1])
+        pp = pp or not fleet.one_transport(groups[-1], groups[0])
+    return pp, len(groups) > 1 and not fleet.one_transport(groups[0], groups[-1])
 
 
 SPANNING_GROUPS = (

@@ -109,9 +109,9 @@ def _head(lp: LoadedPlan, r, source: str) -> list[str]:
 
 def _placement(lp: LoadedPlan, r) -> list[str]:
     """The fleet picture, the pipeline's boundaries and the idle GPUs."""
-    from hgplan.planner.api import idle_gpus
+    from hgplan.planner.idle import idle_gpus
 
-    idle = idle_gpus(lp.fleet, lp.plan, lp.train)
+    idle = idle_gpus(lp.fleet.for_target(lp.file.inputs.target), lp.plan, lp.train)
     crossed = crossings(lp.plan, lp.fleet, tied_embeddings=not lp.model.untie_embeddings_and_output_weights)
     return ["<h2>Fleet and placement</h2>", fleet_svg(lp.fleet, lp.plan, idle, crossed),
             '<p class="note">Coloured cells are the GPUs each stage uses (S0 is the first stage); red links are '

@@ -17,7 +17,7 @@ from hgplan import __version__
 from hgplan.costmodel.evaluate import Prediction, evaluate
 from hgplan.costmodel.memory import FRAMEWORK_OVERHEAD_GIB, state_bytes_per_param, training_state_gib, usable_memory_gib
 from hgplan.costmodel.reshard import cross_vendor_message
-from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts, ClusterInput, EntrySolver, IdleGpus,
+from hgplan.documents import (AsymmetricRecord, BaselineRecord, CandidateCounts, ClusterInput, EntrySolver,
                               ModelInput, PlanEntry, ProofRecord, SearchFinding, SearchInputs, SearchReport,
                               SearchStats, SolverRecord)
 from hgplan.domain import Fleet, ModelArch, NodeGroup, Target, TrainingSettings
@@ -35,8 +35,8 @@ from hgplan.planner.path_model import PATH_MODEL_PARAMS
 from hgplan.planner.progress import Progress, ProgressFn
 from hgplan.planner.limits import SOLVE_THREADS, solve_params
 from hgplan.planner.found import Found, SearchResult
+from hgplan.planner.idle import idle_gpus
 from hgplan.planner.seeded import seeded_search
-from hgplan.planner.tables import eligible
 from hgplan.report import plan_record, prediction_record, rounded, stage_results, training_record
 from hgplan.validate import check_plan, precision_fix
 
@@ -55,33 +55,6 @@ def plan_entry(rank: int, plan: Plan, pred: Prediction, *, objective_s: float | 
     return PlanEntry(rank=rank, plan=plan_record(plan), prediction=prediction_record(pred),
                      stages=stage_results(pred), gpus_used=plan.world_size,
                      worst_headroom_gib=rounded(min(s.headroom_gib for s in pred.stages), 4), origin=origin, **extra)
-
-
-def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings, max_pp: int | None = None) -> list[IdleGpus]:
-    """The GPUs the plan leaves idle, per node group, with the reason (max_pp: the search's --max-pp)."""
-    out = []
-    for g in fleet.groups:
-        on = [i for i, s in enumerate(plan.stages) if s.node_group == g.key]
-        idle = g.num_gpus - sum(plan.stage_gpus(i) for i in on)
-        if idle <= 0:
-            continue
-        cfg = plan.stage_config(on[0]) if on else plan.config
-        size = cfg.gpus_per_stage
-        if not g.gpu.trains(train):
-            why = f"{g.gpu.id} does not support {train.precision_name}"
-        elif not eligible(g, cfg, train):
-            why = f"a stage of tp*cp*dp = {size} GPUs " + (
-                f"is larger than this group's {g.num_gpus}" if size > g.num_gpus
-                else f"with tp = {cfg.tp} does not fit the {g.gpus_per_node}-GPU nodes of this group")
-        elif idle < size:
-            why = f"fewer GPUs than one stage needs ({size}) remain"
-        elif max_pp is not None and plan.config.pp >= max_pp:
-            why = f"room for {idle // size} more stage(s) of {size} GPUs, but --max-pp {max_pp} allows no more stages"
-        else:
-            why = (f"room for {idle // size} more stage(s) of {size} GPUs, left empty: more stages would add pipeline "
-                   "fill, transfers or memory pressure that outweigh their compute (the solver weighed them)")
-        out.append(IdleGpus(node_group=g.key, gpus=idle, reason=why))
-    return out
 
 
 def _gib_text(gib: float) -> str:
@@ -374,7 +347,8 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     Raises PlanningError (nothing fits) or NoAnswerError (timeout). opts.budget_s covers the whole call (search,
     polishing, the proof): without a deadline of the caller's (the CLI sets one from the command's start), the call's
     own start plus budget_s is the deadline, so the proof does not start a fresh time limit after the search."""
-    started, train = time.perf_counter(), train.for_target(opts.target)  # what the target runs (domain.py)
+    # what the target runs and the paths it can use (domain.py)
+    started, train, fleet = time.perf_counter(), train.for_target(opts.target), fleet.for_target(opts.target)
     if opts.wall_deadline_s is None:
         opts = replace(opts, wall_deadline_s=started + opts.budget_s)
     # the search hands over at least RERANKED plans, whatever --top shows, for the ranking by the reported model

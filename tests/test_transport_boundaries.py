@@ -1,17 +1,21 @@
 """Sends that one NCCL communicator cannot carry: between vendors, or between network transports (InfiniBand to
 RoCE, either to a link without RDMA). FlagScale sends every boundary between meshes through host memory over gloo
 then (hetero_use_cpu_communication), which its export switches on and the cost model prices on each such boundary;
-Megatron-LM's export puts the groups that span the stages on sockets instead."""
+Megatron-LM's export puts the groups that span the stages on sockets instead; Megatron-DeepSpeed can do neither, so
+--target deepspeed keeps its pipeline on one transport and its export refuses a plan that is not."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 from omegaconf import OmegaConf
 
 from hgplan.costmodel.evaluate import evaluate
-from hgplan.costmodel.reshard import host_copies, host_copy_s, mesh_host_path, one_communicator, one_transport
+from hgplan.costmodel.reshard import host_copies, host_copy_s, mesh_host_path, one_communicator
+from hgplan.errors import PlanningError
+from hgplan.export.deepspeed import export_deepspeed
 from hgplan.export.flagscale import export_flagscale
 from hgplan.export.megatron import export_megatron
 from hgplan.inputs import make_training
@@ -60,13 +64,13 @@ def _plan(*stages: tuple[str, int, int]) -> Plan:
 def test_which_pairs_one_communicator_joins(islands):
     fleet = islands[0]
     g = {n: fleet.group(f"{'edge' if n.startswith('eth') else 'dc'}/{n}") for n in ("ib", "ib2", "roce", "eth", "eth2")}
-    assert one_transport(fleet, g["ib"], g["ib"]) and one_transport(fleet, g["ib"], g["ib2"])  # one fabric
-    assert not one_transport(fleet, g["ib"], g["roce"])  # two transports, over Ethernet
-    assert not one_transport(fleet, g["ib"], g["eth"])  # RDMA on one side only, across sites
-    assert one_transport(fleet, g["eth"], g["eth2"])  # sockets throughout
+    assert fleet.one_transport(g["ib"], g["ib"]) and fleet.one_transport(g["ib"], g["ib2"])  # one fabric
+    assert not fleet.one_transport(g["ib"], g["roce"])  # two transports, over Ethernet
+    assert not fleet.one_transport(g["ib"], g["eth"])  # RDMA on one side only, across sites
+    assert fleet.one_transport(g["eth"], g["eth2"])  # sockets throughout
     assert one_communicator(fleet, g["eth"], g["eth2"])
     amd = replace(g["ib2"], gpu=catalog().gpu_type(catalog().gpus["MI300X"]))  # on ib's fabric, another vendor's GPUs
-    assert one_transport(fleet, g["ib"], amd)
+    assert fleet.one_transport(g["ib"], amd)
     assert not one_communicator(fleet, g["ib"], amd)
 
 
@@ -130,3 +134,33 @@ def test_ethernet_only_nodes_need_no_socket_file(islands):
     plan = _plan(("eth", 12, 2), ("eth2", 12, 2))
     ex = export_megatron(plan, fleet, model, train)
     assert "nccl_pg.yaml" not in ex.files and not ex.warnings
+
+
+def test_deepspeed_sees_no_path_between_transports(islands):
+    fleet = islands[0]
+    ds = fleet.for_target("deepspeed")
+    ib, ib2, roce = (fleet.group(f"dc/{n}") for n in ("ib", "ib2", "roce"))
+    assert fleet.path(ib, roce) is not None and ds.path(ib, roce) is None
+    assert ds.path(ib, ib2) == fleet.path(ib, ib2) and fleet.for_target("megatron") is fleet
+
+
+def test_deepspeed_export_refuses_a_pipeline_across_transports(islands):
+    fleet, model, train = islands
+    with pytest.raises(PlanningError, match="re-plan with --target deepspeed"):
+        export_deepspeed(_plan(("ib", 12, 2), ("roce", 12, 2)), fleet, model, train)
+    export_deepspeed(_plan(("ib", 12, 2), ("ib2", 12, 2)), fleet, model, train)  # one fabric: exported
+
+
+def test_search_for_deepspeed_keeps_the_pipeline_on_one_transport(cli):
+    r = cli("search", "-c", "mixed-nic", "-m", "gpt-1.7b", "--seq-len", "2048", "--global-batch", "128", "--target",
+            "deepspeed", "--json")
+    assert r.code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {s["node_group"] for s in doc["plans"][0]["plan"]["stages"]} == {"lab/ib"}
+    [idle] = doc["idle_gpus"]
+    assert idle["node_group"] == "lab/roce" and "Megatron-DeepSpeed" in idle["reason"]
+    assert "no path joins lab/ib to lab/roce" in doc["baselines"]["proportional"]["note"]
+    # Megatron-LM's best of a larger model does cross the islands (NCCL on sockets for the groups that span stages)
+    r = cli("search", "-c", "mixed-nic", "-m", "gpt-7.5b", "--seq-len", "2048", "--global-batch", "512", "--json",
+            "--no-baselines")
+    assert {s["node_group"] for s in json.loads(r.stdout)["plans"][0]["plan"]["stages"]} == {"lab/ib", "lab/roce"}
