@@ -164,3 +164,24 @@ def test_search_for_deepspeed_keeps_the_pipeline_on_one_transport(cli):
     r = cli("search", "-c", "mixed-nic", "-m", "gpt-7.5b", "--seq-len", "2048", "--global-batch", "512", "--json",
             "--no-baselines")
     assert {s["node_group"] for s in json.loads(r.stdout)["plans"][0]["plan"]["stages"]} == {"lab/ib", "lab/roce"}
+
+
+def test_nothing_fits_for_deepspeed_says_which_groups_it_cannot_join(cli, tmp_path):
+    """Two A100 nodes, one on InfiniBand and one on RoCE in another site: gpt-18.4b needs both; Megatron-LM pipelines
+    them, Megatron-DeepSpeed cannot, and its search says so beside the memory it lacks."""
+    fleet = tmp_path / "two.yaml"
+    fleet.write_text("""name: two
+sites:
+  - name: a
+    node_groups:
+      - {name: ib, count: 1, gpu: A100-SXM4-40GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 200, count: 8}}
+  - name: b
+    node_groups:
+      - {name: roce, count: 1, gpu: A100-SXM4-40GB, gpus_per_node: 8, nics: {transport: roce, gbps: 200, count: 8}}
+links:
+  - {between: [a, b], gbps: 100, latency_ms: 5}
+""")
+    args = ["search", "-c", fleet, "-m", "gpt-18.4b", "--seq-len", "2048", "--global-batch", "64", "--no-baselines"]
+    assert cli(*args).code == 0
+    r = cli(*args, "--target", "deepspeed")
+    assert r.code == 1 and "Megatron-DeepSpeed cannot pipeline a/ib (infiniband) with b/roce (roce)" in r.stderr
