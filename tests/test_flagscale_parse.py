@@ -1,9 +1,9 @@
 """The exported FlagScale configuration through FlagScale's own argument path.
 
 Runs only where HGPLAN_FLAGSCALE names a FlagScale checkout (the docs cite da4935ec) and HGPLAN_FLAGSCALE_MEGATRON
-its Megatron-LM backend (third_party/Megatron-LM at the commit FlagScale pins, 8479eb35, with every patch under
-flagscale/backends/Megatron-LM applied, as FlagScale's install does); CI has neither, and hgplan vendors no code of
-either. For the first rank of each mesh it does what FlagScale does before training: the runner's YAML to arguments
+its Megatron-LM backend: <FlagScale>/third_party/Megatron-LM after FlagScale's `python tools/patch/unpatch.py
+--backend Megatron-LM` (its README, step 3), i.e. Megatron-LM at the pinned 8479eb35 with every patch under
+flagscale/backends/Megatron-LM applied; CI has neither, and hgplan vendors no code of either. For the first rank of each mesh it does what FlagScale does before training: the runner's YAML to arguments
 (runner/utils.py flatten_dict_to_args, FlagScale's own function, read from its source), the runner's
 --hetero-current-device-type from the host's hostfile type, then parse_args, FSTrainArguments.pre_validate_args
 (with torch.distributed answered from the hostfile: rank, world size, every rank's device type), validate_args and
