@@ -56,16 +56,20 @@ class TransportProfile:
     socket_streams: int = 0
     """TCP sockets NCCL opens per connection (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD); 0 for RDMA."""
     stream_gbytes_per_s: float = 0.0
-    """What one of those sockets carries at most, GB/s."""
+    """What one of those sockets carries at most, GB/s; and at most a window of window_mib (0: none) per round trip."""
+    window_mib: float = 0.0
 
-    @property
-    def flow_cap_gbytes_per_s(self) -> float:
-        """Most one flow (one GPU's connection) carries whatever the line rate: its sockets' streams."""
-        return self.socket_streams * self.stream_gbytes_per_s if self.socket_streams else float("inf")
-
-    def achieved_gbytes_per_s(self, line_gbps: float) -> float:
-        """What one flow gets of `line_gbps` of line rate: the transport's share of it, within its streams."""
-        return min(line_gbps / 8.0 * self.efficiency, self.flow_cap_gbytes_per_s)
+    def achieved_gbytes_per_s(self, line_gbps: float, *, rtt_s: float = 0.0, window_mib: float | None = None) -> float:
+        """What one flow gets of `line_gbps` of line rate: the transport's share of it, within its sockets, each at
+        most stream_gbytes_per_s and, over a round trip of rtt_s, a window (window_mib, default the transport's) per
+        round trip: the bandwidth-delay product."""
+        share = line_gbps / 8.0 * self.efficiency
+        if not self.socket_streams:
+            return share
+        stream, window = self.stream_gbytes_per_s, self.window_mib if window_mib is None else window_mib
+        if rtt_s > 0 and window > 0:
+            stream = min(stream, window * 2 ** 20 / rtt_s / 1e9)
+        return min(share, self.socket_streams * stream)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,6 +186,8 @@ class Link:
     latency_ms: float
     transport: Transport
     egress_usd_per_gb: float | None
+    tcp_window_mib: float | None = None
+    """The TCP window one socket reaches over this link (None: the transport's, TransportProfile.window_mib)."""
 
     def joins(self, x: str, y: str) -> bool:
         """Whether the link joins these two names (either order)."""

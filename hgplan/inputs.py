@@ -285,10 +285,12 @@ def build_fleet(spec: ClusterSpec, catalog: Catalog, *, name: str) -> Fleet:
     for site in spec.sites:
         for lk in site.links:
             links.append(Link(scope="group", a=lk.between[0], b=lk.between[1], gbps=lk.gbps, latency_ms=lk.latency_ms,
-                              transport=Transport(lk.transport), egress_usd_per_gb=lk.egress_usd_per_gb))
+                              transport=Transport(lk.transport), egress_usd_per_gb=lk.egress_usd_per_gb,
+                              tcp_window_mib=lk.tcp_window_mib))
     for lk in spec.links:
         links.append(Link(scope="site", a=lk.between[0], b=lk.between[1], gbps=lk.gbps, latency_ms=lk.latency_ms,
-                          transport=Transport(lk.transport), egress_usd_per_gb=lk.egress_usd_per_gb))
+                          transport=Transport(lk.transport), egress_usd_per_gb=lk.egress_usd_per_gb,
+                          tcp_window_mib=lk.tcp_window_mib))
     return Fleet(name=name, groups=tuple(groups), links=tuple(links), transports=catalog.transports)
 
 

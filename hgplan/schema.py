@@ -46,6 +46,7 @@ GbitPerS = _real(0.001, 1_000_000.0, "Bandwidth in Gbit/s")
 LatencyMs = _real(0.0, 100_000.0, "Latency in milliseconds")
 Watts = _real(1.0, 100_000.0, "Power in watts")
 Usd = _real(0.0, 1_000_000.0, "A price in US dollars")
+WindowMib = _real(0.01, 65_536.0, "A TCP window in MiB")
 ParamsB = _real(1e-6, 1_000_000.0, "Parameters in billions")
 Millis = _real(1e-3, 1e9, "Milliseconds")
 Layers = _int(1, 10_000, "Transformer layers")
@@ -157,6 +158,10 @@ class LinkSpec(_Strict):
     latency_ms: LatencyMs = Field(description="One-way latency in milliseconds.")
     transport: Transport = Field("ethernet", description="Transport on this link.")
     egress_usd_per_gb: Usd | None = Field(None, description="Price per GB sent across the link.")
+    tcp_window_mib: WindowMib | None = Field(None, description=(
+        "The TCP window one socket reaches over this link, MiB, where your hosts' buffers are tuned for it (Linux: "
+        "net.ipv4.tcp_rmem and tcp_wmem maxima); default the transport's (3 MiB: Linux's default 6 MiB receive "
+        "buffer, half of it window). A socket carries at most a window per round trip."))
 
 
 class SiteSpec(_Strict):

@@ -85,20 +85,24 @@ def test_block_model_bounds_every_item_and_solves_most(seed):
 def test_block_model_on_a_wan_island():
     """Three sites 20 ms apart, the middle one a single A100 node (tests/test_bound_structure.py's island): the
     crossings' loops bind. The block model keeps each crossing's two-stage loop and drops longer ones, and with
-    interleaving the phase paths, so it is exact on most 1F1B items and close on the rest. Measured: 9 of the 14 1F1B
-    items over three or four groups exact, the others' bounds 0.82-0.97 of the optimum (1F1B's loops of three and
-    more micro-batches through two crossings); 1 of the 4 interleaved items exact, the others' bounds 0.997-0.998."""
+    interleaving the phase paths, which the search's path solve of an interleaved item adds back (block_paths).
+    Measured (2026-11-29, with the TCP window on the WAN): 10 of the 14 1F1B items over three or four groups exact,
+    the others' bounds 0.84-0.97 of the optimum (1F1B's loops of three and more micro-batches through two crossings);
+    the 4 interleaved items' bounds with their path solve 0.97-1.0 (without it one is 0.43: the phase paths bind
+    where the WAN's sends are long; before the window 0.997-0.998 without)."""
     fleet = island_fleet()
     train = TrainingSettings(seq_length=2048, global_batch_size=32)
     opts = SearchOptions(max_pp=6, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,))
     items = [t for t in _multi_group_items(fleet, small_model(16, hidden=4096, heads=32), train, opts)
              if len(t.groups) >= 3]
-    results = [(t.vpp, *_check(t)) for t in items]
-    solved = [exact for v, has_plan, exact, _ in results if has_plan and v == 1]
+    results = [(t, *_check(t)) for t in items]
+    solved = [exact for t, has_plan, exact, _ in results if has_plan and t.vpp == 1]
     assert len(solved) >= 10
     assert sum(solved) >= 0.6 * len(solved)
-    assert min(ratio for _, has_plan, _, ratio in results if has_plan) >= 0.8
-    assert min(ratio for v, has_plan, _, ratio in results if has_plan and v > 1) >= 0.99
+    assert min(ratio for t, has_plan, _, ratio in results if has_plan and t.vpp == 1) >= 0.8
+    interleaved = [t for t, has_plan, _, _ in results if has_plan and t.vpp > 1]
+    assert interleaved and all(solve_blocks(t, PARAMS, paths=True).bound >= 0.96 * best_for_tables(t)[0]
+                               for t in interleaved)
 
 
 def _pair_items(second_gpu: str, latency_ms: float, *, batch: int, tp: int, max_pp: int, model) -> list:

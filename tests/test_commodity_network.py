@@ -193,3 +193,35 @@ sites:
     r = cli("validate", c)
     assert r.code == 2
     assert field in r.stderr
+
+
+def _two_sites(latency_ms: float, window: str = "") -> object:
+    text = f"""
+name: wan
+sites:
+  - name: a
+    node_groups:
+      - {{name: g, count: 1, gpu: H100-SXM5-80GB, gpus_per_node: 8, nics: {{transport: ethernet, gbps: 400, count: 8}}}}
+  - name: b
+    node_groups:
+      - {{name: h, count: 1, gpu: H100-SXM5-80GB, gpus_per_node: 8, nics: {{transport: ethernet, gbps: 400, count: 8}}}}
+links:
+  - {{between: [a, b], gbps: 3200, latency_ms: {latency_ms}{window}}}
+"""
+    return load_cluster(text, "<test>", CAT)[0]
+
+
+def test_a_socket_carries_at_most_a_tcp_window_per_round_trip():
+    """Over a 20 ms WAN (40 ms round trip) each of a flow's 16 sockets carries at most 3 MiB per round trip (Linux's
+    default window), 16 x 3 MiB / 40 ms = 1.26 GB/s, far below the line rate; a link whose hosts are tuned for it
+    (tcp_window_mib 128) is held by the sockets' own 2 GB/s instead; inside a fabric the window is no limit."""
+    cfg = ParallelConfig(tp=1, pp=2, dp=1, micro_batch_size=1)
+    msg = 64 * 2 ** 20
+    for latency_ms, window, per_flow in ((20, "", 16 * 3 * 2 ** 20 / 0.040), (20, ", tcp_window_mib: 128", 16 * 2e9),
+                                         (0.02, "", 16 * 2e9)):
+        fleet = _two_sites(latency_ms, window)
+        a, b = fleet.groups
+        busy, latency, _ = p2p_seconds(fleet, a, b, cfg, msg_bytes=msg, crossings=1)
+        assert busy == pytest.approx(msg / per_flow, rel=1e-9) and latency == pytest.approx(latency_ms / 1e3)
+    t = CAT.transports["ethernet"]
+    assert t.window_mib == 3.0 and t.achieved_gbytes_per_s(400, rtt_s=60e-6) == t.socket_streams * t.stream_gbytes_per_s

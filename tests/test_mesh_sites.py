@@ -288,13 +288,15 @@ def test_the_work_across_sites_raises_the_three_site_bound(monkeypatch):
 
 def test_the_loop_floor_raises_bounds_across_sites(monkeypatch):
     """The cycle floor of 1F1B's two-micro-batch loop through a set's cheapest crossing (mesh_sites.loop_floor_us)
-    raises some site-set bounds (measured: 3 of these fleets' 150 candidates, by up to 20%), which stay below the
-    exhaustive optimum with the loops in (test above)."""
-    with_floor = [r[3] for s in SEEDS for r in site_rows(s)]
+    raises some site-set bounds, which stay below the exhaustive optimum with the loops in (test above). Measured: 3
+    of these fleets' 150 candidates, by up to 20%, before the TCP window on the WAN (2026-11-29); since, where the
+    window makes the crossings' sends dearer than the loop, 1 of seeds 10-39's 450 (seed 34), which is added here."""
+    seeds = [*SEEDS, 34]
+    with_floor = [r[3] for s in seeds for r in site_rows(s)]
     site_rows.cache_clear()
     monkeypatch.setattr(mesh_sites, "loop_floor_us", lambda *args: 0.0)
     try:
-        without = [r[3] for s in SEEDS for r in site_rows(s)]
+        without = [r[3] for s in seeds for r in site_rows(s)]
     finally:
         site_rows.cache_clear()  # the other tests read the rows with the floor
     assert len(without) == len(with_floor)

@@ -84,9 +84,9 @@ def _search(monkeypatch, fleet, model, train, opts, steps) -> tuple[tuple, int]:
 
 def _cases():
     """Random fleets whose searches solve several multi-group items (three of one or two sites, two of three or four
-    sites with crossings over the WAN), and use bounds worked out ahead: 18, 11, 16, 111 and 17 with the whole
-    front."""
-    for seed in (0, 1, 3, 5, 13):
+    sites with crossings over the WAN), and use bounds worked out ahead: 18, 2, 18, 46 and 17 with the whole front
+    (seed 19 in place of 3 since the TCP window on the WAN, 2026-11-29, after which seed 3's search uses none)."""
+    for seed in (0, 1, 19, 5, 13):
         rng = random.Random(seed)
         fleet = _crossing_fleet(rng) if seed % 2 else random_fleet(rng)
         model = small_model(rng.choice([12, 16, 24]), hidden=4096, heads=32)

@@ -134,8 +134,9 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
 
     Every GPU of a stage sends its 1/TP shard at once; on a shared link (between islands or sites) all
     TP x CP x DP flows of the boundary, times the boundaries that cross the same link, share its bandwidth
-    (`link_bytes`: what they carry together, when it is not msg_bytes x those flows). Between GPUs of two vendors
-    (or where `host_copy` says so: reshard.host_copies) each message is also copied through host memory at both ends.
+    (`link_bytes`: what they carry together, when it is not msg_bytes x those flows). Over TCP each flow's sockets
+    carry at most a window per round trip (TransportProfile.achieved_gbytes_per_s). Between GPUs of two vendors (or
+    where `host_copy` says so: reshard.host_copies) each message is also copied through host memory at both ends.
     """
     path = fleet.path(a, b)
     if path is None:
@@ -143,7 +144,8 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
     if path.kind is PathKind.SAME_GROUP and cfg.gpus_per_stage < a.gpus_per_node:
         bw, _ = intra_node_busbw(a, span=min(a.gpus_per_node, 2 * cfg.gpus_per_stage))
         return msg_bytes / (bw * 1e9), INTRA_NODE_P2P_LATENCY_S, path
-    per_gpu = path.profile.achieved_gbytes_per_s(path.per_gpu_gbps) * 1e9
+    per_gpu = path.profile.achieved_gbytes_per_s(path.per_gpu_gbps, rtt_s=2 * path.latency_s,
+                                                 window_mib=path.link.tcp_window_mib if path.link else None) * 1e9
     t = msg_bytes / per_gpu
     if path.shared:
         total = msg_bytes * cfg.gpus_per_stage * crossings if link_bytes is None else link_bytes
