@@ -60,9 +60,8 @@ class TransportProfile:
     window_mib: float = 0.0
 
     def achieved_gbytes_per_s(self, line_gbps: float, *, rtt_s: float = 0.0, window_mib: float | None = None) -> float:
-        """What one flow gets of `line_gbps` of line rate: the transport's share of it, within its sockets, each at
-        most stream_gbytes_per_s and, over a round trip of rtt_s, a window (window_mib, default the transport's) per
-        round trip: the bandwidth-delay product."""
+        """What one flow gets of `line_gbps` of line rate: the transport's share of it, within its sockets, each at most
+        stream_gbytes_per_s and a window (window_mib, default the transport's) per round trip rtt_s."""
         share = line_gbps / 8.0 * self.efficiency
         if not self.socket_streams:
             return share
@@ -221,14 +220,17 @@ class Fleet:
     links: tuple[Link, ...]
     transports: dict[str, TransportProfile] = field(hash=False, compare=False)
     mixed_transports: bool = True
-    """Whether a pipeline boundary may join node groups that one NCCL transport cannot (one_transport): Megatron-LM
-    runs it with NCCL on sockets for the groups that span the stages (export/megatron.py, nccl_pg.yaml);
-    Megatron-DeepSpeed has no per-communicator NCCL settings, so for it (for_target) no path joins them."""
+    """Whether a pipeline boundary may join groups one NCCL transport cannot (one_transport): Megatron-LM puts such
+    groups on sockets (nccl_pg.yaml); Megatron-DeepSpeed cannot, so for it (for_target) no path joins them."""
 
     def for_target(self, target: str) -> "Fleet":
-        """The fleet as a target's runtime can use it: for Megatron-DeepSpeed (--target deepspeed), without paths
-        between groups that one NCCL transport cannot join."""
+        """The fleet as a target's runtime can use it: for Megatron-DeepSpeed, no paths one NCCL transport lacks."""
         return replace(self, mixed_transports=False) if target == Target.DEEPSPEED else self
+
+    @property
+    def cut_reason(self) -> str:
+        """What, besides no link, leaves two groups without a path (' over one NCCL transport ...'), for messages."""
+        return "" if self.mixed_transports else " over one NCCL transport, which Megatron-DeepSpeed needs"
 
     @property
     def sites(self) -> tuple[str, ...]:
@@ -261,12 +263,12 @@ class Fleet:
     def _link(self, scope: str, x: str, y: str) -> Link | None:
         return next((lk for lk in self.links if lk.scope == scope and lk.joins(x, y)), None)
 
-    def one_transport(self, a: NodeGroup, b: NodeGroup) -> bool:
-        """Whether one network transport carries NCCL's traffic between a and b end to end. NCCL runs a single
-        transport per communicator (NVIDIA/nccl#878): it cannot join InfiniBand to RoCE, nor either to a path without
-        RDMA (a link between islands or sites), which it could only cross on sockets; nodes that have only Ethernet
-        NICs run sockets throughout, which it can."""
-        path = self._path(a, b)
+    def one_transport(self, a: NodeGroup, b: NodeGroup, path: NetPath | None = None) -> bool:
+        """Whether one network transport carries NCCL's traffic between a and b (over `path`, their _path when not
+        given) end to end. NCCL runs a single transport per communicator (NVIDIA/nccl#878): it cannot join InfiniBand
+        to RoCE, nor either to a path without RDMA (a link between islands or sites), which it could only cross on
+        sockets; nodes that have only Ethernet NICs run sockets throughout, which it can."""
+        path = self._path(a, b) if path is None else path
         if path is None or a.key == b.key:
             return True
         if a.nic_transport != b.nic_transport:
@@ -276,9 +278,8 @@ class Fleet:
     def path(self, a: NodeGroup, b: NodeGroup) -> NetPath | None:
         """The network path between two groups, or None when they cannot reach each other directly (nor, without
         mixed_transports, over one NCCL transport)."""
-        if not self.mixed_transports and not self.one_transport(a, b):
-            return None
-        return self._path(a, b)
+        path = self._path(a, b)
+        return path if self.mixed_transports or self.one_transport(a, b, path) else None
 
     def _path(self, a: NodeGroup, b: NodeGroup) -> NetPath | None:
         per_gpu = min(a.nic_gbps_per_gpu, b.nic_gbps_per_gpu)

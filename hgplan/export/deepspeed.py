@@ -16,7 +16,7 @@ from hgplan.enums import Attention
 from hgplan.errors import PlanningError
 from hgplan.export.common import MASTER_PORT, Export, nccl_env, node_record, parallel_args
 from hgplan.export.layout import build_layout, vendor_warnings
-from hgplan.export.megatron import model_args, recompute_args, unsupported_features
+from hgplan.export.megatron import model_args, recompute_args, transport_cut, unsupported_features
 from hgplan.plan import Plan
 
 
@@ -72,22 +72,22 @@ def partition_bounds(plan: Plan) -> list[int]:
 
 
 def _one_transport_pipeline(plan: Plan, fleet: Fleet, model: ModelArch) -> None:
-    """Refuse a pipeline whose stage boundary (or tied-embedding pair) one NCCL transport cannot carry (Fleet.path
-    with mixed_transports off): Megatron-DeepSpeed and DeepSpeed build their groups without per-communicator NCCL
-    settings (no --nccl-communicator-config-path at 4efb479d)."""
-    groups = [fleet.group(s.node_group) for s in plan.stages]
-    pairs = list(zip(groups, groups[1:])) + ([(groups[0], groups[-1])] if len(groups) > 1 and
-                                             not model.untie_embeddings_and_output_weights else [])
-    for a, b in pairs:
-        if not fleet.one_transport(a, b):
-            via = fleet.path(a, b)
-            raise PlanningError(
-                f"the pipeline joins {a.key} ({a.nic_transport}) and {b.key} ({b.nic_transport}) over "
-                f"{via.transport if via else 'no path'}, which one NCCL transport cannot carry. Megatron-LM crosses "
-                "such a boundary with NCCL on sockets for the groups that span the stages (--format megatron); "
-                "Megatron-DeepSpeed has no per-communicator NCCL settings, and NCCL_NET=Socket on every node would "
-                "move all its traffic, the data-parallel reduction included, to TCP, which this plan was not priced "
-                "with: re-plan with --target deepspeed, which keeps the pipeline on one transport")
+    """Refuse a pipeline whose stage boundary (or tied-embedding pair) one NCCL transport cannot carry (megatron.py's
+    transport_cut): Megatron-DeepSpeed and DeepSpeed build their groups without per-communicator NCCL settings (no
+    --nccl-communicator-config-path at 4efb479d)."""
+    cut, ends = transport_cut(plan, fleet)
+    if cut is None and ends and not model.untie_embeddings_and_output_weights:
+        cut = (fleet.group(plan.stages[0].node_group), fleet.group(plan.stages[-1].node_group))
+    if cut is not None:
+        a, b = cut
+        via = fleet.path(a, b)
+        raise PlanningError(
+            f"the pipeline joins {a.key} ({a.nic_transport}) and {b.key} ({b.nic_transport}) over "
+            f"{via.transport if via else 'no path'}, which one NCCL transport cannot carry. Megatron-LM crosses "
+            "such a boundary with NCCL on sockets for the groups that span the stages (--format megatron); "
+            "Megatron-DeepSpeed has no per-communicator NCCL settings, and NCCL_NET=Socket on every node would "
+            "move all its traffic, the data-parallel reduction included, to TCP, which this plan was not priced "
+            "with: re-plan with --target deepspeed, which keeps the pipeline on one transport")
 
 
 def export_deepspeed(plan: Plan, fleet: Fleet, model: ModelArch, train: TrainingSettings, *,

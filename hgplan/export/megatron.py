@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 
-from hgplan.domain import Fleet, ModelArch, TrainingSettings
+from hgplan.domain import Fleet, ModelArch, NodeGroup, TrainingSettings
 from hgplan.enums import Attention, TransformerImpl
 from hgplan.errors import PlanningError
 from hgplan.export.common import Export, nccl_env, node_record, node_script, parallel_args, torchrun_command
@@ -111,14 +111,14 @@ def recompute_args(plan: Plan) -> list[str]:
     return []
 
 
-def crosses_transports(plan: Plan, fleet: Fleet) -> tuple[bool, bool]:
-    """(a pipeline boundary that one NCCL transport cannot carry, the same of the first and last stage's link):
-    Fleet.one_transport."""
+def transport_cut(plan: Plan, fleet: Fleet) -> tuple[tuple[NodeGroup, NodeGroup] | None, bool]:
+    """(the node groups of the first pipeline boundary, the wrap-around one too when interleaved, that one NCCL
+    transport cannot carry, or None; whether the first and last stage's link is such a one): Fleet.one_transport."""
     groups = [fleet.group(s.node_group) for s in plan.stages]
-    pp = any(not fleet.one_transport(groups[i], groups[i + 1]) for i in range(len(groups) - 1))
-    if plan.config.vpp > 1 and len(groups) > 1:
-        pp = pp or not fleet.one_transport(groups[-1], groups[0])
-    return pp, len(groups) > 1 and not fleet.one_transport(groups[0], groups[-1])
+    pairs = list(zip(groups, groups[1:])) + ([(groups[-1], groups[0])] if plan.config.vpp > 1 and len(groups) > 1
+                                             else [])
+    cut = next(((a, b) for a, b in pairs if not fleet.one_transport(a, b)), None)
+    return cut, len(groups) > 1 and not fleet.one_transport(groups[0], groups[-1])
 
 
 SPANNING_GROUPS = (
@@ -134,8 +134,8 @@ SPANNING_GROUPS = (
 def _socket_groups(plan: Plan, fleet: Fleet, model: ModelArch, ex: Export) -> list[str]:
     """nccl_pg.yaml and its flag when the pipeline crosses a link without RDMA or between transports: every Megatron
     process group that spans the stages runs on sockets; the world group, which the file cannot reach, is named."""
-    pp_socket, embd_socket = crosses_transports(plan, fleet)
-    if not pp_socket:
+    cut, embd_socket = transport_cut(plan, fleet)
+    if cut is None:
         return []
     lines = ["# NCCL options per process group (--nccl-communicator-config-path).",
              "# The pipeline crosses a link without RDMA or between transports: NCCL cannot run one communicator",

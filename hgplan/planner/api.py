@@ -86,14 +86,14 @@ def explain_infeasible(fleet: Fleet, model: ModelArch, train: TrainingSettings, 
                 "stage size that tiles the nodes; use a global batch with more factors of 2")
     closest = _closest_miss(CostSource(fleet, model, train), result.candidates, usable, model.num_layers)
     return (f"none of the {result.candidates_total} configurations fits in GPU memory (activations for sequence length "
-            f"{train.seq_length} plus model state){closest}; add GPUs or shorten the sequence{_cut_note(fleet, usable)}")
+            f"{train.seq_length} plus model state){closest}; add GPUs or shorten the sequence"
+            f"{_cut_note(fleet, usable)}")
 
 
 def _cut_note(fleet: Fleet, usable: list[NodeGroup]) -> str:
     """Where the target's runtime cannot pipeline node groups the fleet joins (Fleet.for_target), which and why."""
-    joined = replace(fleet, mixed_transports=True)
-    cut = next(((a, b) for i, a in enumerate(usable) for b in usable[i + 1:]
-                if fleet.path(a, b) is None and joined.path(a, b) is not None), None)
+    cut = None if fleet.mixed_transports else next(((a, b) for i, a in enumerate(usable) for b in usable[i + 1:]
+                                                    if not fleet.one_transport(a, b)), None)
     if cut is None:
         return ""
     return (f"; Megatron-DeepSpeed cannot pipeline {cut[0].key} ({cut[0].nic_transport}) with {cut[1].key} "

@@ -160,8 +160,7 @@ def _file_order_baseline(name: str, description: str, unavailable: str, fleet: F
         within = f" with at most {opts.max_pp} stage{'s' if opts.max_pp > 1 else ''} (--max-pp)" if opts.max_pp else ""
         cut = next(((a, b) for a, b in zip(fleet.groups, fleet.groups[1:]) if fleet.path(a, b) is None), None)
         if cut is not None:  # no plan of the whole fleet in file order can exist: say why, not memory
-            unavailable = f"no path joins {cut[0].key} to {cut[1].key} (next in file order)" + (
-                "" if fleet.mixed_transports else " over one NCCL transport, which Megatron-DeepSpeed needs")
+            unavailable = f"no path joins {cut[0].key} to {cut[1].key} (next in file order){fleet.cut_reason}"
             within = ""
         return Baseline(name=name, description=description, plan=None, prediction=None, note=unavailable + within)
     return Baseline(name=name, description=description, plan=best[0], prediction=best[1])

@@ -27,9 +27,9 @@ def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings, max_pp: int | N
         elif idle < size:
             why = f"fewer GPUs than one stage needs ({size}) remain"
         elif not on and all(fleet.path(g, fleet.group(k)) is None for k in set(plan.groups)):
-            why = "no path joins this group to the plan's node groups" + (
-                "" if fleet.mixed_transports else " over one NCCL transport, which Megatron-DeepSpeed needs: it has no "
-                "per-communicator NCCL settings (--target megatron crosses such a boundary with NCCL on sockets)")
+            why = "no path joins this group to the plan's node groups" + fleet.cut_reason + (
+                "" if fleet.mixed_transports else ": it has no per-communicator NCCL settings (--target megatron "
+                "crosses such a boundary with NCCL on sockets)")
         elif max_pp is not None and plan.config.pp >= max_pp:
             why = f"room for {idle // size} more stage(s) of {size} GPUs, but --max-pp {max_pp} allows no more stages"
         else:
