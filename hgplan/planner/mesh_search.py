@@ -16,7 +16,8 @@ sites), and, for plans over several sites, when it is taken again, the same with
 without CP-SAT (planner/mesh_seed.py) where it spans two or more hosts; candidates of one or two stages get theirs
 before the search (EARLY_SEED_STAGES). A solve that ends at its limit without a proof is tried again with twice the
 time after every candidate has had its first solve, its bound first split at a level of the plans' tail
-(planner/mesh_tail.py) where it is still below the incumbent by more than the search's gap.
+(planner/mesh_tail.py) where it is still below the incumbent by more than the search's gap; after that first retry,
+only while each try gets somewhere (_got_somewhere).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ its first solve, so they spend what the search would leave unused. On the 504-GP
 benchmarks/mesh_search.py (2026-11-27) B = 4, P = 25 ended its fourth try (8 deterministic s) unproven, the search
 complete after 33 s of its 60 at a gap of 1.10% (that candidate's tables' bound), while a fifth proves in 9.4
 deterministic seconds that no plan of it beats the 8.328 s the third found (the stock family keeps limits.MAX_RETRIES,
-3)."""
+3). Since 2026-11-29 a try after the first retry comes only after a try that got somewhere (_got_somewhere); that
+504-GPU candidate has been proven in its first try since the pairs' cuts and threads."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -272,10 +274,11 @@ def _solve(t: MeshTables, params_for: Callable[[float], SolverParams], lb: float
     and `pairs`, the pairs of end hosts its try before left open; none left to solve: no solve, BOUNDED, the candidate
     closed at the incumbent); returns (its bound, whether to try it again with twice the time, the pairs of end hosts
     that try needs to solve again when the candidate is solved per pair, else None):
-    every solve that ends unproven is tried again, up to MESH_RETRIES times, since a candidate whose 1 s solve proved
-    nothing often proves in 1.4 s that nothing beats the incumbent (before, a third or fourth try came only after a try
-    that found a plan or raised the bound, and v100-a100-t4's candidates that stopped there unproven needed about 2
-    deterministic seconds each)."""
+    a solve that ends unproven is tried again, up to MESH_RETRIES times: once whatever it did, since a candidate whose
+    1 s solve proved nothing often proves in 1.4 s that nothing beats the incumbent, then while each try gets
+    somewhere (_got_somewhere). (Until 2026-11-24 a third or fourth try came only after a try that found a plan or
+    raised the bound, and v100-a100-t4's candidates that stopped there unproven needed about 2 deterministic seconds
+    each; since the pairs' cuts that fleet's candidates are all proven in their first try.)"""
     upper = math.ceil(best) if math.isfinite(best) else None
     cuts = cycle_cuts(t, *fill_floor, math.inf if upper is None else upper, pairs)
     if cuts.pairs_us == {}:  # the cuts leave no plan below the incumbent (of any pair of end hosts): no solve
@@ -293,5 +296,17 @@ def _solve(t: MeshTables, params_for: Callable[[float], SolverParams], lb: float
     if sol.status == "OPTIMAL":
         return max(lb, sol.objective), False, None
     bound = max(lb, min(sol.bound, upper if upper is not None else math.inf))
-    again = attempt < MESH_RETRIES
-    return bound, again, sol.open_pairs
+    return bound, attempt < MESH_RETRIES and (attempt == 0 or _got_somewhere(sol, lb, pairs)), sol.open_pairs
+
+
+def _got_somewhere(sol: MeshSolution, lb: float, pairs: tuple | None) -> bool:
+    """Whether an unproven retry earns the next (MESH_RETRIES): it found a plan below the incumbent, raised CP-SAT's
+    bound above the candidate's own (lb), or proved a pair of end hosts its try before left open. The first retry
+    comes whatever the first try did (a solve that proved nothing in 1 s often proves in 1.4 s); after it, as the
+    stock family's retries (planner/search.py), a solve whose relaxation stays below the candidate's bound gains
+    nothing from more time: on the three- and four-site 1024-GPU fleets of benchmarks/mesh_search.py, whose one open
+    candidate each (B = 16, P = 16 and P = 15, four and five hosts) kept CP-SAT's bound at 0.82-0.83 of the incumbent
+    against the candidate's 0.99 through five and four retries (2 to 16 deterministic seconds each, the last cut by
+    the deadline): the retries took the last 33 and 42 s of the 60 s budget and changed nothing."""
+    return sol.objective is not None or sol.bound > lb or (
+        pairs is not None and sol.open_pairs is not None and len(sol.open_pairs) < len(pairs))
