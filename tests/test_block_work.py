@@ -195,11 +195,12 @@ def test_charged_block_bound_stays_below_the_optimum(monkeypatch):
 
 def test_eight_group_item_bound_reaches_near_its_optimum():
     """The 8-group benchmark fleet (benchmarks/search_scaling.py, 1024 GPUs over four sites, five GPU types), tp 4,
-    29 stages, dp 8, micro-batch 1 over all eight groups: the block model proves its optimum 5.016987 s (19 s, one
-    worker, 2026-11-26); the incumbent of the search is 4.965490 s. Before the charges the block bound was 4.810 s
-    (3.1% below the incumbent, so the item stayed open); with them 4.881 s, and 4.905 s with the 21 boundaries inside
-    the blocks in the fill. Against the incumbent the bound stops charging once an order of end groups is below it:
-    4.864 s, at most the full one and above the bound before the charges."""
+    29 stages, dp 8, micro-batch 1 over all eight groups: the block model proves its optimum 5.110205 s (2.6 s, one
+    worker, 2026-11-29, since its MI300X-to-NVIDIA boundary goes over gloo's one connection per pair of ranks;
+    5.016987 s on 2026-11-26); the incumbent of the search was 4.965490 s. Before the charges the block bound was
+    4.810 s (3.1% below that incumbent, so the item stayed open); with them 4.881 s, and 4.905 s with the 21
+    boundaries inside the blocks in the fill (5.057 s with gloo's connection). Against an incumbent the bound stops
+    charging once an order of end groups is below it: at most the full one and above the bound before the charges."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from search_scaling import model_for, synthetic
 
@@ -214,7 +215,7 @@ def test_eight_group_item_bound_reaches_near_its_optimum():
     subset = tuple(sorted(g.key for g in fleet.groups))
     full = block_bound_us(cand.ctx, cand.cfg, subset, L=80, m=64)
     quick = block_bound_us(cand.ctx, cand.cfg, subset, L=80, m=64, enough_us=4965490)
-    assert 4.90e6 <= full <= 5016987
+    assert 4.90e6 <= full <= 5110205
     assert 4.82e6 <= quick <= full
 
 

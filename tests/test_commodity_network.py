@@ -8,6 +8,7 @@ import pytest
 
 from hgplan.costmodel.comm import group_busbw_gbytes_per_s, intra_node_busbw, nic_gbytes_per_s
 from hgplan.costmodel.evaluate import (p2p_message_bytes, p2p_seconds, pipeline_gather_s, tied_embedding_sync_s)
+from hgplan.costmodel.reshard import HOST_COPY_GBYTES_PER_S, host_copy_s
 from hgplan.domain import Precision, TrainingSettings
 from hgplan.export.common import NSOCKS_PERTHREAD, SOCKET_NTHREADS, nccl_env
 from hgplan.inputs import load_cluster, load_model
@@ -225,3 +226,45 @@ def test_a_socket_carries_at_most_a_tcp_window_per_round_trip():
         assert busy == pytest.approx(msg / per_flow, rel=1e-9) and latency == pytest.approx(latency_ms / 1e3)
     t = CAT.transports["ethernet"]
     assert t.window_mib == 3.0 and t.achieved_gbytes_per_s(400, rtt_s=60e-6) == t.socket_streams * t.stream_gbytes_per_s
+
+
+def test_a_send_through_host_memory_takes_one_gloo_connection():
+    """gloo joins two ranks by one TCP socket (gloo/transport/tcp/pair.cc), so a send through host memory
+    (FlagScale's host path, a boundary between vendors) carries at most one socket's 2 GB/s and, across a 20 ms WAN,
+    one 3 MiB window per 40 ms round trip: 78.6 MB/s, where NCCL's 16 sockets carry 1.26 GB/s; plus the two copies
+    through host memory (12 GB/s each way). A tuned link's window lifts the WAN limit to the socket's own rate."""
+    cfg = ParallelConfig(tp=1, pp=2, dp=1, micro_batch_size=1)
+    msg = 64 * 2 ** 20
+    copies = 2 * msg / (HOST_COPY_GBYTES_PER_S * 1e9)
+    for latency_ms, window, per_flow in ((20, "", 3 * 2 ** 20 / 0.040), (20, ", tcp_window_mib: 128", 2e9),
+                                         (0.02, "", 2e9)):
+        fleet = _two_sites(latency_ms, window)
+        a, b = fleet.groups
+        nccl, _, _ = p2p_seconds(fleet, a, b, cfg, msg_bytes=msg, crossings=1)
+        gloo, latency, _ = p2p_seconds(fleet, a, b, cfg, msg_bytes=msg, crossings=1, host_copy=True)
+        assert gloo == pytest.approx(msg / per_flow + copies, rel=1e-9)
+        assert gloo > nccl + copies and latency == pytest.approx(latency_ms / 1e3)
+
+
+def test_one_gloo_connection_holds_an_rdma_path_to_a_socket():
+    """Inside an InfiniBand fabric a send between vendors (NCCL and RCCL share no communicator) goes over gloo's TCP
+    whatever the NICs: one socket's 2 GB/s, not the fabric's 45 GB/s per GPU; a send between two NVIDIA groups on
+    the same fabric keeps the fabric's rate and no copy."""
+    text = """
+name: v
+sites:
+  - name: a
+    node_groups:
+      - {name: n, count: 1, gpu: H100-SXM5-80GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 400, count: 8}}
+      - {name: m, count: 1, gpu: MI300X, gpus_per_node: 8, nics: {transport: infiniband, gbps: 400, count: 8}}
+      - {name: o, count: 1, gpu: H100-SXM5-80GB, gpus_per_node: 8, nics: {transport: infiniband, gbps: 400, count: 8}}
+"""
+    fleet = load_cluster(text, "<test>", CAT)[0]
+    n, m, o = fleet.groups
+    cfg = ParallelConfig(tp=1, pp=2, dp=1, micro_batch_size=1)
+    msg = 64 * 2 ** 20
+    between, _, path = p2p_seconds(fleet, n, m, cfg, msg_bytes=msg, crossings=1)
+    assert path.transport.value == "infiniband"
+    assert between == pytest.approx(msg / 2e9 + host_copy_s(msg), rel=1e-9)
+    same, _, _ = p2p_seconds(fleet, n, o, cfg, msg_bytes=msg, crossings=1)
+    assert same == pytest.approx(msg / (400 / 8 * 0.90 * 1e9), rel=1e-9)

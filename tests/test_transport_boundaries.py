@@ -87,10 +87,12 @@ def test_every_boundary_between_meshes_pays_the_host_copy_once_one_needs_it(isla
     # the same meshes on one fabric: NCCL throughout, no host copy
     plain = _plan(("ib", 8, 4), ("ib2", 16, 2))
     assert not mesh_host_path(plain, fleet) and host_copies(plain, fleet) == ([False], False)
-    # the ib -> ib2 boundary's send is the one-fabric send plus a device-host copy at each end of its message
+    # the ib -> ib2 boundary's send goes over gloo: its message over one TCP socket (2 GB/s, below the fabric's rate
+    # of the same send over NCCL) plus a device-host copy at each end
     one_fabric = evaluate(_plan(("ib", 8, 4), ("ib2", 8, 2), ("ib2", 8, 2)), fleet, model, train).boundaries[0]
     msg = pred.boundaries[0]["message_mib"] * 2 ** 20
-    assert pred.boundaries[0]["send_s"] == pytest.approx(one_fabric["send_s"] + host_copy_s(msg), rel=1e-9)
+    assert one_fabric["message_mib"] == pred.boundaries[0]["message_mib"] and one_fabric["send_s"] < msg / 2e9
+    assert pred.boundaries[0]["send_s"] == pytest.approx(msg / 2e9 + host_copy_s(msg), rel=1e-9)
 
 
 def test_a_stock_plan_keeps_megatrons_sockets(islands):

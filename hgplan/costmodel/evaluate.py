@@ -11,7 +11,8 @@ from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
 from hgplan.costmodel.optimizer import GRAD_ZERO_BYTES_PER_PARAM, optimizer_bytes_per_param
 from hgplan.costmodel.pipeline import Op, chunk_sends, closed_form, lower_bound_s, simulate
-from hgplan.costmodel.reshard import boundary_record, crosses_vendors, host_copies, host_copy_s, rank_slice_bytes
+from hgplan.costmodel.reshard import (boundary_record, crosses_vendors, gloo_flow_gbytes_per_s, host_copies,
+                                      host_copy_s, rank_slice_bytes)
 from hgplan.domain import (Attention, Fleet, ModelArch, NetPath, NodeGroup, PathKind, Precision, Runtime, TrainingSettings,
                            TransformerImpl)
 from hgplan.plan import ParallelConfig, Plan, Recompute
@@ -136,7 +137,8 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
     TP x CP x DP flows of the boundary, times the boundaries that cross the same link, share its bandwidth
     (`link_bytes`: what they carry together, when it is not msg_bytes x those flows). Over TCP each flow's sockets
     carry at most a window per round trip (TransportProfile.achieved_gbytes_per_s). Between GPUs of two vendors (or
-    where `host_copy` says so: reshard.host_copies) each message is also copied through host memory at both ends.
+    where `host_copy` says so: reshard.host_copies) each message is also copied through host memory at both ends and
+    goes over gloo, one TCP connection per pair of ranks (reshard.gloo_flow_gbytes_per_s).
     """
     path = fleet.path(a, b)
     if path is None:
@@ -145,12 +147,15 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
         bw, _ = intra_node_busbw(a, span=min(a.gpus_per_node, 2 * cfg.gpus_per_stage))
         return msg_bytes / (bw * 1e9), INTRA_NODE_P2P_LATENCY_S, path
     per_gpu = path.profile.achieved_gbytes_per_s(path.per_gpu_gbps, rtt_s=2 * path.latency_s,
-                                                 window_mib=path.link.tcp_window_mib if path.link else None) * 1e9
-    t = msg_bytes / per_gpu
+                                                 window_mib=path.link.tcp_window_mib if path.link else None)
+    host = crosses_vendors(a, b) if host_copy is None else host_copy
+    if host:  # over gloo: one TCP connection per pair of ranks
+        per_gpu = min(per_gpu, gloo_flow_gbytes_per_s(fleet, path))
+    t = msg_bytes / (per_gpu * 1e9)
     if path.shared:
         total = msg_bytes * cfg.gpus_per_stage * crossings if link_bytes is None else link_bytes
         t = max(t, total / (path.gbps / 8.0 * path.profile.efficiency * 1e9))
-    if crosses_vendors(a, b) if host_copy is None else host_copy:
+    if host:
         t += host_copy_s(msg_bytes)
     return t, path.latency_s, path
 

@@ -11,8 +11,10 @@ destination rank receives its whole slice. The backward gradient goes the same w
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hgplan.costmodel.compute import BYTES
-from hgplan.domain import Fleet, ModelArch, NetPath, NodeGroup, TrainingSettings
+from hgplan.domain import Fleet, ModelArch, NetPath, NodeGroup, TrainingSettings, Transport
 from hgplan.plan import ParallelConfig, Plan
 
 HOST_COPY_GBYTES_PER_S = 12.0
@@ -31,6 +33,19 @@ def rank_slice_bytes(model: ModelArch, cfg: ParallelConfig, train: TrainingSetti
 def host_copy_s(nbytes: float) -> float:
     """Device-to-host plus host-to-device copy of nbytes (the two ends of a host-memory hop)."""
     return 2 * nbytes / (HOST_COPY_GBYTES_PER_S * 1e9)
+
+
+def gloo_flow_gbytes_per_s(fleet: Fleet, path: NetPath) -> float:
+    """What one rank's sends over gloo carry at most on `path`, GB/s: gloo's TCP transport joins two ranks by one
+    connection (gloo/transport/tcp/pair.cc: a Pair holds one socket per peer rank, on one device per interface in
+    GLOO_SOCKET_IFNAME), over TCP whatever the NICs (PyTorch's gloo devices are TCP), and sets the send buffer but not
+    the receive buffer, so the window is Linux's autotuned one (the ethernet transport's window_mib, or the link's
+    tcp_window_mib). So: one socket of the ethernet profile, at most a window per round trip, within the path's share
+    of line rate per GPU. FlagScale sends a rank's slices to its destination ranks one after another
+    (flagscale/train/hetero/p2p_communication.py, send_forward_hetero), so one connection carries at a time."""
+    tcp = replace(fleet.transports[Transport.ETHERNET], socket_streams=1)
+    window = path.link.tcp_window_mib if path.link else None
+    return tcp.achieved_gbytes_per_s(path.per_gpu_gbps, rtt_s=2 * path.latency_s, window_mib=window)
 
 
 def crosses_vendors(a: NodeGroup, b: NodeGroup) -> bool:
