@@ -170,7 +170,8 @@ def mesh_findings(plan: Plan, pred: Prediction) -> list[str]:
         if r is None:
             continue
         busy = pred.num_microbatches * b["send_s"]  # each side's: activations forward, gradients backward
-        via = " through host memory over gloo (hetero_use_cpu_communication)" if b.get("host_copy") else ""
+        via = (" through host memory over gloo (hetero_use_cpu_communication; one TCP connection per pair of ranks)"
+               if b.get("host_copy") else "")
         out.append(f"mesh boundary: stage {b['from_stage']} (tp {r['from_tp']}, dp {r['from_dp']}) -> stage "
                    f"{b['to_stage']} (tp {r['to_tp']}, dp {r['to_dp']}) re-shards each micro-batch's activation"
                    f"{via}: {b['send_s'] * 1e3:.2f} ms per message each way; over {pred.num_microbatches} "
