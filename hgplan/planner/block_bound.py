@@ -381,15 +381,19 @@ class _BlockBound:
         groups that cannot beat the best found is dropped without its bisection), and a cycle that check found
         feasible (inf: none), where compute_value's bisection can start. W is non-increasing: with c2 where
         (v m - 1) c2 + W(inf) reaches the value and c1 where (v m - 1) c1 + W(c2) does, a cycle in (c1, c2] costs at
-        least the value, and one beyond c2 too; so if no placement has a cycle <= c1, every one does."""
+        least the value, and one beyond c2 too; so if no placement has a cycle <= c1, every one does. Where c2 <= 0 or
+        c1 <= 0 (W(inf) or W(c2) at or above the value, or infinite: nothing holds the layers at a cycle of c2) every
+        cycle costs at least that W, so every one reaches the value without the check."""
         if self.vm == 1 or not math.isfinite(value):
             return False, math.inf
         w_inf = float(self.work_at(np.array([1e6]), role)[0])
         c2 = (value - w_inf) / (self.vm - 1)
         if c2 <= 0:
-            return False, math.inf
+            return True, math.inf
         c1 = (value - float(self.work_at(np.array([c2]), role)[0])) / (self.vm - 1)
-        if not 0 < c1 <= c2:
+        if c1 <= 0:
+            return True, math.inf
+        if c1 > c2:
             return False, math.inf
         return (False, c1) if self.feasible(c1, role, wan) else (True, math.inf)
 
