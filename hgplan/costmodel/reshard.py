@@ -93,12 +93,13 @@ def cross_vendor_message(groups: list[NodeGroup], *, flagscale: bool) -> str | N
     head = f"the pipeline spans {' and '.join(vendors)} GPUs: "
     if flagscale:
         return head + ("FlagScale sends across each vendor boundary through host memory over gloo "
-                       "(hetero_use_cpu_communication), and the plan prices that copy; TP and DP stay inside one "
-                       "vendor's node group")
+                       "(hetero_use_cpu_communication), and the plan prices that copy and gloo's one TCP connection "
+                       "per pair of ranks; TP and DP stay inside one vendor's node group")
     return head + ("a stock PyTorch build uses NCCL on NVIDIA and RCCL on AMD, which cannot share a communicator; "
                    "the cross-vendor pipeline boundary needs a library both support (for example a gloo process "
                    "group for those point-to-point transfers, or a unified communicator as HETHUB built) and a "
-                   "PyTorch build per vendor; TP and DP stay inside one vendor's node group")
+                   "PyTorch build per vendor; the plan prices gloo there (host copies, one TCP connection per pair "
+                   "of ranks); TP and DP stay inside one vendor's node group")
 
 
 def boundary_record(a_i: int, b_i: int, path: NetPath | None, busy: float, latency: float, msg: float,
