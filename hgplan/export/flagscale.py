@@ -182,5 +182,6 @@ def export_flagscale(plan: Plan, fleet: Fleet, model: ModelArch, train: Training
         if not plan.asymmetric and not all(host_copies(plan, fleet)[0][first - 1] for first, _ in plan.meshes()[1:]):
             ex.warnings.append("this stock plan was priced as Megatron-LM runs it (NCCL on sockets across a "
                                "transport boundary); FlagScale also copies each send between meshes through host "
-                               "memory, at both ends, which the prediction leaves out")
+                               "memory, at both ends, and sends it over gloo's one TCP connection per pair of ranks, "
+                               "which the prediction leaves out")
     return ex
