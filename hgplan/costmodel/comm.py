@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from hgplan.domain import NodeGroup, TransportProfile
+from hgplan.domain import NetPath, NodeGroup, TransportProfile
 
 
 NVLINK_HOP_S = 3.4e-6
@@ -127,3 +127,11 @@ def overlapped_s(compute_s: float, comm_s: float, *, sm_share: float, exposed_s:
     """
     hidden = max(0.0, comm_s - exposed_s)
     return max(compute_s + exposed_s + sm_share * min(hidden, compute_s), comm_s)
+
+
+def flow_gbytes_per_s(profile: TransportProfile, path: NetPath) -> float:
+    """What one GPU's flow over `path` carries at most with `profile`'s sockets (or RDMA), GB/s: its share of the
+    path's line rate per GPU, and over TCP at most a window (the link's tcp_window_mib, else the profile's) per round
+    trip of the path."""
+    return profile.achieved_gbytes_per_s(path.per_gpu_gbps, rtt_s=2 * path.latency_s,
+                                         window_mib=path.link.tcp_window_mib if path.link else None)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hgplan.costmodel.comm import (allreduce_s, group_busbw_gbytes_per_s, half_collective_s, intra_node_busbw,
-                                   nic_gbytes_per_s, overlapped_s, ring_hop_gbytes_per_s, ring_latency_s)
+from hgplan.costmodel.comm import (allreduce_s, flow_gbytes_per_s, group_busbw_gbytes_per_s, half_collective_s,
+                                   intra_node_busbw, nic_gbytes_per_s, overlapped_s, ring_hop_gbytes_per_s,
+                                   ring_latency_s)
 from hgplan.costmodel.compute import BYTES, FLASH_BWD_RATIO, LayerTime, attention_kernel, compute_precision, embedding_time, hbm_s, head_time, layer_time
 from hgplan.costmodel.flops import megatron_model_flops
 from hgplan.costmodel.memory import StageMemory, stage_memory
@@ -146,8 +147,7 @@ def p2p_seconds(fleet: Fleet, a: NodeGroup, b: NodeGroup, cfg: ParallelConfig, *
     if path.kind is PathKind.SAME_GROUP and cfg.gpus_per_stage < a.gpus_per_node:
         bw, _ = intra_node_busbw(a, span=min(a.gpus_per_node, 2 * cfg.gpus_per_stage))
         return msg_bytes / (bw * 1e9), INTRA_NODE_P2P_LATENCY_S, path
-    per_gpu = path.profile.achieved_gbytes_per_s(path.per_gpu_gbps, rtt_s=2 * path.latency_s,
-                                                 window_mib=path.link.tcp_window_mib if path.link else None)
+    per_gpu = flow_gbytes_per_s(path.profile, path)
     host = crosses_vendors(a, b) if host_copy is None else host_copy
     if host:  # over gloo: one TCP connection per pair of ranks
         per_gpu = min(per_gpu, gloo_flow_gbytes_per_s(fleet, path))

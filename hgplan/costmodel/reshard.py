@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hgplan.costmodel.comm import flow_gbytes_per_s
 from hgplan.costmodel.compute import BYTES
 from hgplan.domain import Fleet, ModelArch, NetPath, NodeGroup, TrainingSettings, Transport
 from hgplan.plan import ParallelConfig, Plan
@@ -43,9 +44,7 @@ def gloo_flow_gbytes_per_s(fleet: Fleet, path: NetPath) -> float:
     tcp_window_mib). So: one socket of the ethernet profile, at most a window per round trip, within the path's share
     of line rate per GPU. FlagScale sends a rank's slices to its destination ranks one after another
     (flagscale/train/hetero/p2p_communication.py, send_forward_hetero), so one connection carries at a time."""
-    tcp = replace(fleet.transports[Transport.ETHERNET], socket_streams=1)
-    window = path.link.tcp_window_mib if path.link else None
-    return tcp.achieved_gbytes_per_s(path.per_gpu_gbps, rtt_s=2 * path.latency_s, window_mib=window)
+    return flow_gbytes_per_s(replace(fleet.transports[Transport.ETHERNET], socket_streams=1), path)
 
 
 def crosses_vendors(a: NodeGroup, b: NodeGroup) -> bool:

@@ -35,7 +35,7 @@ from hgplan.planner.path_model import PATH_MODEL_PARAMS
 from hgplan.planner.progress import Progress, ProgressFn
 from hgplan.planner.limits import SOLVE_THREADS, solve_params
 from hgplan.planner.found import Found, SearchResult
-from hgplan.planner.idle import idle_gpus
+from hgplan.planner.idle import NO_SOCKETS, idle_gpus
 from hgplan.planner.seeded import seeded_search
 from hgplan.report import plan_record, prediction_record, rounded, stage_results, training_record
 from hgplan.validate import check_plan, precision_fix
@@ -97,8 +97,7 @@ def _cut_note(fleet: Fleet, usable: list[NodeGroup]) -> str:
     if cut is None:
         return ""
     return (f"; Megatron-DeepSpeed cannot pipeline {cut[0].key} ({cut[0].nic_transport}) with {cut[1].key} "
-            f"({cut[1].nic_transport}): one NCCL transport does not join them and it has no per-communicator NCCL "
-            "settings (--target megatron crosses such a boundary with NCCL on sockets)")
+            f"({cut[1].nic_transport}): one NCCL transport does not join them and {NO_SOCKETS}")
 
 
 def _largest_memory(groups: list[NodeGroup]) -> NodeGroup:

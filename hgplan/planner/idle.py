@@ -7,6 +7,10 @@ from hgplan.domain import Fleet, TrainingSettings
 from hgplan.plan import Plan
 from hgplan.planner.tables import eligible
 
+NO_SOCKETS = ("it has no per-communicator NCCL settings (--target megatron crosses such a boundary with NCCL on "
+              "sockets)")
+"""Why Megatron-DeepSpeed cannot pipeline node groups one NCCL transport does not join (idle GPUs, nothing fits)."""
+
 
 def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings, max_pp: int | None = None) -> list[IdleGpus]:
     """The GPUs the plan leaves idle, per node group, with the reason (max_pp: the search's --max-pp)."""
@@ -28,8 +32,7 @@ def idle_gpus(fleet: Fleet, plan: Plan, train: TrainingSettings, max_pp: int | N
             why = f"fewer GPUs than one stage needs ({size}) remain"
         elif not on and all(fleet.path(g, fleet.group(k)) is None for k in set(plan.groups)):
             why = "no path joins this group to the plan's node groups" + fleet.cut_reason + (
-                "" if fleet.mixed_transports else ": it has no per-communicator NCCL settings (--target megatron "
-                "crosses such a boundary with NCCL on sockets)")
+                "" if fleet.mixed_transports else ": " + NO_SOCKETS)
         elif max_pp is not None and plan.config.pp >= max_pp:
             why = f"room for {idle // size} more stage(s) of {size} GPUs, but --max-pp {max_pp} allows no more stages"
         else:
