@@ -136,7 +136,8 @@ class EntrySolver(Doc):
     objective_s: float
     status: str = Field(description="where the plan came from: CP-SAT's status of the stage-level solve (OPTIMAL, "
                                     "FEASIBLE), BLOCK (the block model's solution, expanded to stages), HINT (the warm "
-                                    "start), SIM_ + a status (polished by the simulator), SEED (a mesh candidate's seed plan, "
+                                    "start), PROBE (the warm start's heuristic on a candidate before the search's "
+                                    "first bound), SIM_ + a status (polished by the simulator), SEED (a mesh candidate's seed plan, "
                                     "--target flagscale); docs/planner.md")
 
 

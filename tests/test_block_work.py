@@ -25,7 +25,7 @@ from hgplan.plan import Recompute
 from hgplan.planner import block_bound
 from hgplan.planner.block_bound import block_bound_us
 from hgplan.planner.block_work import block_pools, cheapest_fill, least_value, work_one
-from hgplan.planner.bounds import subset_terms
+from hgplan.planner.bounds import end_choices, subset_terms
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
 from hgplan.planner.options import SearchOptions
@@ -239,7 +239,7 @@ def test_beyond_says_reached_only_where_the_orders_bound_is(monkeypatch):
     feasible = bb.feasible
     monkeypatch.setattr(bb, "feasible", lambda *args: checks.append(1) or feasible(*args), raising=False)
     without_check = with_check = 0
-    for first, last in block_bound._end_choices(cand.ctx, subset):
+    for first, last in end_choices(cand.ctx, subset):
         role, wan = bb.roles(first, last)
         bound = bb.compute_value(role, wan, charged=False)[0]
         if not math.isfinite(bound):

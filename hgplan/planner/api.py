@@ -386,7 +386,7 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     # the closed form's 10.935 s while plain search returned the polished 10.228 s)
     _phase(progress, "ranking", f"simulating and polishing {len(result.found)} plans", result)
     polished, mesh = _polish_and_meshes(costs, result, opts, stock_opts, started, log, progress)
-    found = list(result.found) + polished + (mesh.found[:RERANKED] if mesh else [])
+    found = list(result.found) + polished + result.probed + (mesh.found[:RERANKED] if mesh else [])
     checked = _fastest_per_config(_checked(found, fleet, model, train, warnings))
     # the baselines before the proof, which runs to the deadline (after it they took 'large' 0.85 s past it)
     _phase(progress if with_baselines else None, "baselines", "evaluating three baselines", result)

@@ -29,7 +29,8 @@ from dataclasses import replace
 import numpy as np
 
 from hgplan.plan import ParallelConfig
-from hgplan.planner.bounds import FLOOR_EPS, BoundContext, integer_cycle_bound, subset_terms, sure_stages
+from hgplan.planner.bounds import (FLOOR_EPS, BoundContext, end_choices, floor_key, integer_cycle_bound,
+                                   subset_terms, sure_stages)
 from hgplan.planner.costs import US
 from hgplan.planner.limits import SETTLE_GROUPS
 from hgplan.planner.block_capacity import most_layers, rising
@@ -80,7 +81,7 @@ def _ends_pass(bb: _BlockBound, ctx: BoundContext, subset: tuple[str, ...], enou
     units) and `settle`: see block_bound_us; block_cuts passes neither (every choice's proof)."""
     floor_value, below = bb.floor()
     best, proved = math.inf, {}
-    for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in _end_choices(ctx, subset)):
+    for cost, first, last in sorted((bb.ends_cost(a, b), a, b) for a, b in end_choices(ctx, subset)):
         if settle and best < enough < math.inf:  # below the incumbent: each choice left >= floor_value + its cost
             best = min(best, floor_value + cost)
             break
@@ -100,19 +101,6 @@ def _ends_pass(bb: _BlockBound, ctx: BoundContext, subset: tuple[str, ...], enou
         proved[first, last] = (max(lo, below), value + cost)
         best = min(best, value + cost)
     return best, proved
-
-
-def floor_key(cfg: ParallelConfig, subset: tuple[str, ...], *, L: int, m: int) -> tuple:
-    """The item's entry of BoundContext.floors (_BlockBound.floor), the only memo its bounds share across calls."""
-    return subset, cfg.pp, cfg.vpp, L, cfg.vpp * m
-
-
-def _end_choices(ctx: BoundContext, subset: tuple[str, ...]) -> list[tuple[str, str]]:
-    """The (first, last) groups worth bounding: one pair per pair of classes of interchangeable groups (planner/
-    classes.py), since swapping two interchangeable groups changes no cost and so no bound (64 groups in four classes:
-    16 choices instead of 4,032)."""
-    present = ctx.members(subset)
-    return [(a[0], b[0]) if a is not b else (a[0], a[1]) for a in present for b in present if a is not b or len(a) > 1]
 
 
 class _BlockBound:
@@ -150,12 +138,8 @@ class _BlockBound:
         """Each group's class, in the order of ctx.members (PairLoops')."""
         self.classes = [self.class_of[k] for k in self.by_speed]
         """The same, group by group in the bound's order (fastest first)."""
-        self.loops = self._loop_slack(m, sure)
-        cases, refined = single_cases(ctx.members(subset), self.by_speed, self.class_of, sure,
-                                      most_lone(ctx, subset, sure, self.p)) if self.loops else ([], [])
-        self.scenarios, self.refined = cases + refined, len(cases)
-        """The cases of single-stage blocks the loops' loss is bounded in, then the refinement of the last one
-        (single_stages.single_cases), from index self.refined on."""
+        self.may_loop = self.v == 1 and self.sites > 1 and m >= 3  # can have loops (loop_slack may find none)
+        self.m, self.sure, self._loops = m, sure, None
         self.held_memo: dict[tuple, dict[int | None, float]] = {}
         """most_layers per shapes (the stages' whole-layer capacities at a cycle) and case (_held)."""
         self.sure_stages = [sure[k] for k in self.by_speed]
@@ -168,19 +152,32 @@ class _BlockBound:
         self.sure_list, self.tau_list, self.most_list = (a.tolist() for a in (1.0 * self.sure_layers, self.tau_arr,
                                                                               self.most_ahead[0]))
 
-    def _loop_slack(self, m: int, sure: dict[str, int]) -> LoopSlack | None:
+    def loop_slack(self) -> LoopSlack | None:
         """The loops' demand next to the WAN without interleaving (the closed form charges 1F1B's loops only): pooled
         when every run of WAN crossings is a loop (at most r stages, fewer than m), and crossing by crossing when a
-        loop of two micro-batches fits in the iteration (m >= 3)."""
-        if self.v > 1 or self.sites == 1 or m < 3:
-            return None
+        loop of two micro-batches fits in the iteration (m >= 3). Computed on first use: on the 10-group benchmark
+        fleet 54 of 2,683 bounds needed them, and they took 2 of the bounds' 3 s (2026-11-30)."""
+        if self._loops is None:
+            loops = self._loop_slack() if self.may_loop else None
+            cases, refined = single_cases(self.ctx.members(self.subset), self.by_speed, self.class_of, self.sure,
+                                          most_lone(self.ctx, self.subset, self.sure, self.p)) if loops else ([], [])
+            self._loops = (loops, cases + refined, len(cases))
+        return self._loops[0]
+
+    def cases(self) -> tuple[list, int]:
+        """The cases of single-stage blocks the loops' loss is bounded in, then the refinement of the last one
+        (single_stages.single_cases) from the index given."""
+        self.loop_slack()
+        return self._loops[1], self._loops[2]
+
+    def _loop_slack(self) -> LoopSlack | None:
         lats = sorted(self.ctx.pair_lat[e] for e in itertools.combinations(self.subset, 2)
                       if e in self.ctx.pair_lat and self.site[e[0]] != self.site[e[1]])
         need = tuple((w, 2 * sum(lats[:w])) for w in range(self.sites - 1, min(self.r - 1, len(lats)) + 1)) \
-            if self.r < m else ()
+            if self.r < self.m else ()
         stages = sorted(((self.tau[k], self.wan[k]) for k in self.subset for _ in range(2)), reverse=True)
         pairs = pair_loops(self.ctx, self.subset, tau=self.tau, cross=self.cross, wan=self.wan, site=self.site,
-                           sure=sure, p=self.p)
+                           sure=self.sure, p=self.p)
         return LoopSlack(stages=tuple(stages), need=need, v=self.v, pairs=pairs) if need or pairs else None
 
     def roles(self, first: str | None, last: str | None) -> tuple[list[Role], WanEnds | None]:
@@ -203,7 +200,8 @@ class _BlockBound:
         path = None if first is None or self.v > 1 else (self.site[first], self.site[last], self.class_of[first],
                                                           self.class_of[last])
         return base, WanEnds(site=tuple(self.site[k] for k in self.by_speed), variants=variants,
-                             sites=self.sites, single=single, v=self.v, loops=self.loops, path=path)
+                             sites=self.sites, single=single, v=self.v,
+                             loops_of=self.loop_slack if self.may_loop else None, path=path)
 
     def role(self, k: str, first: str | None, last: str | None, wan: int) -> Role:
         """Group k's Role when `wan` of its block's ends send to another site (at least self.wan[k] each). An end the
@@ -271,35 +269,36 @@ class _BlockBound:
             return False
         rises = rising(shapes)  # the greedy count overstates: the exact split (planner/block_capacity.py)
         held: dict[int | None, float] = {}  # per case of single-stage blocks (None: any), for these shapes
-        if rises or (wan is not None and wan.loops is not None):  # memoised only where the split is needed
+        if rises or (wan is not None and wan.loops_of is not None):  # memoised only where the split may be needed
             held = self.held_memo.setdefault(tuple(shapes), held)
         if rises:
             room = self._held(shapes, held, None) - self.L
         ends = 0.0 if wan is None else wan.ends_loss(c)
         if room < ends or wan is None or wan.loops is None:
             return room >= ends
-        loops = wan.loops
-        path = wan.path
+        loops, path = wan.loops, wan.path
         least = max(ends + loops.pooled(c), loops.crossings(c, None, path))  # any case's least loss
         if room < least:
             return False
         # the crossings' loss, split by the single-stage blocks a placement has (they change both the layers and the
         # loss)
+        scenarios, refined = self.cases()
+
         def fits(i: int) -> bool:
             room = self._held(shapes, held, i) - self.L
-            return room >= least and room >= loops.crossings(c, self.scenarios[i][3], path)
+            return room >= least and room >= loops.crossings(c, scenarios[i][3], path)
 
-        for i in range(self.refined):
+        for i in range(refined):
             if fits(i):  # the last case, when refined, holds only if one of its parts does
-                refining = i == self.refined - 1 and self.refined < len(self.scenarios)
-                return not refining or any(fits(j) for j in range(self.refined, len(self.scenarios)))
+                refining = i == refined - 1 and refined < len(scenarios)
+                return not refining or any(fits(j) for j in range(refined, len(scenarios)))
         return False
 
     def _held(self, shapes: list, memo: dict, case: int | None) -> float:
-        """most_layers of these shapes in case `case` of self.scenarios (None: any single-stage blocks), memoised per
+        """most_layers of these shapes in case `case` of self.cases() (None: any single-stage blocks), memoised per
         shapes: they change only where a stage's capacity steps, so the bisections over the cycle meet them again."""
         if case not in memo:
-            memo[case] = most_layers(shapes, self.p, *(self.scenarios[case][:3] if case is not None else ()))
+            memo[case] = most_layers(shapes, self.p, *(self.cases()[0][case][:3] if case is not None else ()))
         return memo[case]
 
     def work_at(self, cs: np.ndarray, role: list[Role], wan: WanEnds | None = None) -> np.ndarray:
@@ -428,13 +427,13 @@ class _BlockBound:
         every = role + ([r for rs in wan.variants for r in rs[1:] if r is not None] if wan else [])
         c_max = max(vt * self.units + max(lone, end_a, end_b) + inner_extra
                     for vt, lone, end_a, end_b, inner_extra, _ in every if math.isfinite(lone))
-        if not self.feasible(c_max, role, wan and replace(wan, loops=None)):
+        if not self.feasible(c_max, role, wan and replace(wan, loops_of=None)):
             return math.inf, wan
         for _ in range(DOUBLINGS):  # 1F1B's loops through the WAN can make the cycle longer than any stage's demand
             if self.feasible(c_max, role, wan):
                 return c_max, wan
             c_max *= 2
-        return c_max, replace(wan, loops=None)
+        return c_max, replace(wan, loops_of=None)
 
     def ends_cost(self, first: str | None, last: str | None) -> float:
         """Edge work plus v x the DP tail: the first and last stages pay their class's tail (embedding / LM-head

@@ -61,6 +61,9 @@ class SearchResult:
     """False when the time limit ended while the candidates were being listed (then bound_us is 0)."""
     candidates: list[Candidate] = field(default_factory=list)
     """Every candidate listed (the proof of the gap on the reported time goes over them again)."""
+    probed: list[Found] = field(default_factory=list)
+    """The probes' plans (planner/probe.py) not among `found`, the best per configuration: ranked by the reported
+    model beside the search's, not polished."""
 
     @property
     def best_us(self) -> float | None:

@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-from hgplan.planner.block_bound import block_bound_us, floor_key
+from hgplan.planner.block_bound import block_bound_us
+from hgplan.planner.bounds import floor_key
 from hgplan.planner.block_cuts import block_cuts
 from hgplan.planner.candidates import Candidate
 from hgplan.planner.search_state import Stage

@@ -6,6 +6,7 @@ planner/block_bound.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hgplan.planner.bounds import FLOOR_EPS
@@ -54,10 +55,16 @@ class WanEnds:
     single: frozenset[int] | None
     """Sites that may have only one WAN end (a path's end sites); None: any two sites (the ends are unknown)."""
     v: int
-    loops: LoopSlack | None = None
-    """The slack 1F1B's loops demand next to the WAN (None with interleaving, or with fewer than 3 micro-batches)."""
+    loops_of: Callable[[], LoopSlack | None] | None = None
+    """The slack 1F1B's loops demand next to the WAN, computed when first asked for (None: none, as with
+    interleaving or fewer than 3 micro-batches)."""
     path: PathEnds | None = None
     """The path's first and last group, when known (for the loops)."""
+
+    @property
+    def loops(self) -> LoopSlack | None:
+        """loops_of's value (None without it)."""
+        return None if self.loops_of is None else self.loops_of()
 
     def ends_loss(self, c: float) -> float:
         """Least layers the WAN ends cost the placement at cycle c (inf: no placement), the loops' slack aside (>= 0:

@@ -1,0 +1,64 @@
+"""Whole-fleet plans from the primal heuristic before the fleet search's first bound (planner/search.py, run_search).
+
+The fleet search starts with the node groups' own plans as incumbents (planner/seeded.py). On a fleet of many small
+groups each group alone is far slower than the fleet: on the 10-group benchmark fleet (640 GPUs over five sites,
+llama3.1-70b) the best group alone runs 26.8 s where the fleet's best runs 7.2 s. Best-first refines every item whose
+bound is below the incumbent before it solves one, and against 26.8 s no bound ends early (block_bound_us'
+enough_us): that fleet's search spent 8.4 s on 1,763 block bounds before its first solve, which found the 7.2 s plan.
+
+So before it, the search takes the candidates with the least bounds (PROBE_CANDIDATES, in the heap's order, while
+their bound is below the incumbent less the gap) and, for each, the primal heuristic that warm-starts every solve
+(planner/heuristic.py: greedy_hint, then improve) over every node group of the fleet, and over each vendor's groups
+where the fleet has GPUs of several (a boundary between vendors goes through host memory over gloo,
+costmodel/reshard.py, so the best plans often keep to one vendor). Each plan the tables accept (CostTables.objective)
+is kept as a plan found, with the tables of the groups it uses, as a search item's (polishing, planner/certify.py,
+works on those): a valid plan of the family, so pruning against it keeps the gap proven. The probes are counted, not timed, so the same inputs give the same plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+from hgplan.domain import NodeGroup
+from hgplan.plan import ParallelConfig
+from hgplan.planner.candidates import Candidate
+from hgplan.planner.costs import CostSource
+from hgplan.planner.heuristic import greedy_hint, improve
+from hgplan.planner.tables import CostTables, build_tables
+
+PROBE_CANDIDATES = 10
+"""Candidates probed (those with the least bounds). Measured 2026-11-30 on the 10-group benchmark fleet (2-core
+machine, single runs): the incumbent 26.8 s -> 7.5 s in 0.45 s with 10 (three sets of groups each), the same with 30
+in 1.0 s; the search's first solve at 6.4 s instead of 11.4 s."""
+
+
+def probe_sets(groups: list[NodeGroup]) -> list[list[NodeGroup]]:
+    """The sets of node groups probed: all of them, and each vendor's where there are several."""
+    vendors = sorted({g.gpu.vendor for g in groups})
+    return [groups] + ([[g for g in groups if g.gpu.vendor == v] for v in vendors] if len(vendors) > 1 else [])
+
+
+def probe_plans(costs: CostSource, cands: list[Candidate], groups: list[NodeGroup], order: list[str],
+                below_us: Callable[[], float]) -> Iterator[tuple[ParallelConfig, CostTables, int, tuple]]:
+    """(configuration, tables, objective, (assign, layers)) of each heuristic plan the tables accept, over the first
+    PROBE_CANDIDATES candidates by bound while their bound is below below_us() (the caller's incumbent less the gap,
+    read again for each candidate: the plans kept so far lower it)."""
+    sets = probe_sets(groups)
+    for cand in sorted(cands, key=lambda c: c.key)[:PROBE_CANDIDATES]:
+        if cand.lower_bound_us >= below_us():
+            return
+        for chosen in sets:
+            t = build_tables(costs, cand.cfg, chosen)
+            if t is None:
+                continue
+            assign, layers = improve(t, greedy_hint(t, order))
+            # kept as a search item's plan: tables of the groups it uses, each hosting a stage
+            keys = [t.groups[k] for k in sorted(set(assign))]
+            own = build_tables(costs, cand.cfg, [g for g in chosen if g.key in keys])
+            assert own is not None and own.groups == tuple(keys), "the groups of a plan are eligible"
+            own = replace(own, require_all=True)
+            plan = [keys.index(t.groups[k]) for k in assign], list(layers)
+            objective = own.objective(*plan)
+            if objective is not None:
+                yield cand.cfg, own, objective, plan
