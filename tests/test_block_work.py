@@ -132,28 +132,33 @@ def test_block_bound_single_cycles_match_the_vector_path():
     the WAN's charges (the crossings' loops, or the sites' WAN ends with interleaving; finite and infinite W among
     them), W at one cycle equals the same cycle taken in a pair, which goes through numpy."""
     compared = 0
-    for seed in (5, 7, 19):
-        rng = random.Random(seed)
-        fleet = _crossing_fleet(rng)
+    for cand, m, subset in crossing_sets():
+        terms = subset_terms(cand.ctx, subset, L=16, p=cand.cfg.pp)
+        if terms is None:
+            continue
+        bb = block_bound._BlockBound(cand.ctx, cand.cfg, subset, L=16, m=m, tail=terms.tail, edges=terms.edges)
+        ends = [(None, None)] + [(a, b) for a in subset for b in subset if a != b][:3]
+        for first, last in ends:
+            role, wan = bb.roles(first, last)
+            for c in (0.005, 0.02, 0.08, 0.3):
+                for w in (None, wan):
+                    pair = bb.work_at(np.array([c, c]), role, w)
+                    assert bb.work_at(np.array([c]), role, w).tolist() == pair[:1].tolist()
+                    compared += 1
+    assert compared >= 2000
+
+
+def crossing_sets(seeds: tuple[int, ...] = (5, 7, 19)):
+    """(candidate, micro-batches, set of groups) of every candidate (tp 4, up to 8 stages of 16 layers, 32 micro-batches
+    of one sample) of the random three- and four-site fleets of these seeds (test_wan_crossings._crossing_fleet)."""
+    for seed in seeds:
+        fleet = _crossing_fleet(random.Random(seed))
         train = TrainingSettings(seq_length=2048, global_batch_size=32)
         model = small_model(16, hidden=4096, heads=32)
         opts = SearchOptions(max_pp=8, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,))
         for cand in enumerate_candidates(CostSource(fleet, model, train), opts, list(fleet.groups))[0]:
-            m = cand.cfg.num_microbatches(32)
             for subset in cand.ctx.subsets(cand.cfg.pp):
-                terms = subset_terms(cand.ctx, subset, L=16, p=cand.cfg.pp)
-                if terms is None:
-                    continue
-                bb = block_bound._BlockBound(cand.ctx, cand.cfg, subset, L=16, m=m, tail=terms.tail, edges=terms.edges)
-                ends = [(None, None)] + [(a, b) for a in subset for b in subset if a != b][:3]
-                for first, last in ends:
-                    role, wan = bb.roles(first, last)
-                    for c in (0.005, 0.02, 0.08, 0.3):
-                        for w in (None, wan):
-                            pair = bb.work_at(np.array([c, c]), role, w)
-                            assert bb.work_at(np.array([c]), role, w).tolist() == pair[:1].tolist()
-                            compared += 1
-    assert compared >= 2000
+                yield cand, cand.cfg.num_microbatches(32), subset
 
 
 def _uncharged(monkeypatch):

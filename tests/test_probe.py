@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import math
-import random
 
-from test_planner import small_model
-from test_wan_crossings import _crossing_fleet
+from test_block_work import crossing_sets
 
 from hgplan.domain import TrainingSettings
 from hgplan.io import catalog, resolve_cluster, resolve_model
-from hgplan.plan import Plan, Recompute, StageAssignment
+from hgplan.plan import Plan, StageAssignment
 from hgplan.planner import block_bound
 from hgplan.planner.block_bound import block_bound_us
 from hgplan.planner.candidates import enumerate_candidates
@@ -88,20 +86,13 @@ def test_loops_computed_late_give_the_same_bounds(monkeypatch):
 
     def bounds() -> list[float]:
         out = []
-        for seed in (5, 7, 19):
-            fleet = _crossing_fleet(random.Random(seed))
-            train = TrainingSettings(seq_length=2048, global_batch_size=32)
-            model = small_model(16, hidden=4096, heads=32)
-            opts = SearchOptions(max_pp=8, mbs_options=(1,), recompute_options=(Recompute.NONE,), tp_options=(4,))
-            for cand in enumerate_candidates(CostSource(fleet, model, train), opts, list(fleet.groups))[0]:
-                m = cand.cfg.num_microbatches(32)
-                for subset in cand.ctx.subsets(cand.cfg.pp):
-                    free = block_bound_us(cand.ctx, cand.cfg, subset, L=16, m=m, ends_known=False)
-                    for ends_known in (False, True):
-                        near = free * 1.02 if math.isfinite(free) else math.inf
-                        for enough in (math.inf, near):
-                            out.append(block_bound_us(cand.ctx, cand.cfg, subset, L=16, m=m, ends_known=ends_known,
-                                                      enough_us=enough))
+        for cand, m, subset in crossing_sets():
+            free = block_bound_us(cand.ctx, cand.cfg, subset, L=16, m=m, ends_known=False)
+            near = free * 1.02 if math.isfinite(free) else math.inf
+            for ends_known in (False, True):
+                for enough in (math.inf, near):
+                    out.append(block_bound_us(cand.ctx, cand.cfg, subset, L=16, m=m, ends_known=ends_known,
+                                              enough_us=enough))
         return out
 
     monkeypatch.setattr(block_bound._BlockBound, "_loop_slack", lambda self: computed.append(1) or slack(self))

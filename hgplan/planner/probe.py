@@ -11,8 +11,10 @@ their bound is below the incumbent less the gap) and, for each, the primal heuri
 (planner/heuristic.py: greedy_hint, then improve) over every node group of the fleet, and over each vendor's groups
 where the fleet has GPUs of several (a boundary between vendors goes through host memory over gloo,
 costmodel/reshard.py, so the best plans often keep to one vendor). Each plan the tables accept (CostTables.objective)
-is kept as a plan found, with the tables of the groups it uses, as a search item's (polishing, planner/certify.py,
-works on those): a valid plan of the family, so pruning against it keeps the gap proven. The probes are counted, not timed, so the same inputs give the same plan.
+is kept as an incumbent, with the tables of the groups it uses, as a search item's: a valid plan of the family, so
+pruning against it keeps the gap proven. The search returns these plans apart (search._result: ranked by the
+reported model, not polished), one among its own only where it is faster than every other plan found. The probes
+are counted, not timed, so the same inputs give the same plan.
 """
 
 from __future__ import annotations
