@@ -137,8 +137,8 @@ class EntrySolver(Doc):
     status: str = Field(description="where the plan came from: CP-SAT's status of the stage-level solve (OPTIMAL, "
                                     "FEASIBLE), BLOCK (the block model's solution, expanded to stages), HINT (the warm "
                                     "start), PROBE (the warm start's heuristic on a candidate before the search's "
-                                    "first bound), SIM_ + a status (polished by the simulator), SEED (a mesh candidate's seed plan, "
-                                    "--target flagscale); docs/planner.md")
+                                    "first bound), SIM_ + a status (polished by the simulator), SEED (a mesh "
+                                    "candidate's seed plan, --target flagscale); docs/planner.md")
 
 
 class PlanEntry(Doc):

@@ -187,9 +187,7 @@ def test_a_search_complete_above_its_max_gap_says_so(a100_t4, monkeypatch):
 
     monkeypatch.setattr(search_module, "solve_mesh", unproven)
     _, fleet, model, train = a100_t4
-    # twenty plans: the stock family's come first on this fleet (since 2026-11-30 with the probes' plans among them,
-    # planner/probe.py), and the asymmetric ones after them
-    report, _ = plan_training(fleet, model, train, SearchOptions(target=Target.FLAGSCALE, budget_s=60, top_k=20),
+    report, _ = plan_training(fleet, model, train, SearchOptions(target=Target.FLAGSCALE, budget_s=60),
                               cluster=ClusterInput(ref="a100-t4", sha256=""), model_ref="gpt-1.7b",
                               with_baselines=False)
     assert report.asymmetric.stopped_by == "complete" and report.search.relative_gap > 0.005

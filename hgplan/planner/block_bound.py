@@ -156,7 +156,7 @@ class _BlockBound:
         """The loops' demand next to the WAN without interleaving (the closed form charges 1F1B's loops only): pooled
         when every run of WAN crossings is a loop (at most r stages, fewer than m), and crossing by crossing when a
         loop of two micro-batches fits in the iteration (m >= 3). Computed on first use: on the 10-group benchmark
-        fleet 54 of 2,683 bounds needed them, and they took 2 of the bounds' 3 s (2026-11-30)."""
+        fleet 54 of 2,683 bounds needed them, and they took 2.0 of the bounds' 8.2 s (2026-11-30)."""
         if self._loops is None:
             loops = self._loop_slack() if self.may_loop else None
             cases, refined = single_cases(self.ctx.members(self.subset), self.by_speed, self.class_of, self.sure,

@@ -32,7 +32,7 @@ from hgplan.planner.tables import CostTables, build_tables
 PROBE_CANDIDATES = 10
 """Candidates probed (those with the least bounds). Measured 2026-11-30 on the 10-group benchmark fleet (2-core
 machine, single runs): the incumbent 26.8 s -> 7.5 s in 0.45 s with 10 (three sets of groups each), the same with 30
-in 1.0 s; the search's first solve at 6.4 s instead of 11.4 s."""
+in 1.0 s; the search's first solve at 4.9 s instead of 11.4 s."""
 
 
 def probe_sets(groups: list[NodeGroup]) -> list[list[NodeGroup]]:
