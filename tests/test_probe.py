@@ -15,7 +15,7 @@ from hgplan.planner.block_bound import block_bound_us
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
 from hgplan.planner.options import SearchOptions
-from hgplan.planner.probe import PROBE_CANDIDATES, probe_plans, probe_sets
+from hgplan.planner.probe import PROBE_CANDIDATES, probe_plans, probe_sets, probed_candidates
 from hgplan.planner.seeded import seeded_search
 from hgplan.validate import check_plan
 
@@ -37,6 +37,19 @@ def test_probe_sets_are_the_fleet_and_each_vendor():
     assert probe_sets(nvidia) == [nvidia]  # one vendor: the groups themselves only
 
 
+def test_probes_take_the_least_bounds_at_each_interleaving_depth():
+    """Interleaved candidates have the least bounds over several sites; the probes take the PROBE_CANDIDATES least at
+    each depth, in the heap's order."""
+    fleet, model, train = _mixed_vendor()
+    cands, _ = enumerate_candidates(CostSource(fleet, model, train), SearchOptions(), list(fleet.groups))
+    by_vpp: dict[int, list] = {}
+    for c in sorted(cands, key=lambda c: c.key):
+        by_vpp.setdefault(c.cfg.vpp, []).append(c)
+    picked = probed_candidates(cands)
+    assert len(by_vpp) >= 2 and len(picked) == sum(min(len(cs), PROBE_CANDIDATES) for cs in by_vpp.values())
+    assert picked == sorted((c for cs in by_vpp.values() for c in cs[:PROBE_CANDIDATES]), key=lambda c: c.key)
+
+
 def test_probe_plans_are_valid_items_above_their_bounds():
     """Every plan a probe yields is a plan of the family as a search item holds it: tables of the groups it uses, each
     hosting a stage, the tables' objective its own, the validator's rules kept, and never below its candidate's lower
@@ -46,7 +59,7 @@ def test_probe_plans_are_valid_items_above_their_bounds():
     cands, _ = enumerate_candidates(costs, SearchOptions(), list(fleet.groups))
     order = [g.key for g in fleet.groups]
     got = list(probe_plans(costs, cands, list(fleet.groups), order, lambda: math.inf))
-    assert len(got) >= PROBE_CANDIDATES  # the fleet and each of its two vendors, on the first ten candidates
+    assert len(got) >= PROBE_CANDIDATES  # the fleet and each of its two vendors, on the candidates probed
     by_cfg = {c.cfg: c for c in cands}
     for cfg, tables, objective, (assign, layers) in got:
         assert tables.require_all and set(assign) == set(range(len(tables.groups)))

@@ -6,15 +6,15 @@ llama3.1-70b) the best group alone runs 26.8 s where the fleet's best runs 7.2 s
 bound is below the incumbent before it solves one, and against 26.8 s no bound ends early (block_bound_us'
 enough_us): that fleet's search spent 8.4 s on 1,763 block bounds before its first solve, which found the 7.2 s plan.
 
-So before it, the search takes the candidates with the least bounds (PROBE_CANDIDATES, in the heap's order, while
-their bound is below the incumbent less the gap) and, for each, the primal heuristic that warm-starts every solve
-(planner/heuristic.py: greedy_hint, then improve) over every node group of the fleet, and over each vendor's groups
-where the fleet has GPUs of several (a boundary between vendors goes through host memory over gloo,
-costmodel/reshard.py, so the best plans often keep to one vendor). Each plan the tables accept (CostTables.objective)
-is kept as an incumbent, with the tables of the groups it uses, as a search item's: a valid plan of the family, so
-pruning against it keeps the gap proven. The search returns these plans apart (search._result: ranked by the
-reported model, not polished), one among its own only where it is faster than every other plan found. The probes
-are counted, not timed, so the same inputs give the same plan.
+So before it, the search takes the candidates with the least bounds (PROBE_CANDIDATES at each interleaving depth, in
+the heap's order, while their bound is below the incumbent less the gap) and, for each, the primal heuristic that
+warm-starts every solve (planner/heuristic.py: greedy_hint, then improve) over every node group of the fleet, and over
+each vendor's groups where the fleet has GPUs of several (a boundary between vendors goes through host memory over
+gloo, costmodel/reshard.py, so the best plans often keep to one vendor). Each plan the tables accept
+(CostTables.objective) is kept as an incumbent, with the tables of the groups it uses, as a search item's: a valid
+plan of the family, so pruning against it keeps the gap proven. The search returns these plans apart (search._result:
+ranked by the reported model, not polished), one among its own only where it is faster than every other plan found.
+The probes are counted, not timed, so the same inputs give the same plan.
 """
 
 from __future__ import annotations
@@ -29,10 +29,14 @@ from hgplan.planner.costs import CostSource
 from hgplan.planner.heuristic import greedy_hint, improve
 from hgplan.planner.tables import CostTables, build_tables
 
-PROBE_CANDIDATES = 10
-"""Candidates probed (those with the least bounds). Measured 2026-11-30 on the 10-group benchmark fleet (2-core
-machine, single runs): the incumbent 26.8 s -> 7.5 s in 0.45 s with 10 (three sets of groups each), the same with 30
-in 1.0 s; the search's first solve at 4.9 s instead of 11.4 s."""
+PROBE_CANDIDATES = 5
+"""Candidates probed per interleaving depth (those with the least bounds at each vpp). Interleaved candidates have the
+least bounds on fleets over several sites, and their heuristic plans ring across the WAN: with the ten least bounds
+whatever their depth, the 8-group benchmark fleet's probes were all interleaved and reached 9.67 s (optimum 4.95
+s); five per depth reach 5.38 s in the same 0.3 s, and the search's first solve came at 6.2 s instead of 7.3 s. On
+the 10-group fleet (2-core machine, single runs, 2026-11-30) the incumbent goes from 26.8 s to 7.5 s either way (0.26
+s of probes; the first solve at 4.9 s instead of 11.4 s without them), on the 1024-GPU three-site fleet to 4.28 s
+instead of 4.47 s, elsewhere to the same plans."""
 
 
 def probe_sets(groups: list[NodeGroup]) -> list[list[NodeGroup]]:
@@ -41,15 +45,26 @@ def probe_sets(groups: list[NodeGroup]) -> list[list[NodeGroup]]:
     return [groups] + ([[g for g in groups if g.gpu.vendor == v] for v in vendors] if len(vendors) > 1 else [])
 
 
+def probed_candidates(cands: list[Candidate]) -> list[Candidate]:
+    """The PROBE_CANDIDATES candidates with the least bounds at each interleaving depth, by bound (the heap's order)."""
+    taken: dict[int, int] = {}
+    out = []
+    for cand in sorted(cands, key=lambda c: c.key):
+        if taken.get(cand.cfg.vpp, 0) < PROBE_CANDIDATES:
+            taken[cand.cfg.vpp] = taken.get(cand.cfg.vpp, 0) + 1
+            out.append(cand)
+    return out
+
+
 def probe_plans(costs: CostSource, cands: list[Candidate], groups: list[NodeGroup], order: list[str],
                 below_us: Callable[[], float]) -> Iterator[tuple[ParallelConfig, CostTables, int, tuple]]:
-    """(configuration, tables, objective, (assign, layers)) of each heuristic plan the tables accept, over the first
-    PROBE_CANDIDATES candidates by bound while their bound is below below_us() (the caller's incumbent less the gap,
-    read again for each candidate: the plans kept so far lower it)."""
+    """(configuration, tables, objective, (assign, layers)) of each heuristic plan the tables accept, over
+    probed_candidates while their bound is below below_us() (the caller's incumbent less the gap, read again for each
+    candidate: the plans kept so far lower it)."""
     sets = probe_sets(groups)
-    for cand in sorted(cands, key=lambda c: c.key)[:PROBE_CANDIDATES]:
+    for cand in probed_candidates(cands):
         if cand.lower_bound_us >= below_us():
-            return
+            return  # and every later one: they come by bound
         for chosen in sets:
             t = build_tables(costs, cand.cfg, chosen)
             if t is None:
