@@ -32,10 +32,10 @@ from hgplan.planner.tables import CostTables, build_tables
 PROBE_CANDIDATES = 5
 """Candidates probed per interleaving depth (those with the least bounds at each vpp). Interleaved candidates have the
 least bounds on fleets over several sites, and their heuristic plans ring across the WAN: with the ten least bounds
-whatever their depth, the 8-group benchmark fleet's probes were all interleaved and reached 9.67 s (optimum 4.95
-s); five per depth reach 5.38 s in the same 0.3 s, and the search's first solve came at 6.2 s instead of 7.3 s. On
-the 10-group fleet (2-core machine, single runs, 2026-11-30) the incumbent goes from 26.8 s to 7.5 s either way (0.26
-s of probes; the first solve at 4.9 s instead of 11.4 s without them), on the 1024-GPU three-site fleet to 4.28 s
+whatever their depth, the 8-group benchmark fleet's probes were all interleaved and reached 9.67 s (optimum 4.95 s);
+five per depth reach 5.38 s in the same 0.3 s, and the search's first solve came at 6.2 s instead of 7.3 s. On the
+10-group fleet (2-core machine, single runs, 2026-11-30) the incumbent goes from 26.8 s to 7.5 s either way (0.26 s of
+probes; the first solve at 4.9-5.3 s instead of 11.4 s without them), on the 1024-GPU three-site fleet to 4.28 s
 instead of 4.47 s, on the 16- and 32-group, four-site and 504-GPU fleets to the same incumbents."""
 
 
