@@ -8,8 +8,6 @@ multi-site fleets (links from InfiniBand to a 20 ms WAN), and the paths must rai
 
 from __future__ import annotations
 
-import copy
-import math
 import random
 from dataclasses import replace
 
@@ -24,9 +22,7 @@ from hgplan.planner.block_model import block_values, build_block_model
 from hgplan.planner.block_paths import first_steady_stage
 from hgplan.planner.candidates import enumerate_candidates
 from hgplan.planner.costs import CostSource
-from hgplan.planner.limits import solve_params
-from hgplan.planner.options import DTIME_PER_WALL, SearchOptions
-from hgplan.planner.search_state import Stage
+from hgplan.planner.options import SearchOptions
 from hgplan.planner.symmetry import canonical_assign, table_classes
 from hgplan.planner.tables import build_tables
 
@@ -158,48 +154,51 @@ def test_items_waiting_for_their_path_solve_keep_the_search_exact(seed, monkeypa
 
 
 @pytest.mark.parametrize("seed", [15, 40])
-def test_path_solves_released_together_run_two_at_a_time(seed, monkeypatch):
-    """The path solves of the items released together run limits.SOLVE_THREADS at a time, ahead of the items' turns
-    (search._prefetch_paths). On these two fleets (of seeds 0-99 the two where two items are released at once since
-    the TCP window on the WAN, 2026-11-29; 7 and 15 of 0-39 before) the
-    release is taken as it happened and both items made due: one batch of two runs, each result is what the item's
-    path solve gives alone under the same upper bound, counted and ready for the item's turn; and the whole search
-    returns the exhaustive optimum with a zero gap as with one thread."""
-    from concurrent.futures import ThreadPoolExecutor
+def test_path_solves_start_beside_the_search(seed, monkeypatch):
+    """A waiting item's path solve starts when the item begins to wait, on one of limits.SOLVE_THREADS threads beside
+    the search (SearchState.start_paths), against the incumbent of then with the limits of the attempt the item comes
+    back at; it is taken, counted and its plan kept when the item is released (search._take_paths). On these two
+    fleets (of seeds 0-99 the two where two items are released at once since the TCP window on the WAN, 2026-11-29)
+    with every block optimum made to wait: each solve started gives what it gives alone under the same upper bound
+    and limits, and the search returns the same plans, statuses and bound as when each path solve runs to its end
+    before the search goes on, and as with one thread: the exhaustive optimum with a zero gap."""
+    from concurrent.futures import Future
 
     from hgplan.planner import limits, search
     from hgplan.planner.search import run_search
+    from hgplan.planner.search_state import SearchState
 
     fleet, model, train, opts, best_us = _forced_waits(seed, monkeypatch)
-    real_prefetch, taken = search._prefetch_paths, []
+    real_start, started, ran = SearchState.start_paths, [], {}
 
-    def prefetch(st, released, *args):
-        if len(released) >= 2 and not taken:
-            taken.append((copy.deepcopy(st), list(released), args))
-        return real_prefetch(st, released, *args)
+    def start(st, item, upper, configured, solve):
+        def kept():
+            ran[item] = solve()
+            return ran[item]
+        started.append((item, st.tables_of[item], st.cuts_of.get(item), upper, configured, st.paths_waiting[item]))
+        real_start(st, item, upper, configured, kept)
 
-    monkeypatch.setattr(search, "_prefetch_paths", prefetch)
-    two = run_search(fleet, model, train, opts)
-    assert taken, f"seed {seed}: no two items are released together any more; take the seeds of 0-39 where they are"
-    st, released, (_, cands, _) = taken[0]
-    batches = []
-    monkeypatch.setattr(search, "ThreadPoolExecutor", lambda n: (batches.append(n), ThreadPoolExecutor(n))[1])
-    monkeypatch.setattr(search, "_paths_due", lambda *a: True)
-    items = [(e[3], e[4]) for e in sorted(released)]
-    uppers = [st.upper_bound(cands[i].cfg.vpp) for i, _ in items]
-    remaining = DTIME_PER_WALL * opts.budget_s - st.dtime
-    params = [solve_params(opts, Stage.attempt(e[2]) + limits.PATH_DOUBLINGS, remaining) for e in sorted(released)]
-    before = sum(n for k, n in st.statuses.items() if k.startswith("BLOCK_PATHS_"))
-    real_prefetch(st, released, math.inf, cands, opts)
-    assert batches == [2] and limits.SOLVE_THREADS == 2
-    assert sum(n for k, n in st.statuses.items() if k.startswith("BLOCK_PATHS_")) == before + 2
-    for item, upper, configured in zip(items, uppers, params):
-        first = st.paths_waiting[item]
-        alone = search.solve_blocks(st.tables_of[item], configured, hint=(list(first.assign), list(first.layers)),
-                                    upper_bound=upper, paths=True)
-        ready_upper, ready = st.paths_ready[item]
-        assert ready_upper == upper and (ready.status, ready.bound) == (alone.status, alone.bound)
+    def at_once(st, item, upper, configured, solve):
+        done = Future()
+        done.set_result(solve())
+        st.paths_started[item] = (upper, configured, done)
+
+    def outcome(res):
+        return ([(f.time_us, f.solution.status, f.solution.assign, f.solution.layers) for f in res.found],
+                res.statuses, res.bound_us, res.gap, res.deterministic_time)
+
+    monkeypatch.setattr(SearchState, "start_paths", start)
+    beside = run_search(fleet, model, train, opts)
+    assert len(started) >= 2, f"seed {seed}: fewer than two items wait; take seeds where two are released at once"
+    for item, tables, cuts, upper, configured, first in started:
+        alone = search.solve_blocks(tables, configured, hint=(list(first.assign), list(first.layers)),
+                                    upper_bound=upper, paths=True, cuts=cuts)
+        assert (ran[item].status, ran[item].bound, ran[item].assign) == (alone.status, alone.bound, alone.assign)
+    monkeypatch.setattr(SearchState, "start_paths", at_once)
+    inline = run_search(fleet, model, train, opts)
+    monkeypatch.setattr(SearchState, "start_paths", real_start)
     monkeypatch.setattr(limits, "SOLVE_THREADS", 1)
     one = run_search(fleet, model, train, opts)
-    for res in (one, two):
-        assert res.found[0].time_us == pytest.approx(best_us, abs=1.0) and res.gap == pytest.approx(0.0, abs=1e-9)
+    assert outcome(beside) == outcome(inline) == outcome(one)
+    assert any(name.startswith("BLOCK_PATHS_") for name in beside.statuses), beside.statuses
+    assert beside.found[0].time_us == pytest.approx(best_us, abs=1.0) and beside.gap == pytest.approx(0.0, abs=1e-9)

@@ -5,7 +5,8 @@ skip the stage-level model. The solvers are scripted (their answers are
 chosen per attempt) around a real item of a small two-site fleet, so each branch of the retry logic is taken on purpose.
 An item whose block model is open after its first attempt waits with its stage-level solve until the block model's
 retries end (`SearchState.deferred`). Where interleaving's steady paths bind, the model with them follows, against the
-incumbent and with more time (`limits.PATH_DOUBLINGS`)."""
+incumbent and with more time (`limits.PATH_DOUBLINGS`), started when the item begins to wait and taken when it is
+released."""
 
 from __future__ import annotations
 
@@ -85,6 +86,8 @@ def scripted(monkeypatch, case):
         answers[:] = list(script)
         calls.clear()
         out = search._solve_item(costs, cand, item, search.Stage.SOLVE + n, lb, st, opts, 1e9, order, by_key)
+        for _, _, job in st.paths_started.values():  # a path solve started beside the search (SearchState.start_paths)
+            job.result()
         assert not answers, "every scripted answer was asked for"
         return out, list(calls)
 
@@ -252,37 +255,48 @@ def test_the_first_block_solve_gets_a_share_of_the_time_and_its_retries_the_full
     assert retry == pytest.approx(2 * OPTS.per_solve_s)
 
 
-def test_where_the_steady_paths_bind_the_item_waits_then_gets_the_model_with_them(scripted, monkeypatch):
+def _release(st, item, cand, lb: float, n: int) -> None:
+    """The rest of the search above the gap: the waiting item is released (SearchState.release) and its path solve
+    taken (search._take_paths), as run_search does before the item's turn at attempt n."""
+    st.paths_now = True
+    search._take_paths(st, [(lb, cand.key, search.Stage.SOLVE + n, *item)], {item[0]: cand}, OPTS)
+
+
+def test_where_the_steady_paths_bind_the_item_waits_then_gets_the_model_with_them(scripted, case, monkeypatch):
     """An optimal block solve whose plan is above its value (block_model.paths_bind, scripted here): the item waits,
-    its bound raised, without a stage-level solve, until the rest of the search is above the gap (paths_now); then
-    the model with the paths runs at once (the optimum without them kept, not solved again), against the incumbent
-    even in an attempt that has none, with 2^PATH_DOUBLINGS times the attempt's time. Infeasible: nothing in the item
+    its bound raised, without a stage-level solve, until the rest of the search is above the gap (paths_now), while
+    the model with the paths starts at once beside the search (the optimum without them kept, not solved again),
+    against the incumbent even in an attempt that has none, with 2^PATH_DOUBLINGS times the time of the attempt the
+    item comes back at. Released, the item takes its result without another solve. Infeasible: nothing in the item
     beats the incumbent."""
     st, item, attempt = scripted
     monkeypatch.setattr(search, "paths_bind", lambda tables, sol: sol.status == "OPTIMAL")
     out, _ = attempt(0, 100.0, ("FEASIBLE", 100.0, True))  # the item gets a plan, the incumbent
     v = st.tables_of[item].vpp
-    out, calls = attempt(1, out, ("OPTIMAL", 120.0, False))
-    assert calls == [("block", None)] and item in st.paths_waiting and out == pytest.approx(max(100.0, 120.0 / v))
-    st.paths_now = True
     incumbent = st.upper_bound(v)
-    closed = len(st.closed_bounds)
-    out, calls = attempt(2, out, ("INFEASIBLE", float("inf"), False))
-    assert calls == [("paths", incumbent)] and out is None and item not in st.block_open
-    assert item not in st.paths_waiting and st.closed_bounds[closed:] == [pytest.approx(incumbent / v)]
+    out, calls = attempt(1, out, ("OPTIMAL", 120.0, False), ("INFEASIBLE", float("inf"), False))
+    assert calls == [("block", None), ("paths", incumbent)] and item in st.paths_waiting
+    assert out == pytest.approx(max(100.0, 120.0 / v)) and item in st.paths_started
     assert attempt.block_limits[-1] == pytest.approx(OPTS.per_solve_s * 2 ** (2 + search.PATH_DOUBLINGS))
+    paths_before = st.statuses.get("BLOCK_PATHS_INFEASIBLE", 0)
+    _release(st, item, case[1], out, 2)
+    assert st.statuses.get("BLOCK_PATHS_INFEASIBLE", 0) == paths_before + 1  # counted when taken
+    closed = len(st.closed_bounds)
+    out, calls = attempt(2, out)
+    assert calls == [] and out is None and item not in st.block_open
+    assert item not in st.paths_waiting and st.closed_bounds[closed:] == [pytest.approx(incumbent / v)]
 
 
-def test_a_path_solve_left_open_keeps_the_higher_bound(scripted, monkeypatch):
+def test_a_path_solve_left_open_keeps_the_higher_bound(scripted, case, monkeypatch):
     """The model with the paths stopped at its limit below the bound without them: the item keeps the higher of the
     two; a retry that got nowhere closes it there (the retries' rule)."""
     st, item, attempt = scripted
     monkeypatch.setattr(search, "paths_bind", lambda tables, sol: sol.status == "OPTIMAL")
-    out, calls = attempt(0, 100.0, ("OPTIMAL", 150.0, True))
+    out, calls = attempt(0, 100.0, ("OPTIMAL", 150.0, True), ("FEASIBLE", 140.0, False))
     v = st.tables_of[item].vpp
-    assert [c[0] for c in calls] == ["block"] and item in st.paths_waiting and item not in st.deferred
+    assert [c[0] for c in calls] == ["block", "paths"] and item in st.paths_waiting and item not in st.deferred
     assert out == pytest.approx(max(100.0, 150.0 / v))
-    st.paths_now = True
-    out, calls = attempt(1, out, ("FEASIBLE", 140.0, False))
-    assert [c[0] for c in calls] == ["paths"] and out is None
+    _release(st, item, case[1], out, 1)
+    out, calls = attempt(1, out)
+    assert calls == [] and out is None
     assert st.closed_bounds[-1] == pytest.approx(max(100.0, 150.0 / v))

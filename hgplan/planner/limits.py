@@ -61,11 +61,10 @@ first attempt's 1 or the second's 2 (a waiting item comes back at its second: se
 open goes on with the block model's retries (docs/planner.md, "Block model")."""
 SOLVE_THREADS = 2
 """CP-SAT solves run at once where the search has several that do not wait on each other: the pairs of end hosts of a
-mesh candidate (mesh_model._solve_by_ends) and the path solves of the items released together
-(search._prefetch_paths). Each is a one-worker solve on its own thread (the solve releases Python's lock). A fixed
-number, not the machine's core count: the shares and upper bounds the solves get depend on it (a mesh candidate's
-pairs are all queued at once with one upper bound and share each; the path solves go in batches of this many), and
-plans must not depend on the machine. Measured 2026-11-27 (2-core machine): v100-a100-t4's 73 pair solves 7.0 ->
+mesh candidate (mesh_model._solve_by_ends) and the path solves of the waiting items, beside the search
+(SearchState.start_paths). Each is a one-worker solve on its own thread (the solve releases Python's lock). A fixed
+number, not the machine's core count: the shares the pair solves get depend on it (a mesh candidate's pairs are all
+queued at once with one upper bound and share each), and plans must not depend on the machine. Measured 2026-11-27 (2-core machine): v100-a100-t4's 73 pair solves 7.0 ->
 3.6 s wall, the same statuses."""
 
 

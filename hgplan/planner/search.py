@@ -13,14 +13,12 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable
 
 from hgplan.domain import Fleet, ModelArch, TrainingSettings
 from hgplan.plan import ParallelConfig
 from hgplan.planner.block_bound import block_bound_us
-from hgplan.planner import limits
 from hgplan.planner.candidates import Candidate, cand_key, enumerate_candidates
 from hgplan.planner.costs import CostSource
 from hgplan.planner.found import Found, SearchResult
@@ -64,8 +62,8 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
     if hint_obj is not None:  # the warm start is itself a valid plan: keep it
         _keep(st, item, cand.cfg, tables, "HINT", hint_obj, hint)
     if tables.pp > 1 and len(tables.groups) > 1 and (attempt == 0 or item in st.block_open or item in st.paths_waiting):
-        path_configured = solve_params(opts, attempt + PATH_DOUBLINGS, remaining)
-        settled, step = _block_phase(tables, cand.cfg, item, lb, st, (params, path_configured), opts, attempt)
+        path_configured = [solve_params(opts, attempt + a + PATH_DOUBLINGS, remaining) for a in (0, 1)]
+        settled, step = _block_phase(tables, cand.cfg, item, lb, st, (params, *path_configured), opts, attempt)
         if settled:
             return step
         lb = step
@@ -99,16 +97,17 @@ def _solve_item(costs: CostSource, cand: Candidate, item: tuple[int, tuple[str, 
 
 
 def _block_phase(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: SearchState,
-                 both: tuple[SolverParams, SolverParams], opts: SearchOptions,
+                 both: tuple[SolverParams, SolverParams, SolverParams], opts: SearchOptions,
                  attempt: int) -> tuple[bool, float | None]:
     """An attempt's block-model step: (True, what _solve_item returns) when it ends the attempt, else (False, the
     item's raised bound) for the stage-level solve. The first block solve gets FIRST_BLOCK_SHARE of the time; an open
     block model defers the stage-level solve until its retries end (SearchState.deferred)."""
-    (params, path_params), before, began = both, st.found.get(item), time.perf_counter()
+    (params, path_params, wait_params), before, began = both, st.found.get(item), time.perf_counter()
     block_params = params if attempt else replace(
         params, max_deterministic_time=params.max_deterministic_time * FIRST_BLOCK_SHARE)
     free = attempt % 2 == 1 and before is not None and before.time_us <= st.best_us() * (1 + FREE_NEAR)
-    step = _block_step(tables, cfg, item, lb, st, block_params, opts, free=free, path_params=path_params)
+    step = _block_step(tables, cfg, item, lb, st, block_params, opts, free=free, path_params=path_params,
+                       wait_params=wait_params)
     if item in st.paths_waiting and not st.paths_now:
         return True, step
     if step is not None and item in st.block_open and attempt == 0:
@@ -141,7 +140,7 @@ def _keep(st: SearchState, item: tuple, cfg: ParallelConfig, tables: CostTables,
 
 
 def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: SearchState, params: SolverParams,
-                opts: SearchOptions, *, free: bool = False, path_params: SolverParams | None = None) -> float | None:
+                opts: SearchOptions, *, free: bool, path_params: SolverParams, wait_params: SolverParams) -> float | None:
     """Solve the item's block model (planner/block_model.py). Its bound holds for every plan of the item (better than
     the incumbent, when there is one); its plan, expanded to stages, is checked by the tables (or its placement gets
     the warm start's best layer split). Returns None when that settles the item (nothing beats the incumbent, or a
@@ -149,7 +148,9 @@ def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float,
     (warm-started from the item's best plan; the first and third retries): CP-SAT often proves an optimum it holds
     sooner than that nothing beats it, but not always (docs/planner.md, "Block model first"). Where interleaving's
     steady paths bind on the optimum (block_model.paths_bind), the model with them is solved next, against the
-    incumbent, with `path_params` as configured (cut here to the time left; docs/planner.md, "Block model")."""
+    incumbent, with `path_params` as configured (cut here to the time left; docs/planner.md, "Block model"); for an
+    item that waits for it (SearchState.paths_waiting) it starts at once beside the search, with `wait_params`, the
+    limits of the attempt the item comes back at."""
     v = cfg.vpp
     upper = None if free else st.upper_bound(v)
     bs = st.paths_waiting.pop(item, None) if st.paths_now else None  # solved before it waited
@@ -159,13 +160,14 @@ def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float,
     if _paths_due(tables, bs, incumbent, st.found.get(item), opts):
         if not st.paths_now:  # until the rest of the search is above the gap (search_state.paths_waiting)
             st.paths_waiting[item] = bs
+            # its path solve starts now, beside the search, with the limits of the attempt it waits for
+            st.start_paths(item, incumbent, wait_params, _paths_job(st, item, wait_params, bs, incumbent, opts))
             return _raised_bound(lb, bs.bound, upper, v)
         first, (upper, bs) = bs, st.paths_ready.pop(item, (incumbent, None))
         if bs is None:
-            if path_params is not None:
-                st.record_limits(path_params)
-            bs = _block_solve(tables, cfg, item, st, path_params or params, opts, upper, hint=None, paths=True,
-                              done=_solve_paths(st, item, path_params or params, first, upper, opts))
+            st.record_limits(path_params)
+            bs = _block_solve(tables, cfg, item, st, path_params, opts, upper, hint=None, paths=True,
+                              done=_paths_job(st, item, path_params, first, upper, opts)())
         if bs.status not in ("OPTIMAL", "INFEASIBLE"):  # open: its bound, if higher, and the block model's retries
             bs = replace(bs, bound=max(bs.bound, first.bound))
     if bs.status in ("OPTIMAL", "INFEASIBLE"):
@@ -191,36 +193,27 @@ def _paths_due(tables: CostTables, bs: BlockSolution, incumbent: int | None, own
     return paths_bind(tables, bs) and incumbent is not None and bs.bound < incumbent and not settled
 
 
-def _prefetch_paths(st: SearchState, released: list[tuple], threshold: float, cands: list[Candidate],
-                    opts: SearchOptions) -> None:
-    """The path solves of the items released together (SearchState.release) that are due (_paths_due) and below
-    `threshold`, run limits.SOLVE_THREADS at a time against the incumbent of their batch, in heap order; each is
-    counted and its plan kept now, and the result waits in SearchState.paths_ready for the item's turn (_block_step);
-    docs/planner.md has what it saved."""
-    jobs, remaining = [], DTIME_PER_WALL * opts.budget_s - st.dtime
-    for lb, _, stage, i, subset in sorted(released):
-        item, cfg = (i, subset), cands[i].cfg
-        bs, own = st.paths_waiting.get(item), st.found.get(item)
-        if bs is not None and lb < threshold and _paths_due(st.tables_of[item], bs, st.upper_bound(cfg.vpp), own, opts):
-            jobs.append((item, cfg, solve_params(opts, Stage.attempt(stage) + PATH_DOUBLINGS, remaining), bs))
-    for k in range(0, len(jobs), limits.SOLVE_THREADS):
-        batch = [(item, cfg, configured, bs, st.upper_bound(cfg.vpp)) for item, cfg, configured, bs in
-                 jobs[k:k + limits.SOLVE_THREADS]]
-        with ThreadPoolExecutor(len(batch)) as pool:
-            done = list(pool.map(lambda j: _solve_paths(st, j[0], j[2], j[3], j[4], opts), batch))
-        for (item, cfg, configured, _, upper), bs in zip(batch, done):
-            st.record_limits(configured)
-            st.paths_ready[item] = (upper, _block_solve(st.tables_of[item], cfg, item, st, configured, opts, upper,
-                                                        hint=None, paths=True, done=bs))
+def _take_paths(st: SearchState, released: list[tuple], cands: list[Candidate], opts: SearchOptions) -> None:
+    """The path solves of the items released together (SearchState.release), each started when its item began to
+    wait (SearchState.start_paths): in heap order each is waited for, counted and its plan kept now, and its result
+    waits in SearchState.paths_ready for the item's turn (_block_step); docs/planner.md has what it saved."""
+    for _, _, _, i, subset in sorted(released):
+        item = (i, subset)
+        upper, configured, job = st.paths_started.pop(item)
+        st.record_limits(configured)
+        st.paths_ready[item] = (upper, _block_solve(st.tables_of[item], cands[i].cfg, item, st, configured, opts, upper,
+                                                    hint=None, paths=True, done=job.result()))
 
 
-def _solve_paths(st: SearchState, item: tuple, configured: SolverParams, first: BlockSolution, upper: int | None,
-                 opts: SearchOptions) -> BlockSolution:
+def _paths_job(st: SearchState, item: tuple, configured: SolverParams, first: BlockSolution, upper: int | None,
+               opts: SearchOptions) -> Callable[[], BlockSolution]:
     """One solve of an item's block model with the steady paths, warm-started from `first` (its optimum without them),
-    against `upper`, with `configured` cut to the time left; nothing counted (_block_solve counts it)."""
-    return solve_blocks(st.tables_of[item], within(configured, opts.wall_deadline_s),
-                        hint=(list(first.assign), list(first.layers)), upper_bound=upper, log=st.log,
-                        keep_model=opts.keep_model, paths=True, cuts=st.cuts_of.get(item))
+    against `upper`, with `configured` cut to the time left when it starts; nothing counted (_block_solve counts it).
+    The item's tables and cuts are read now: the solve may run later on a thread beside the search
+    (SearchState.start_paths)."""
+    tables, cuts, hint = st.tables_of[item], st.cuts_of.get(item), (list(first.assign), list(first.layers))
+    return lambda: solve_blocks(tables, within(configured, opts.wall_deadline_s), hint=hint, upper_bound=upper,
+                                log=st.log, keep_model=opts.keep_model, paths=True, cuts=cuts)
 
 
 def _block_solve(tables: CostTables, cfg: ParallelConfig, item: tuple, st: SearchState, params: SolverParams,
@@ -364,7 +357,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
         _probe(costs, cands, groups, order, st, opts, stop_at)
     while heap or st.paths_due:
         threshold = st.best_us() * (1 - opts.max_gap)
-        _prefetch_paths(st, st.release(heap, threshold), threshold, cands, opts)
+        _take_paths(st, st.release(heap, threshold), cands, opts)
         report(lambda: st.status(heap))
         lb, key, stage, i, subset = _next_item(heap, st, st.best_us() * (1 - opts.max_gap), cands, L, m_of)
         cand = cands[i]
@@ -400,6 +393,7 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
                 st.push_retry(heap, (retry, key, stage + 1, i, subset))
                 st.open_items[i] += 1
         st.settled += st.open_items[i] == 0
+    st.stop_paths()
     if stopped == "complete":
         st.settled = len(cands)
     report(lambda: st.status(heap), force=True)

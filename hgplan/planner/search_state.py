@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from hgplan.plan import ParallelConfig
+from hgplan.planner import limits
 from hgplan.planner.block_cuts import BlockCuts
 from hgplan.planner.block_model import BlockSolution
 from hgplan.planner.costs import US
@@ -74,14 +76,21 @@ class SearchState:
     """Items listed since the last solve (SOLVE_EVERY_SUBSETS)."""
     paths_waiting: dict[tuple, BlockSolution] = field(default_factory=dict)
     """Items whose block model with the steady paths is due (block_model.paths_bind), with their block model's optimum
-    without them: the path solve waits until every other item is settled or above the search's gap, and then runs
-    against the incumbent of then, mostly a quick proof (docs/planner.md, "Block model")."""
+    without them: the item waits until every other item is settled or above the search's gap, while its path solve
+    runs beside the search (paths_started), mostly a quick proof (docs/planner.md, "Block model")."""
     paths_due: list[tuple] = field(default_factory=list)
     """Their heap entries, back on the heap when the rest of it is above the gap (paths_now from then on)."""
     paths_now: bool = False
     paths_ready: dict[tuple, tuple[int, BlockSolution]] = field(default_factory=dict)
-    """Path solves run ahead when the waiting items were released (search._prefetch_paths), with the upper bound
+    """The path solves of the waiting items, taken when they were released (search._take_paths), with the upper bound
     each had, for the item's turn."""
+    paths_started: dict[tuple, tuple[int | None, SolverParams, Future]] = field(default_factory=dict)
+    """The waiting items' path solves, each started when its item began to wait (search._block_step) on a thread
+    beside the search (paths_pool), against the incumbent of then, with the limits of the attempt the item comes back
+    at: its upper bound, its limits as configured and the running solve, taken when the item is released. What it
+    finds depends on those alone, not on when the threads run, so the search stays deterministic."""
+    paths_pool: ThreadPoolExecutor | None = None
+    """limits.SOLVE_THREADS threads (a fixed two, not the core count), made when the first path solve starts."""
     ahead: AheadBounds | None = None
     """The block bounds and cuts, worked out ahead during block-model solves (planner/search_ahead.py)."""
 
@@ -131,6 +140,20 @@ class SearchState:
             self.infeasible += 1
         else:
             self.closed_bounds.append(upper / v)
+
+    def start_paths(self, item: tuple, upper: int | None, configured: SolverParams,
+                    solve: Callable[[], BlockSolution]) -> None:
+        """Start a waiting item's path solve on a thread beside the search (paths_started)."""
+        if self.paths_pool is None:
+            self.paths_pool = ThreadPoolExecutor(limits.SOLVE_THREADS)
+        self.paths_started[item] = (upper, configured, self.paths_pool.submit(solve))
+
+    def stop_paths(self) -> None:
+        """At the search's end, whose results nothing takes any more (a search stopped by its budget or the clock with
+        items waiting): those not started are dropped, those running are waited for (their wall-clock limit was cut
+        to the deadline when they started)."""
+        if self.paths_pool is not None:
+            self.paths_pool.shutdown(wait=True, cancel_futures=True)
 
     def record_limits(self, configured: SolverParams) -> None:
         """The record keeps a solve's limits as configured: the cut to the time left before the deadline depends on
