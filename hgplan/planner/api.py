@@ -200,13 +200,19 @@ def _search_stats(result: SearchResult, best: Prediction, mesh: MeshResult | Non
         deterministic_time=rounded(result.deterministic_time, 4), wall_time_s=round(result.wall_time_s, 3))
 
 
+def _file_order_baselines(fleet: Fleet, model: ModelArch, train: TrainingSettings,
+                          opts: SearchOptions) -> list[bl.Baseline]:
+    """The two baselines that take the node groups in file order: they need nothing of the search."""
+    layer_costs: dict = {}  # they price the same layers
+    return [bl.megatron_default(fleet, model, train, opts, layer_costs),
+            bl.proportional(fleet, model, train, opts, layer_costs)]
+
+
 def _baselines(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: SearchOptions,
-               seeds: list[Found]) -> list[bl.Baseline]:
+               seeds: list[Found], file_order: list[bl.Baseline]) -> list[bl.Baseline]:
     """The three baselines (each evaluated by the reported model)."""
     single = bl.single_group_from(seeds, fleet, model, train) if seeds else bl.single_group(fleet, model, train, opts)
-    layer_costs: dict = {}  # the two file-order baselines price the same layers
-    return [single, bl.megatron_default(fleet, model, train, opts, layer_costs),
-            bl.proportional(fleet, model, train, opts, layer_costs)]
+    return [single] + file_order
 
 
 def _baseline_records(baselines: list[bl.Baseline], best: Prediction) -> dict[str, BaselineRecord]:
@@ -336,8 +342,8 @@ def _polish_and_meshes(costs: CostSource, result: SearchResult, opts: SearchOpti
     """The stock plans polished (certify.polish) and, with --target flagscale, the asymmetric family. Neither reads
     what the other writes, so there the polishing runs in a thread beside the mesh search: its CP-SAT solves release
     the interpreter and use the core the mesh search's bounds, pure Python, leave idle. Each is deterministic on its
-    own, so the pair is. Without the mesh search nothing gains from the thread (beside the baselines, also pure
-    Python, the 1024-GPU three-site benchmark fleet took 0.2 s longer): the polishing runs first, in this thread."""
+    own, so the pair is. Without the mesh search the polishing runs in this thread, and the file-order baselines
+    beside it (plan_training)."""
     def polishing() -> list[Found]:
         return polish(costs, result.found, opts, stop_at_s=stock_opts.stop_at_s(started),
                       dtime_budget=max(0.0, DTIME_PER_WALL * stock_opts.budget_s - result.deterministic_time) / 2)
@@ -385,7 +391,13 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     # whose mesh search would otherwise run to the deadline and leave none: the stock best it returned on two-site was
     # the closed form's 10.935 s while plain search returned the polished 10.228 s)
     _phase(progress, "ranking", f"simulating and polishing {len(result.found)} plans", result)
-    polished, mesh = _polish_and_meshes(costs, result, opts, stock_opts, started, log, progress)
+    # the file-order baselines, pure Python, beside polishing, whose CP-SAT solves release the interpreter (not beside
+    # the mesh search, pure Python too: docs/planner.md, "Baselines")
+    beside = with_baselines and opts.target != Target.FLAGSCALE
+    with ThreadPoolExecutor(1) as pool:
+        file_order = pool.submit(_file_order_baselines, fleet, model, train, opts) if beside else None
+        polished, mesh = _polish_and_meshes(costs, result, opts, stock_opts, started, log, progress)
+        file_order = file_order.result() if file_order else None
     found = list(result.found) + polished + result.probed + (mesh.found[:RERANKED] if mesh else [])
     checked = _fastest_per_config(_checked(found, fleet, model, train, warnings))
     # the baselines before the proof, which runs to the deadline (after it they took 'large' 0.85 s past it)
@@ -393,7 +405,9 @@ def plan_training(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts:
     # the search's plans on one group join the groups' own (one node group: the search was that group's own, and
     # searching it again took half of the time of the 1024- and 64-GPU one-group benchmark fleets, for the same plan)
     alone = bl.on_one_group(checked, seeds, one_group_fleet=len(fleet.groups) == 1)
-    baselines = _baselines(fleet, model, train, opts, alone) if with_baselines else []
+    if with_baselines and file_order is None:
+        file_order = _file_order_baselines(fleet, model, train, opts)
+    baselines = _baselines(fleet, model, train, opts, alone, file_order) if with_baselines else []
     proof, faster = (_prove(costs, opts, result, checked, warnings, progress) if opts.prove_gap
                      else (None, []))
     if proof is not None and mesh is not None:
