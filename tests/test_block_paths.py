@@ -202,3 +202,28 @@ def test_path_solves_start_beside_the_search(seed, monkeypatch):
     assert outcome(beside) == outcome(inline) == outcome(one)
     assert any(name.startswith("BLOCK_PATHS_") for name in beside.statuses), beside.statuses
     assert beside.found[0].time_us == pytest.approx(best_us, abs=1.0) and beside.gap == pytest.approx(0.0, abs=1e-9)
+
+def test_a_search_that_raises_ends_its_path_solves(monkeypatch):
+    """Path solves running beside the search end with it however it ends (run_search's finally): an error raised at
+    the items' release still has SearchState.stop_paths called, and every solve started is done when it returns."""
+    from hgplan.planner import search
+    from hgplan.planner.search import run_search
+    from hgplan.planner.search_state import SearchState
+
+    fleet, model, train, opts, _ = _forced_waits(15, monkeypatch)
+    real_stop, stopped, jobs = SearchState.stop_paths, [], []
+
+    def stop(st):
+        real_stop(st)
+        stopped.append([job for _, _, job in st.paths_started.values()])
+
+    def fail(st, released, *args):
+        if released:
+            jobs.extend(job for _, _, job in st.paths_started.values())
+            raise RuntimeError("at the release")
+
+    monkeypatch.setattr(SearchState, "stop_paths", stop)
+    monkeypatch.setattr(search, "_take_paths", fail)
+    with pytest.raises(RuntimeError, match="at the release"):
+        run_search(fleet, model, train, opts)
+    assert jobs and len(stopped) == 1 and all(job.done() for job in stopped[0])

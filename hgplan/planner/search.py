@@ -140,7 +140,8 @@ def _keep(st: SearchState, item: tuple, cfg: ParallelConfig, tables: CostTables,
 
 
 def _block_step(tables: CostTables, cfg: ParallelConfig, item: tuple, lb: float, st: SearchState, params: SolverParams,
-                opts: SearchOptions, *, free: bool, path_params: SolverParams, wait_params: SolverParams) -> float | None:
+                opts: SearchOptions, *, free: bool, path_params: SolverParams,
+                wait_params: SolverParams) -> float | None:
     """Solve the item's block model (planner/block_model.py). Its bound holds for every plan of the item (better than
     the incumbent, when there is one); its plan, expanded to stages, is checked by the tables (or its placement gets
     the warm start's best layer split). Returns None when that settles the item (nothing beats the incumbent, or a
@@ -355,45 +356,47 @@ def run_search(fleet: Fleet, model: ModelArch, train: TrainingSettings, opts: Se
         st.closed_bounds.append(0.0)
     elif len(groups) > 1:
         _probe(costs, cands, groups, order, st, opts, stop_at)
-    while heap or st.paths_due:
-        threshold = st.best_us() * (1 - opts.max_gap)
-        _take_paths(st, st.release(heap, threshold), cands, opts)
-        report(lambda: st.status(heap))
-        lb, key, stage, i, subset = _next_item(heap, st, st.best_us() * (1 - opts.max_gap), cands, L, m_of)
-        cand = cands[i]
-        st.open_items[i] -= 1
-        if lb >= st.best_us() * (1 - opts.max_gap):
-            pruned = len(({e[3] for e in heap} | {i}) - st.solved)  # a configuration solved in part is solved
-            st.closed_bounds.append(lb)
-            break
-        remaining = DTIME_PER_WALL * opts.budget_s - st.dtime
-        split = None  # a candidate, or a box of its sets (subset_split), is split into sets or boxes with bounds
-        if stage == Stage.CANDIDATE and remaining > 0 and time.perf_counter() <= stop_at:
-            split = split_item(cand.ctx, cand.cfg, subset or None, L=L, m=m_of(cand.cfg), stop_at=stop_at)
-        # out of time, before it or while splitting the candidate (which then keeps its own bound)
-        if remaining <= 0 or time.perf_counter() > stop_at or (stage == Stage.CANDIDATE and split is None):
-            stopped = "budget" if remaining <= 0 else "wall"
-            skipped = len({e[3] for e in heap + st.paths_due} | {i})
-            st.closed_bounds.append(min([lb] + [e[0] for e in st.paths_due]))
-            break
-        if split is not None:
-            for is_set, sub, sub_lb in split:  # a set of groups, or a box of them (a candidate's part)
-                heapq.heappush(heap, (max(lb, sub_lb), key, Stage.SUBSET if is_set else Stage.CANDIDATE, i, sub))
-            st.open_items[i] += len(split)
-            st.listed += len(split)
-        elif stage in (Stage.SUBSET, Stage.BLOCK):
-            block = st.ahead.bound(stage, i, subset, st.best_us())
-            heapq.heappush(heap, (max(lb, block), key, stage + 1, i, subset))
-            st.open_items[i] += 1
-        else:
-            st.listed = 0
-            lb = _bound_to_solve((i, subset), stage, lb, st)
-            retry = _solve_item(costs, cand, (i, subset), stage, lb, st, opts, remaining, order, by_key)
-            if retry is not None:
-                st.push_retry(heap, (retry, key, stage + 1, i, subset))
+    try:  # the path solves still running end with the search, however it ends
+        while heap or st.paths_due:
+            threshold = st.best_us() * (1 - opts.max_gap)
+            _take_paths(st, st.release(heap, threshold), cands, opts)
+            report(lambda: st.status(heap))
+            lb, key, stage, i, subset = _next_item(heap, st, st.best_us() * (1 - opts.max_gap), cands, L, m_of)
+            cand = cands[i]
+            st.open_items[i] -= 1
+            if lb >= st.best_us() * (1 - opts.max_gap):
+                pruned = len(({e[3] for e in heap} | {i}) - st.solved)  # a configuration solved in part is solved
+                st.closed_bounds.append(lb)
+                break
+            remaining = DTIME_PER_WALL * opts.budget_s - st.dtime
+            split = None  # a candidate, or a box of its sets (subset_split), is split into sets or boxes with bounds
+            if stage == Stage.CANDIDATE and remaining > 0 and time.perf_counter() <= stop_at:
+                split = split_item(cand.ctx, cand.cfg, subset or None, L=L, m=m_of(cand.cfg), stop_at=stop_at)
+            # out of time, before it or while splitting the candidate (which then keeps its own bound)
+            if remaining <= 0 or time.perf_counter() > stop_at or (stage == Stage.CANDIDATE and split is None):
+                stopped = "budget" if remaining <= 0 else "wall"
+                skipped = len({e[3] for e in heap + st.paths_due} | {i})
+                st.closed_bounds.append(min([lb] + [e[0] for e in st.paths_due]))
+                break
+            if split is not None:
+                for is_set, sub, sub_lb in split:  # a set of groups, or a box of them (a candidate's part)
+                    heapq.heappush(heap, (max(lb, sub_lb), key, Stage.SUBSET if is_set else Stage.CANDIDATE, i, sub))
+                st.open_items[i] += len(split)
+                st.listed += len(split)
+            elif stage in (Stage.SUBSET, Stage.BLOCK):
+                block = st.ahead.bound(stage, i, subset, st.best_us())
+                heapq.heappush(heap, (max(lb, block), key, stage + 1, i, subset))
                 st.open_items[i] += 1
-        st.settled += st.open_items[i] == 0
-    st.stop_paths()
+            else:
+                st.listed = 0
+                lb = _bound_to_solve((i, subset), stage, lb, st)
+                retry = _solve_item(costs, cand, (i, subset), stage, lb, st, opts, remaining, order, by_key)
+                if retry is not None:
+                    st.push_retry(heap, (retry, key, stage + 1, i, subset))
+                    st.open_items[i] += 1
+            st.settled += st.open_items[i] == 0
+    finally:
+        st.stop_paths()
     if stopped == "complete":
         st.settled = len(cands)
     report(lambda: st.status(heap), force=True)
