@@ -203,6 +203,7 @@ def test_path_solves_start_beside_the_search(seed, monkeypatch):
     assert any(name.startswith("BLOCK_PATHS_") for name in beside.statuses), beside.statuses
     assert beside.found[0].time_us == pytest.approx(best_us, abs=1.0) and beside.gap == pytest.approx(0.0, abs=1e-9)
 
+
 def test_a_search_that_raises_ends_its_path_solves(monkeypatch):
     """Path solves running beside the search end with it however it ends (run_search's finally): an error raised at
     the items' release still has SearchState.stop_paths called, and every solve started is done when it returns."""

@@ -64,8 +64,8 @@ SOLVE_THREADS = 2
 mesh candidate (mesh_model._solve_by_ends) and the path solves of the waiting items, beside the search
 (SearchState.start_paths). Each is a one-worker solve on its own thread (the solve releases Python's lock). A fixed
 number, not the machine's core count: the shares the pair solves get depend on it (a mesh candidate's pairs are all
-queued at once with one upper bound and share each), and plans must not depend on the machine. Measured 2026-11-27 (2-core machine): v100-a100-t4's 73 pair solves 7.0 ->
-3.6 s wall, the same statuses."""
+queued at once with one upper bound and share each), and plans must not depend on the machine. Measured 2026-11-27
+(2-core machine): v100-a100-t4's 73 pair solves 7.0 -> 3.6 s wall, the same statuses."""
 
 
 def solve_params(opts: SearchOptions, attempt: int, remaining_s: float = math.inf, *,
