@@ -228,8 +228,9 @@ class SolverRecord(Doc):
     mesh_params: str = Field("", description="text-format SatParameters hgplan sets on the asymmetric family's "
                              "models (--target flagscale only), before --solver-params")
     solve_threads: int = Field(1, description="solves run at once where they do not wait on each other (the path "
-                               "solves of items released together, a mesh candidate's pairs of end hosts), each a "
-                               "num_workers solve on its own thread; fixed, so runs stay reproducible on any machine")
+                               "solves of waiting items, beside the search; a mesh candidate's pairs of end hosts), "
+                               "each a num_workers solve on its own thread; fixed, so runs stay reproducible on any "
+                               "machine")
 
 
 class CandidateCounts(Doc):
